@@ -1,0 +1,93 @@
+"""Which kernel path runs on which GPU, and what target a kernel is compiled for.
+
+Two paths exist for every kernel: ``hopper`` (sm_90a: TMA, WGMMA, warp specialization) and
+``ampere`` (sm_80: cp.async, ldmatrix, mma.sync). The path is an algorithm; the compile target
+is the GPU's own architecture. The Ampere path forced on a Hopper GPU is therefore compiled for
+sm_90a (a cubin built for sm_80 does not load on sm_90), while ``cute-kernels ptx --arch sm_80``
+compiles it for sm_80.
+
+Forcing: ``CUTE_KERNELS_PATH=ampere`` in the environment, or ``with force_path("ampere"):``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator
+
+HOPPER, AMPERE = "hopper", "ampere"
+PATHS = (HOPPER, AMPERE)
+#: Compile targets per path when no GPU is present (``cute-kernels ptx``/``demo`` on a CPU).
+PATH_OF_TARGET = {"sm_90a": HOPPER, "sm_80": AMPERE, "sm_86": AMPERE, "sm_89": AMPERE}
+ENV_VAR = "CUTE_KERNELS_PATH"
+
+_local = threading.local()
+
+
+class UnsupportedGPUError(RuntimeError):
+    """The GPU's architecture has no kernel path in cute-kernels."""
+
+
+def _check_path_name(path: str) -> str:
+    if path not in PATHS:
+        raise ValueError(f"path must be one of {PATHS}, got {path!r}")
+    return path
+
+
+@contextlib.contextmanager
+def force_path(path: str | None) -> Iterator[None]:
+    """Run the ops inside with the given kernel path (``None``: automatic). Thread-local."""
+    if path is not None:
+        _check_path_name(path)
+    prev = getattr(_local, "path", None)
+    _local.path = path
+    try:
+        yield
+    finally:
+        _local.path = prev
+
+
+def forced_path() -> str | None:
+    path = getattr(_local, "path", None)
+    if path is not None:
+        return path
+    env = os.environ.get(ENV_VAR, "").strip().lower()
+    if env in ("", "auto"):
+        return None
+    if env not in PATHS:
+        raise ValueError(f"{ENV_VAR} must be 'hopper', 'ampere' or 'auto', got {env!r}")
+    return env
+
+
+def target_for_capability(major: int, minor: int) -> str:
+    """The compile target (CuTe DSL arch string) for a GPU's compute capability."""
+    if (major, minor) == (9, 0):
+        return "sm_90a"
+    if major == 8 and minor in (0, 6, 7, 9):
+        return f"sm_{major}{minor}"
+    raise UnsupportedGPUError(
+        f"compute capability {major}.{minor} is not supported: cute-kernels has a Hopper path "
+        f"(sm_90) and an Ampere path (sm_80/86/87/89)"
+    )
+
+
+def select_path(major: int, minor: int) -> str:
+    """The kernel path for a GPU, honouring :func:`force_path` / ``CUTE_KERNELS_PATH``."""
+    native = HOPPER if target_for_capability(major, minor) == "sm_90a" else AMPERE
+    forced = forced_path()
+    if forced is None or forced == native:
+        return native
+    if forced == AMPERE:  # Hopper runs every Ampere instruction the Ampere path uses.
+        return AMPERE
+    raise UnsupportedGPUError(
+        f"the Hopper path needs an sm_90 GPU; this one is sm_{major}{minor}"
+    )
+
+
+def device_target(device) -> tuple[str, str]:
+    """(path, compile target) for a torch CUDA device."""
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(device)
+    return select_path(major, minor), target_for_capability(major, minor)

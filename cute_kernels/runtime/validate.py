@@ -1,0 +1,91 @@
+"""Input validation shared by every op: one place, errors that name the argument and the rule.
+
+Everything here runs on tensor metadata only (no device sync, no kernel launch, no compile),
+so ops call it first and a bad input never reaches the compiler or the GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+
+#: TMA and 16-byte vector accesses need 16-byte aligned base pointers and strides.
+VECTOR_BYTES = 16
+
+
+def _dtype_names(dtypes: Iterable[torch.dtype]) -> str:
+    return ", ".join(str(d).replace("torch.", "") for d in dtypes)
+
+
+def check_tensor(
+    name: str,
+    t: object,
+    *,
+    dtypes: Iterable[torch.dtype] | None = None,
+    min_ndim: int = 0,
+    ndim: int | None = None,
+    on_cuda: bool = True,
+) -> torch.Tensor:
+    """The common checks: a torch.Tensor, of an allowed dtype and rank, on a CUDA device."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if dtypes is not None:
+        dtypes = tuple(dtypes)
+        if t.dtype not in dtypes:
+            raise TypeError(f"{name} must have dtype {_dtype_names(dtypes)}, got {t.dtype}")
+    if ndim is not None and t.dim() != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(t.shape)}")
+    if t.dim() < min_ndim:
+        raise ValueError(f"{name} must have at least {min_ndim} dimension(s), got a 0-d tensor"
+                         if min_ndim == 1 else
+                         f"{name} must have at least {min_ndim} dimensions, got {t.dim()}")
+    if on_cuda and t.device.type != "cuda":
+        raise ValueError(f"{name} must be on a CUDA device, got {t.device}")
+    return t
+
+
+def check_same_device(**tensors: torch.Tensor) -> None:
+    devices = {n: t.device for n, t in tensors.items()}
+    if len(set(devices.values())) > 1:
+        desc = ", ".join(f"{n} on {d}" for n, d in devices.items())
+        raise ValueError(f"all tensors must be on the same device: {desc}")
+
+
+def check_shape(name: str, t: torch.Tensor, expected: tuple[int, ...]) -> None:
+    if tuple(t.shape) != tuple(expected):
+        raise ValueError(f"{name} must have shape {tuple(expected)}, got {tuple(t.shape)}")
+
+
+def check_int(name: str, value: object, *, min_value: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if min_value is not None and value < min_value:
+        raise ValueError(f"{name} must be >= {min_value}, got {value}")
+    return value
+
+
+def is_aligned(t: torch.Tensor, nbytes: int = VECTOR_BYTES) -> bool:
+    """True when the base pointer and every non-unit stride are ``nbytes``-aligned."""
+    esize = t.element_size()
+    if t.data_ptr() % nbytes:
+        return False
+    return all(s * esize % nbytes == 0 for s, n in zip(t.stride(), t.shape) if s != 1 and n > 1)
+
+
+def check_aligned(name: str, t: torch.Tensor, nbytes: int = VECTOR_BYTES) -> None:
+    """TMA-style rule: base pointer and the strides of all but the unit-stride dim aligned."""
+    if t.data_ptr() % nbytes:
+        raise ValueError(f"{name} must start on a {nbytes}-byte boundary (TMA/vector access); "
+                         f"its data pointer is {t.data_ptr() % nbytes} bytes off")
+    esize = t.element_size()
+    for dim, (s, n) in enumerate(zip(t.stride(), t.shape)):
+        if s != 1 and n > 1 and (s * esize) % nbytes:
+            raise ValueError(f"{name}.stride({dim}) = {s} elements = {s * esize} bytes must be a "
+                             f"multiple of {nbytes} bytes (TMA/vector access)")
+
+
+def check_unit_stride_last(name: str, t: torch.Tensor) -> None:
+    if t.dim() and t.shape[-1] > 1 and t.stride(-1) != 1:
+        raise ValueError(f"{name} must be contiguous in its last dimension (stride(-1) == 1), "
+                         f"got strides {t.stride()}")
