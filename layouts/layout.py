@@ -87,7 +87,7 @@ class Layout:
     def __call__(self, crd: IntTuple) -> int:
         return crd2idx(crd, self.shape, self.stride)
 
-    def __getitem__(self, mode: int) -> "Layout":
+    def __getitem__(self, mode: int) -> Layout:
         if is_int(self.shape):
             raise IndexError("a rank-0 (integer) layout has no modes")
         return Layout(self.shape[mode], self.stride[mode])
@@ -105,10 +105,10 @@ class Layout:
         """One past the largest offset the layout produces."""
         return self(self.size - 1) + 1 if self.size else 0
 
-    def flat(self) -> "Layout":
+    def flat(self) -> Layout:
         return Layout(flatten(self.shape), flatten(self.stride))
 
-    def coalesce(self) -> "Layout":
+    def coalesce(self) -> Layout:
         """Merge adjacent modes that are contiguous in each other (same function, fewer modes)."""
         modes = [(s, d) for s, d in zip(flatten(self.shape), flatten(self.stride)) if s != 1]
         out: list[tuple[int, int]] = []

@@ -3,11 +3,11 @@
 import pytest
 
 from layouts import (
+    Layout,
     SM80_16x4x16_GATED_C,
     SM80_16x8x16_A,
     SM80_16x8x16_B,
     SM80_16x8x16_C,
-    Layout,
     gated_source,
     get_tv_layout,
     idx2crd,
