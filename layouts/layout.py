@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import prod
-from typing import Union
 
-IntTuple = Union[int, tuple]
+IntTuple = int | tuple
 
 
 def is_int(x) -> bool:
