@@ -40,9 +40,14 @@ def check_tensor(
         raise ValueError(f"{name} must have at least {min_ndim} dimension(s), got a 0-d tensor"
                          if min_ndim == 1 else
                          f"{name} must have at least {min_ndim} dimensions, got {t.dim()}")
-    if on_cuda and t.device.type != "cuda":
-        raise ValueError(f"{name} must be on a CUDA device, got {t.device}")
+    if on_cuda:
+        check_cuda(name, t)
     return t
+
+
+def check_cuda(name: str, t: torch.Tensor) -> None:
+    if t.device.type != "cuda":
+        raise ValueError(f"{name} must be on a CUDA device, got {t.device}")
 
 
 def check_same_device(**tensors: torch.Tensor) -> None:

@@ -1,0 +1,7 @@
+"""cute-kernels: GPU kernels written with the CuTe Python DSL, called from PyTorch."""
+
+from .ops.bitpack import pack_mask, unpack_mask
+from .runtime.arch import UnsupportedGPUError, force_path
+
+__version__ = "0.1.0"
+__all__ = ["UnsupportedGPUError", "force_path", "pack_mask", "unpack_mask"]

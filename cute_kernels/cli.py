@@ -1,0 +1,145 @@
+"""``cute-kernels`` command line (also ``python -m cute_kernels``).
+
+  cute-kernels demo                       run every kernel vs its baseline (GPU) or show the
+                                          instruction mix of every kernel's PTX (no GPU)
+  cute-kernels ptx KERNEL --arch sm_90a   compile KERNEL for an arch (no GPU needed), print PTX
+  cute-kernels ptx --list                 list kernel names
+  cute-kernels layout NAME --out f.svg    draw a named TV layout (.svg, or .png with matplotlib)
+  cute-kernels cache clear|info           the on-disk compile cache
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+
+def _cmd_ptx(args) -> int:
+    from .registry import entries, ptx_for
+
+    if args.list or not args.kernel:
+        for e in entries().values():
+            print(f"{e.name:<14} {e.summary}  (variants: {', '.join(e.variants)})")
+        return 0
+    ptx = ptx_for(args.kernel, args.arch, args.variant)
+    text = "\n".join(f"// ===== {args.kernel} [{v}] for {args.arch} =====\n{p}"
+                     for v, p in ptx.items())
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+        print(f"wrote {args.out} ({len(text)} chars, variants: {', '.join(ptx)})")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _cmd_layout(args) -> int:
+    from layouts import get_tv_layout, layout_names
+    from layouts.visualize import render
+
+    if args.list or not args.name:
+        print("\n".join(layout_names()))
+        return 0
+    tv = get_tv_layout(args.name)
+    out = args.out or f"{tv.name}.svg"
+    render(tv, out)
+    print(f"{tv.name}: {tv.layout}  tile {tv.tile[0]}x{tv.tile[1]} -> {out}")
+    return 0
+
+
+def _cmd_cache(args) -> int:
+    from .runtime.compile import cache_dir, clear_disk_cache
+
+    if args.action == "clear":
+        print(f"removed {clear_disk_cache()} files from {cache_dir()}")
+    else:
+        d = cache_dir()
+        files = list(d.glob("*.o")) if d.is_dir() else []
+        print(f"{d}: {len(files)} kernels, {sum(f.stat().st_size for f in files) / 1e6:.1f} MB")
+    return 0
+
+
+def _cmd_demo(args) -> int:
+    import torch
+
+    if torch.cuda.is_available() and not args.cpu:
+        return _demo_gpu()
+    return _demo_cpu()
+
+
+def _demo_cpu() -> int:
+    from .bench import format_table
+    from .registry import INSTRUCTIONS, entries, instruction_mix, ptx_for
+
+    print("No GPU: compiling every kernel for sm_80 and sm_90a and counting PTX instructions.\n")
+    rows = []
+    for entry in entries().values():
+        for target in ("sm_80", "sm_90a"):
+            for variant in entry.variants:
+                t0 = time.perf_counter()
+                (ptx,) = ptx_for(entry.name, target, variant).values()
+                seconds = time.perf_counter() - t0
+                rows.append([entry.name, variant, target, *instruction_mix(ptx).values(),
+                             f"{seconds:.2f}"])
+    print(format_table(["kernel", "variant", "arch", *INSTRUCTIONS, "compile s"], rows))
+    return 0
+
+
+def _demo_gpu() -> int:
+    import torch
+
+    from .bench import device_name, format_table
+    from .suites import bitpack_rows, copy_bandwidth_gbs, gbs
+
+    copy = copy_bandwidth_gbs()
+    print(f"{device_name()}: device copy bandwidth {copy:.0f} GB/s (read + write)\n")
+    rows = []
+    for row in bitpack_rows([(16384, 16384), (8192, 8191)], rounds=15):
+        ours, base = gbs(row, "cute"), gbs(row, "torch.compile")
+        rows.append([row.label, row.timings["cute"].median_ms, ours, base, ours / base,
+                     ours / copy])
+    print(format_table(["op", "ms", "GB/s", "torch.compile GB/s", "vs torch", "vs copy"], rows))
+    torch.cuda.synchronize()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="cute-kernels", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("ptx", help="compile a kernel for an arch (no GPU needed) and print PTX")
+    p.add_argument("kernel", nargs="?")
+    p.add_argument("--arch", default="sm_90a", help="sm_80, sm_86, sm_89 or sm_90a")
+    p.add_argument("--variant", help="one variant of the kernel (default: all)")
+    p.add_argument("--out", help="write the PTX to this file")
+    p.add_argument("--list", action="store_true", help="list the kernels")
+    p.set_defaults(func=_cmd_ptx)
+
+    p = sub.add_parser("layout", help="render a named TV layout to SVG/PNG")
+    p.add_argument("name", nargs="?")
+    p.add_argument("--out", help="output file (.svg or .png); default NAME.svg")
+    p.add_argument("--list", action="store_true", help="list layout names")
+    p.set_defaults(func=_cmd_layout)
+
+    p = sub.add_parser("demo", help="run every kernel vs its baseline (GPU) or show PTX mix")
+    p.add_argument("--cpu", action="store_true", help="the no-GPU report even on a GPU machine")
+    p.set_defaults(func=_cmd_demo)
+
+    p = sub.add_parser("cache", help="the on-disk compile cache")
+    p.add_argument("action", choices=["clear", "info"])
+    p.set_defaults(func=_cmd_cache)
+
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, TypeError) as e:
+        print(f"cute-kernels: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())

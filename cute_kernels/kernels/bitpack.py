@@ -1,0 +1,211 @@
+"""Bitpacked boolean masks: 8 mask entries per byte, little-endian bit order within a byte.
+
+A bool mask costs one byte per entry; packed it costs one bit (the column-sparse attention
+write-up stores its sparsity masks this way). Both directions are memory-bound SIMT kernels,
+the same code on the Hopper and Ampere paths (no tensor-core or TMA work to specialise).
+
+Two layouts are handled by two kernels each:
+
+* **flat** (``N % 8 == 0`` and contiguous): the mask is one run of bytes; every 16-byte vector
+  of mask entries becomes 2 packed bytes. 16-byte loads (pack) / stores (unpack), coalesced
+  across the warp, ``UNROLL`` vectors in flight per thread.
+* **rows** (any ``N``, any row stride): one thread per packed byte of a row, bounds-checked
+  against ``N``; bits past ``N`` in the last byte of a row are written as 0.
+
+Bit tricks (on 32-bit words whose bytes are 0 or 1, little-endian):
+``pack4(w) = ((w * 0x00204081) >> 21) & 0xF`` gathers bytes 0..3 into bits 0..3 (the four
+partial products land on disjoint bits, so no carries); ``unpack4(n) = (n * 0x00204081) &
+0x01010101`` spreads bits 0..3 of ``n`` back to bytes 0..3.
+"""
+
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Int32, Uint8, Uint32
+
+SPREAD = 0x00204081
+BYTE_LSBS = 0x01010101
+VEC = 16  # mask bytes per 16-byte vector in the flat kernels
+PACKED_PER_VEC = VEC // 8
+
+
+@cute.jit
+def pack4(word: Uint32) -> Uint32:
+    """Bytes (0/1) of a little-endian word -> 4 bits."""
+    return ((word * Uint32(SPREAD)) >> Uint32(21)) & Uint32(0xF)
+
+
+@cute.jit
+def unpack4(nibble: Uint32) -> Uint32:
+    """4 bits -> bytes (0/1) of a little-endian word."""
+    return (nibble * Uint32(SPREAD)) & Uint32(BYTE_LSBS)
+
+
+class _FlatConfig:
+    def __init__(self, threads: int = 256, unroll: int = 8):
+        self.threads = threads
+        self.unroll = unroll
+        self.vecs_per_cta = threads * unroll
+
+    def grid(self, num_vec):
+        # At least one CTA: its thread 0 also handles the tail that is shorter than a vector.
+        return (cutlass.max(cute.ceil_div(num_vec, self.vecs_per_cta), 1), 1, 1)
+
+
+class PackMaskFlat(_FlatConfig):
+    """Pack a contiguous byte mask of ``T`` entries (``T % 8 == 0``) into ``T // 8`` bytes.
+
+    Warp roles: none (SIMT, every thread alike). Pipeline: ``unroll`` independent 16-byte loads
+    per thread. Shared memory: none. One thread also packs the < 16-byte tail.
+    """
+
+    @cute.jit
+    def __call__(self, mMask: cute.Tensor, mPacked: cute.Tensor, stream):
+        num_vec = cute.size(mMask) // VEC
+        gMask = cute.zipped_divide(mMask, (VEC,))  # (VEC, num_vec): one 16-byte vector a column
+        gPacked = cute.zipped_divide(mPacked, (PACKED_PER_VEC,))
+        self.kernel(mMask, mPacked, gMask, gPacked, num_vec).launch(
+            grid=self.grid(num_vec), block=(self.threads, 1, 1), stream=stream
+        )
+
+    @cute.kernel
+    def kernel(self, mMask: cute.Tensor, mPacked: cute.Tensor, gMask: cute.Tensor,
+               gPacked: cute.Tensor, num_vec: Int32):
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        first = bidx * self.vecs_per_cta + tidx
+        rMask = cute.make_rmem_tensor((VEC, self.unroll), Uint8)
+        # All loads first, so `unroll` 16-byte requests are in flight before the first use.
+        for u in cutlass.range_constexpr(self.unroll):
+            v = first + u * self.threads
+            if v < num_vec:
+                cute.autovec_copy(gMask[(None, v)], rMask[None, u])
+        for u in cutlass.range_constexpr(self.unroll):
+            v = first + u * self.threads
+            if v < num_vec:
+                words = cute.recast_tensor(rMask[None, u], Uint32)
+                rOut = cute.make_rmem_tensor((PACKED_PER_VEC,), Uint8)
+                for b in cutlass.range_constexpr(PACKED_PER_VEC):
+                    rOut[b] = Uint8(pack4(words[2 * b]) | (pack4(words[2 * b + 1]) << Uint32(4)))
+                cute.autovec_copy(rOut, gPacked[(None, v)])
+        # Tail: fewer than 16 entries (a multiple of 8) after the last full vector.
+        if bidx == 0 and tidx == 0:
+            for j in cutlass.range(num_vec * PACKED_PER_VEC, cute.size(mPacked)):
+                acc = Uint32(0)
+                for b in cutlass.range_constexpr(8):
+                    acc = acc | (Uint32(mMask[j * 8 + b]) << Uint32(b))
+                mPacked[j] = Uint8(acc)
+
+
+class UnpackMaskFlat(_FlatConfig):
+    """Unpack ``T // 8`` bytes into a contiguous byte mask of ``T`` entries (``T % 8 == 0``).
+
+    Warp roles: none (SIMT). Each thread turns 2 packed bytes into one 16-byte store,
+    ``unroll`` of them per thread. Shared memory: none. One thread also writes the tail.
+    """
+
+    @cute.jit
+    def __call__(self, mPacked: cute.Tensor, mMask: cute.Tensor, stream):
+        num_vec = cute.size(mMask) // VEC
+        gMask = cute.zipped_divide(mMask, (VEC,))
+        gPacked = cute.zipped_divide(mPacked, (PACKED_PER_VEC,))
+        self.kernel(mPacked, mMask, gPacked, gMask, num_vec).launch(
+            grid=self.grid(num_vec), block=(self.threads, 1, 1), stream=stream
+        )
+
+    @cute.kernel
+    def kernel(self, mPacked: cute.Tensor, mMask: cute.Tensor, gPacked: cute.Tensor,
+               gMask: cute.Tensor, num_vec: Int32):
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        first = bidx * self.vecs_per_cta + tidx
+        rPacked = cute.make_rmem_tensor((PACKED_PER_VEC, self.unroll), Uint8)
+        for u in cutlass.range_constexpr(self.unroll):
+            v = first + u * self.threads
+            if v < num_vec:
+                cute.autovec_copy(gPacked[(None, v)], rPacked[None, u])
+        for u in cutlass.range_constexpr(self.unroll):
+            v = first + u * self.threads
+            if v < num_vec:
+                rOut = cute.make_rmem_tensor((VEC // 4,), Uint32)
+                for b in cutlass.range_constexpr(PACKED_PER_VEC):
+                    byte = Uint32(rPacked[b, u])
+                    rOut[2 * b] = unpack4(byte & Uint32(0xF))
+                    rOut[2 * b + 1] = unpack4(byte >> Uint32(4))
+                cute.autovec_copy(cute.recast_tensor(rOut, Uint8), gMask[(None, v)])
+        if bidx == 0 and tidx == 0:
+            for j in cutlass.range(num_vec * PACKED_PER_VEC, cute.size(mPacked)):
+                byte = Uint32(mPacked[j])
+                for b in cutlass.range_constexpr(8):
+                    mMask[j * 8 + b] = Uint8((byte >> Uint32(b)) & Uint32(1))
+
+
+class _RowsConfig:
+    def __init__(self, threads: int = 128, max_row_ctas: int = 65535):
+        self.threads = threads
+        self.max_row_ctas = max_row_ctas
+
+    def grid(self, num_bytes, num_rows):
+        return (cute.ceil_div(num_bytes, self.threads), cutlass.min(num_rows, self.max_row_ctas), 1)
+
+
+class PackMaskRows(_RowsConfig):
+    """Pack each row of an (R, N) byte mask with any row stride into (R, ceil(N / 8)) bytes.
+
+    Warp roles: none (SIMT). One thread per packed byte (8 bounds-checked byte loads); CTAs
+    stride over rows in grid.y. Shared memory: none.
+    """
+
+    @cute.jit
+    def __call__(self, mMask: cute.Tensor, mPacked: cute.Tensor, stream):
+        num_rows, num_bytes = mPacked.shape
+        self.kernel(mMask, mPacked).launch(
+            grid=self.grid(num_bytes, num_rows), block=(self.threads, 1, 1), stream=stream
+        )
+
+    @cute.kernel
+    def kernel(self, mMask: cute.Tensor, mPacked: cute.Tensor):
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, bidy, _ = cute.arch.block_idx()
+        _, gdimy, _ = cute.arch.grid_dim()
+        num_rows, n = mMask.shape
+        j = bidx * self.threads + tidx
+        if j < mPacked.shape[1]:
+            for r in cutlass.range(bidy, num_rows, gdimy):
+                acc = Uint32(0)
+                for b in cutlass.range_constexpr(8):
+                    col = j * 8 + b
+                    if col < n:
+                        acc = acc | (Uint32(mMask[r, col]) << Uint32(b))
+                mPacked[r, j] = Uint8(acc)
+
+
+class UnpackMaskRows(_RowsConfig):
+    """Unpack (R, ceil(N / 8)) bytes into an (R, N) byte mask with any row stride.
+
+    Warp roles: none (SIMT). One thread per packed byte writes its (up to) 8 entries; CTAs
+    stride over rows in grid.y. Shared memory: none.
+    """
+
+    @cute.jit
+    def __call__(self, mPacked: cute.Tensor, mMask: cute.Tensor, stream):
+        num_rows, num_bytes = mPacked.shape
+        self.kernel(mPacked, mMask).launch(
+            grid=self.grid(num_bytes, num_rows), block=(self.threads, 1, 1), stream=stream
+        )
+
+    @cute.kernel
+    def kernel(self, mPacked: cute.Tensor, mMask: cute.Tensor):
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, bidy, _ = cute.arch.block_idx()
+        _, gdimy, _ = cute.arch.grid_dim()
+        num_rows, n = mMask.shape
+        j = bidx * self.threads + tidx
+        if j < mPacked.shape[1]:
+            for r in cutlass.range(bidy, num_rows, gdimy):
+                byte = Uint32(mPacked[r, j])
+                for b in cutlass.range_constexpr(8):
+                    col = j * 8 + b
+                    if col < n:
+                        mMask[r, col] = Uint8((byte >> Uint32(b)) & Uint32(1))

@@ -1,0 +1,179 @@
+"""``pack_mask`` / ``unpack_mask``: the torch API of the bitpacked-mask kernels."""
+
+from __future__ import annotations
+
+import torch
+
+from ..kernels.bitpack import PackMaskFlat, PackMaskRows, UnpackMaskFlat, UnpackMaskRows
+from ..runtime.bridge import env_stream, fake_rows, fake_vector, kernel_for
+from ..runtime.compile import Build
+from ..runtime.validate import (
+    check_cuda,
+    check_int,
+    check_same_device,
+    check_shape,
+    check_tensor,
+    is_aligned,
+)
+
+MAX_FLAT_VECTORS = 2**31 - 1  # the flat kernels index 16-byte vectors with int32
+
+
+def packed_width(n: int) -> int:
+    return (n + 7) // 8
+
+
+def make_build(op: str, variant: str) -> Build:
+    """The kernel object and fake arguments of one (op, variant); arch-independent."""
+    if variant == "flat":
+        big, small = fake_vector(torch.uint8, divisibility=8), fake_vector(torch.uint8)
+        if op == "pack_mask":
+            return Build(PackMaskFlat(), (big, small, env_stream()))
+        return Build(UnpackMaskFlat(), (small, big, env_stream()))
+    if variant == "rows":
+        mask, packed = fake_rows(torch.uint8, compact=False), fake_rows(torch.uint8, compact=True)
+        if op == "pack_mask":
+            return Build(PackMaskRows(), (mask, packed, env_stream()))
+        return Build(UnpackMaskRows(), (packed, mask, env_stream()))
+    raise ValueError(f"unknown variant {variant!r}")
+
+
+VARIANTS = ("flat", "rows")
+
+
+def _use_flat(mask_bytes: torch.Tensor, packed: torch.Tensor, n: int) -> bool:
+    return (n % 8 == 0 and mask_bytes.is_contiguous() and packed.is_contiguous()
+            and is_aligned(mask_bytes) and is_aligned(packed)
+            and mask_bytes.numel() // 16 <= MAX_FLAT_VECTORS)
+
+
+def _as_rows(t: torch.Tensor, n: int) -> torch.Tensor:
+    """(R, n) view with unit column stride; copies only if no such view exists."""
+    try:
+        rows = t.view(-1, n)
+    except RuntimeError:
+        rows = t.contiguous().view(-1, n)
+    if n > 1 and rows.stride(1) != 1:
+        rows = rows.contiguous()
+    return rows
+
+
+def _run(op: str, device: torch.device, mask_bytes: torch.Tensor, packed: torch.Tensor,
+         n: int) -> None:
+    variant = "flat" if _use_flat(mask_bytes, packed, n) else "rows"
+    kernel = kernel_for(device, (op, variant), lambda path, target: make_build(op, variant))
+    if variant == "flat":
+        args = (mask_bytes.view(-1), packed.view(-1))
+    else:
+        args = (_as_rows(mask_bytes, n), packed.view(-1, packed_width(n)))
+    kernel(*(args if op == "pack_mask" else args[::-1]))
+
+
+def _check_mask(mask) -> None:
+    check_tensor("mask", mask, dtypes=(torch.bool,), min_ndim=1)
+
+
+def _check_packed(packed, n) -> None:
+    check_tensor("packed", packed, dtypes=(torch.uint8,), min_ndim=1, on_cuda=False)
+    check_int("n", n, min_value=0)
+    if packed.shape[-1] != packed_width(n):
+        raise ValueError(f"packed.shape[-1] must be ceil(n / 8) = {packed_width(n)} for n = {n}, "
+                         f"got {packed.shape[-1]}")
+    check_cuda("packed", packed)
+
+
+def _check_out(out, shape: tuple[int, ...], dtype: torch.dtype, like: torch.Tensor) -> None:
+    check_tensor("out", out, dtypes=(dtype,))
+    check_shape("out", out, shape)
+    check_same_device(input=like, out=out)
+    if not out.is_contiguous():
+        raise ValueError("out must be contiguous")
+
+
+def _pack_mask_impl(mask: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    n = mask.shape[-1]
+    packed = out if out is not None else torch.empty(
+        *mask.shape[:-1], packed_width(n), dtype=torch.uint8, device=mask.device)
+    if packed.numel():
+        _run("pack_mask", mask.device, mask.view(torch.uint8), packed, n)
+    return packed
+
+
+def _unpack_mask_impl(packed: torch.Tensor, n: int,
+                      out: torch.Tensor | None = None) -> torch.Tensor:
+    mask = out if out is not None else torch.empty(
+        *packed.shape[:-1], n, dtype=torch.bool, device=packed.device)
+    if mask.numel():
+        packed_rows = packed if packed.is_contiguous() else packed.contiguous()
+        _run("unpack_mask", packed.device, mask.view(torch.uint8), packed_rows, n)
+    return mask
+
+
+@torch.library.custom_op("cute_kernels::pack_mask", mutates_args=())
+def _pack_mask_op(mask: torch.Tensor) -> torch.Tensor:
+    return _pack_mask_impl(mask)
+
+
+@_pack_mask_op.register_fake
+def _(mask):
+    return mask.new_empty((*mask.shape[:-1], (mask.shape[-1] + 7) // 8), dtype=torch.uint8)
+
+
+@torch.library.custom_op("cute_kernels::unpack_mask", mutates_args=())
+def _unpack_mask_op(packed: torch.Tensor, n: int) -> torch.Tensor:
+    return _unpack_mask_impl(packed, n)
+
+
+@_unpack_mask_op.register_fake
+def _(packed, n):
+    return packed.new_empty((*packed.shape[:-1], n), dtype=torch.bool)
+
+
+def pack_mask(mask: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Pack a bool mask ``[..., N]`` into ``uint8 [..., ceil(N / 8)]``.
+
+    Bit ``b`` of byte ``j`` holds ``mask[..., 8 * j + b]`` (little-endian within a byte); the
+    unused high bits of a row's last byte are 0. Any leading shape, any ``N``; inputs whose
+    rows cannot be viewed with unit stride are copied once first. ``out``: an optional
+    contiguous uint8 tensor of the result's shape to write into.
+    """
+    _check_mask(mask)
+    shape = (*mask.shape[:-1], packed_width(mask.shape[-1]))
+    if out is not None:
+        _check_out(out, shape, torch.uint8, mask)
+    if torch.compiler.is_compiling():
+        result = _pack_mask_op(mask)
+        return out.copy_(result) if out is not None else result
+    return _pack_mask_impl(mask, out)
+
+
+def unpack_mask(packed: torch.Tensor, n: int, *, out: torch.Tensor | None = None
+                ) -> torch.Tensor:
+    """Inverse of :func:`pack_mask`: ``uint8 [..., ceil(n / 8)]`` -> ``bool [..., n]``.
+
+    Bits past ``n`` in each row's last byte are ignored. ``out``: an optional contiguous bool
+    tensor of the result's shape to write into.
+    """
+    _check_packed(packed, n)
+    if out is not None:
+        _check_out(out, (*packed.shape[:-1], n), torch.bool, packed)
+    if torch.compiler.is_compiling():
+        result = _unpack_mask_op(packed, n)
+        return out.copy_(result) if out is not None else result
+    return _unpack_mask_impl(packed, n, out)
+
+
+def pack_mask_reference(mask: torch.Tensor) -> torch.Tensor:
+    """Plain-torch pack (any device, any N): the test oracle and the torch.compile baseline."""
+    n = mask.shape[-1]
+    pad = packed_width(n) * 8 - n
+    m = torch.nn.functional.pad(mask.to(torch.uint8), (0, pad)) if pad else mask.to(torch.uint8)
+    m = m.view(*mask.shape[:-1], -1, 8)
+    shifts = torch.arange(8, device=mask.device, dtype=torch.uint8)
+    return (m << shifts).sum(-1, dtype=torch.uint8)
+
+
+def unpack_mask_reference(packed: torch.Tensor, n: int) -> torch.Tensor:
+    shifts = torch.arange(8, device=packed.device, dtype=torch.uint8)
+    bits = (packed.unsqueeze(-1) >> shifts) & 1
+    return bits.flatten(-2)[..., :n].bool()

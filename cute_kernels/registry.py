@@ -1,0 +1,78 @@
+"""Every public op's kernels, by name: what ``cute-kernels ptx`` and ``demo`` iterate over.
+
+An entry names the op's variants (the distinct kernels it dispatches between) and how to build
+each for a kernel path. Adding a kernel to the package = adding an entry here (docs/adding.md).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .runtime.arch import PATH_OF_TARGET
+from .runtime.compile import Build, compile_ptx
+
+
+@dataclass(frozen=True)
+class KernelEntry:
+    name: str
+    summary: str
+    variants: tuple[str, ...]
+    build: Callable[[str, str], Build]  # (variant, path) -> Build
+
+
+def _bitpack_entry(op: str, summary: str) -> KernelEntry:
+    from .ops import bitpack
+
+    return KernelEntry(op, summary, bitpack.VARIANTS,
+                       lambda variant, path: bitpack.make_build(op, variant))
+
+
+def entries() -> dict[str, KernelEntry]:
+    items = [
+        _bitpack_entry("pack_mask", "bool [..., N] -> uint8 [..., ceil(N/8)], little-endian bits"),
+        _bitpack_entry("unpack_mask", "uint8 [..., ceil(N/8)] -> bool [..., N]"),
+    ]
+    return {e.name: e for e in items}
+
+
+def get_entry(name: str) -> KernelEntry:
+    table = entries()
+    if name not in table:
+        raise ValueError(f"unknown kernel {name!r}; known: {', '.join(table)}")
+    return table[name]
+
+
+def ptx_for(name: str, target: str, variant: str | None = None) -> dict[str, str]:
+    """{variant: PTX} for kernel ``name`` compiled for ``target`` (sm_80, sm_90a, ...)."""
+    if target not in PATH_OF_TARGET:
+        raise ValueError(f"arch must be one of {', '.join(PATH_OF_TARGET)}, got {target!r}")
+    entry = get_entry(name)
+    variants = entry.variants if variant is None else (variant,)
+    for v in variants:
+        if v not in entry.variants:
+            raise ValueError(f"{name} has variants {', '.join(entry.variants)}, not {v!r}")
+    path = PATH_OF_TARGET[target]
+    return {v: compile_ptx(entry.build(v, path), target) for v in variants}
+
+
+#: Instruction families counted in the PTX (``demo`` without a GPU, and the PTX tests).
+INSTRUCTIONS = {
+    "mma.sync": r"\bmma\.sync\.aligned\b",
+    "wgmma": r"\bwgmma\.mma_async\b",
+    "cp.async": r"\bcp\.async\.(?:ca|cg)\.shared\b",
+    "cp.async.bulk.tensor": r"\bcp\.async\.bulk\.tensor\b",
+    "ldmatrix": r"\bldmatrix\.sync\b",
+    "stmatrix": r"\bstmatrix\.sync\b",
+    "setmaxnreg": r"\bsetmaxnreg\b",
+    "mbarrier": r"\bmbarrier\.",
+    # 16-byte global accesses: .v4 of 32-bit or .v2 of 64-bit elements.
+    "ld.global.v4": r"\bld\.global(?:\.\w+)*\.(?:v4\.[busf]32|v2\.[busf]64)\b",
+    "st.global.v4": r"\bst\.global(?:\.\w+)*\.(?:v4\.[busf]32|v2\.[busf]64)\b",
+}
+
+
+def instruction_mix(ptx: str) -> dict[str, int]:
+    """How often each instruction family appears in ``ptx`` (static count)."""
+    return {name: len(re.findall(pattern, ptx)) for name, pattern in INSTRUCTIONS.items()}

@@ -1,0 +1,78 @@
+"""The torch side of a kernel call: dtype mapping, symbolic fake tensors for compiling, and the
+device lookup that picks path, compile target and cached kernel.
+
+Kernels are compiled once per (op, variant, target, dtypes, flags) against *fake* tensors whose
+sizes and strides are symbolic, then called with real torch tensors through TVM-FFI.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from .arch import device_target
+from .compile import KERNELS, Build
+
+
+def cutlass_dtype(dtype: torch.dtype):
+    import cutlass
+
+    table = {
+        torch.bool: cutlass.Uint8,  # bool tensors travel as their bytes (t.view(torch.uint8))
+        torch.uint8: cutlass.Uint8,
+        torch.int8: cutlass.Int8,
+        torch.int32: cutlass.Int32,
+        torch.int64: cutlass.Int64,
+        torch.float16: cutlass.Float16,
+        torch.bfloat16: cutlass.BFloat16,
+        torch.float32: cutlass.Float32,
+    }
+    if dtype not in table:
+        raise TypeError(f"no CuTe DSL type for {dtype}")
+    return table[dtype]
+
+
+def sym(divisibility: int = 1):
+    """A symbolic 64-bit size/stride for a fake tensor."""
+    import cutlass.cute as cute
+
+    return cute.sym_int64(divisibility=divisibility)
+
+
+def fake_vector(dtype: torch.dtype, *, align: int = 16, divisibility: int = 1):
+    """A 1-D contiguous tensor of symbolic length."""
+    from cutlass.cute.runtime import make_fake_compact_tensor
+
+    return make_fake_compact_tensor(cutlass_dtype(dtype), (sym(divisibility),),
+                                    assumed_align=align)
+
+
+def fake_rows(dtype: torch.dtype, *, compact: bool, align: int | None = None):
+    """A 2-D (rows, cols) tensor with unit column stride; the row stride is symbolic unless
+    ``compact`` (then it equals cols)."""
+    from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_tensor
+
+    dt = cutlass_dtype(dtype)
+    if compact:
+        return make_fake_compact_tensor(dt, (sym(), sym()), stride_order=(1, 0),
+                                        assumed_align=align)
+    return make_fake_tensor(dt, (sym(), sym()), (sym(), 1), assumed_align=align)
+
+
+def env_stream():
+    """The stream argument: left out of the call, TVM-FFI passes torch's current stream."""
+    from cutlass.cute.runtime import make_fake_stream
+
+    return make_fake_stream(use_tvm_ffi_env_stream=True)
+
+
+def kernel_for(device: torch.device, key: tuple, make_build: Callable[[str, str], Build]):
+    """The compiled kernel for ``key`` on ``device``.
+
+    ``make_build(path, target)`` is only called on a cache miss. The key gets the path and the
+    compile target appended, so a forced Ampere path on Hopper is a separate entry.
+    """
+    path, target = device_target(device)
+    full_key = (*key, path, target)
+    return KERNELS.get(full_key, lambda: make_build(path, target), target)

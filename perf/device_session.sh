@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# One device call: install the payload, run every test (GPU ones included), sanitizers,
+# the perf scripts and the demo. Usage on the device machine (repo root):
+#   bash perf/device_session.sh            # everything
+#   SKIP_PERF=1 bash perf/device_session.sh
+set -u -o pipefail
+OUT=${OUT:-/tmp/ck-out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+source .whl/setup-gpu-env.sh .whl . || exit 1
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+status=0
+step() { echo; echo "=== $1"; shift; "$@" || { echo "FAILED($?): $*"; status=1; }; }
+step "pytest (all)" bash -c "python -m pytest -q -rs tests 2>&1 | tee $OUT/pytest.log | tail -25"
+step "memcheck" bash -c "compute-sanitizer --tool memcheck --error-exitcode 9 python -m pytest -q -x tests/test_bitpack_gpu.py -k 'roundtrip or strided' 2>&1 | tail -6"
+step "racecheck" bash -c "compute-sanitizer --tool racecheck --error-exitcode 9 python -m pytest -q -x tests/test_bitpack_gpu.py -k 'roundtrip and 2049' 2>&1 | tail -4"
+if [ -z "${SKIP_PERF:-}" ]; then
+  step "launch overhead" python perf/launch_overhead.py
+  step "perf bitpack" python perf/bitpack.py --out "$OUT"
+  step "demo" python -m cute_kernels demo
+fi
+exit $status

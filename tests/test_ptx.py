@@ -1,0 +1,49 @@
+"""Every kernel compiles for sm_80 and sm_90a without a GPU, with the instructions it is
+designed around (checked through the same path as ``cute-kernels ptx``)."""
+
+import pytest
+
+from cute_kernels.registry import entries, instruction_mix, ptx_for
+
+TARGETS = ["sm_80", "sm_90a"]
+
+# (kernel, variant) -> instruction families that must appear in its PTX, on every target.
+EXPECTED = {
+    ("pack_mask", "flat"): {"ld.global.v4"},  # 16-byte mask loads
+    ("unpack_mask", "flat"): {"st.global.v4"},  # 16-byte mask stores
+    ("pack_mask", "rows"): set(),
+    ("unpack_mask", "rows"): set(),
+}
+
+
+def test_every_registered_variant_has_expectations():
+    registered = {(e.name, v) for e in entries().values() for v in e.variants}
+    assert registered == set(EXPECTED)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("name", sorted(entries()))
+def test_ptx_instructions(name, target):
+    for variant, ptx in ptx_for(name, target).items():
+        assert f".target {target}" in ptx
+        mix = instruction_mix(ptx)
+        for family in EXPECTED[(name, variant)]:
+            assert mix[family] > 0, f"{name}[{variant}] on {target}: no {family}\n{mix}"
+        # SIMT memory kernels must not have picked up tensor-core or async-copy machinery.
+        if name in ("pack_mask", "unpack_mask"):
+            assert mix["mma.sync"] == mix["wgmma"] == mix["cp.async"] == 0
+
+
+def test_flat_pack_loads_are_all_vectorized():
+    """The main loop's loads are 16 bytes wide; byte loads exist only in the < 16-byte tail."""
+    ptx = ptx_for("pack_mask", "sm_90a", "flat")["flat"]
+    assert instruction_mix(ptx)["ld.global.v4"] == 8  # UNROLL vectors per thread
+
+
+def test_ptx_rejects_unknown_arch_and_kernel():
+    with pytest.raises(ValueError, match="arch must be one of"):
+        ptx_for("pack_mask", "sm_70")
+    with pytest.raises(ValueError, match="unknown kernel"):
+        ptx_for("nope", "sm_80")
+    with pytest.raises(ValueError, match="variants"):
+        ptx_for("pack_mask", "sm_80", "diagonal")

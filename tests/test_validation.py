@@ -1,0 +1,88 @@
+"""Bad input is refused with TypeError/ValueError naming the argument, before any compile."""
+
+import pytest
+import torch
+
+import cute_kernels as ck
+from cute_kernels.runtime import arch
+from cute_kernels.runtime.compile import KERNELS
+from cute_kernels.runtime.validate import check_aligned, check_unit_stride_last, is_aligned
+
+
+@pytest.fixture(autouse=True)
+def no_compiles():
+    before = KERNELS.stats["compiles"]
+    yield
+    assert KERNELS.stats["compiles"] == before, "validation must fail before compiling"
+
+
+def test_pack_mask_rejects():
+    with pytest.raises(TypeError, match="mask must be a torch.Tensor"):
+        ck.pack_mask([True, False])
+    with pytest.raises(TypeError, match="mask must have dtype bool"):
+        ck.pack_mask(torch.zeros(8, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="mask must have at least 1 dimension"):
+        ck.pack_mask(torch.tensor(True))
+    with pytest.raises(ValueError, match="mask must be on a CUDA device"):
+        ck.pack_mask(torch.ones(3, 16, dtype=torch.bool))
+
+
+def test_unpack_mask_rejects():
+    packed = torch.zeros(4, 2, dtype=torch.uint8)
+    with pytest.raises(TypeError, match="packed must have dtype uint8"):
+        ck.unpack_mask(packed.to(torch.int32), 16)
+    with pytest.raises(TypeError, match="n must be an int"):
+        ck.unpack_mask(packed, 16.0)
+    with pytest.raises(ValueError, match="n must be >= 0"):
+        ck.unpack_mask(packed, -1)
+    with pytest.raises(ValueError, match=r"packed.shape\[-1\] must be ceil\(n / 8\) = 3"):
+        ck.unpack_mask(packed, 17)
+    with pytest.raises(ValueError, match="packed must be on a CUDA device"):
+        ck.unpack_mask(packed, 16)
+
+
+def test_meta_shapes_for_torch_compile():
+    m = torch.empty(2, 3, 17, dtype=torch.bool, device="meta")
+    assert torch.ops.cute_kernels.pack_mask(m).shape == (2, 3, 3)
+    p = torch.empty(5, 3, dtype=torch.uint8, device="meta")
+    out = torch.ops.cute_kernels.unpack_mask(p, 20)
+    assert out.shape == (5, 20) and out.dtype == torch.bool
+
+
+def test_alignment_rules():
+    t = torch.zeros(64, dtype=torch.uint8)
+    assert is_aligned(t) and not is_aligned(t[1:])
+    check_aligned("a", t.view(4, 16))
+    with pytest.raises(ValueError, match="a must start on a 16-byte boundary"):
+        check_aligned("a", t[1:])
+    with pytest.raises(ValueError, match=r"a.stride\(0\) = 12 elements = 12 bytes"):
+        check_aligned("a", t[:60].view(5, 12))
+    with pytest.raises(ValueError, match="contiguous in its last dimension"):
+        check_unit_stride_last("x", torch.zeros(4, 4).t())
+
+
+def test_arch_dispatch():
+    assert arch.target_for_capability(9, 0) == "sm_90a"
+    assert arch.target_for_capability(8, 6) == "sm_86"
+    assert arch.select_path(9, 0) == "hopper"
+    assert arch.select_path(8, 0) == "ampere"
+    for cc in [(7, 5), (10, 0), (12, 0)]:
+        with pytest.raises(arch.UnsupportedGPUError, match="not supported"):
+            arch.select_path(*cc)
+    with ck.force_path("ampere"):
+        assert arch.select_path(9, 0) == "ampere"
+        with ck.force_path(None):
+            assert arch.select_path(9, 0) == "hopper"
+    with ck.force_path("hopper"), pytest.raises(arch.UnsupportedGPUError, match="needs an sm_90"):
+        arch.select_path(8, 0)
+    with pytest.raises(ValueError, match="path must be one of"):
+        with ck.force_path("volta"):
+            pass
+
+
+def test_arch_env_override(monkeypatch):
+    monkeypatch.setenv("CUTE_KERNELS_PATH", "ampere")
+    assert arch.select_path(9, 0) == "ampere"
+    monkeypatch.setenv("CUTE_KERNELS_PATH", "turing")
+    with pytest.raises(ValueError, match="CUTE_KERNELS_PATH must be"):
+        arch.select_path(9, 0)
