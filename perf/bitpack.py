@@ -22,8 +22,14 @@ SHAPES = [(1024, 4096), (4096, 4096), (8192, 8192), (16384, 16384), (32768, 3276
 
 
 def commit() -> str:
+    """The commit measured: $CK_COMMIT (the device copy has no git history), else git."""
+    import os
+
+    if os.environ.get("CK_COMMIT"):
+        return os.environ["CK_COMMIT"]
     try:
-        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True).strip()
+        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True,
+                                       stderr=subprocess.DEVNULL).strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 

@@ -82,7 +82,12 @@ def test_arch_dispatch():
 
 def test_arch_env_override(monkeypatch):
     monkeypatch.setenv("CUTE_KERNELS_PATH", "ampere")
+    arch.reset_env_path()
     assert arch.select_path(9, 0) == "ampere"
     monkeypatch.setenv("CUTE_KERNELS_PATH", "turing")
+    arch.reset_env_path()
     with pytest.raises(ValueError, match="CUTE_KERNELS_PATH must be"):
         arch.select_path(9, 0)
+    monkeypatch.delenv("CUTE_KERNELS_PATH")
+    arch.reset_env_path()
+    assert arch.select_path(9, 0) == "hopper"

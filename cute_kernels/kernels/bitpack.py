@@ -141,27 +141,27 @@ class UnpackMaskFlat(_FlatConfig):
                     mMask[j * 8 + b] = Uint8((byte >> Uint32(b)) & Uint32(1))
 
 
-class _RowsConfig:
-    def __init__(self, threads: int = 128, max_row_ctas: int = 65535):
-        self.threads = threads
-        self.max_row_ctas = max_row_ctas
-
-    def grid(self, num_bytes, num_rows):
-        return (cute.ceil_div(num_bytes, self.threads), cutlass.min(num_rows, self.max_row_ctas), 1)
-
-
-class PackMaskRows(_RowsConfig):
+class PackMaskRows:
     """Pack each row of an (R, N) byte mask with any row stride into (R, ceil(N / 8)) bytes.
 
-    Warp roles: none (SIMT). One thread per packed byte (8 bounds-checked byte loads); CTAs
-    stride over rows in grid.y. Shared memory: none.
+    Warp roles: none (SIMT). Each warp packs 32 output bytes of a row: its lanes load 8 x 32
+    consecutive mask bytes (coalesced, bounds-checked against N), 8 ``vote.ballot`` turn each
+    32 lanes' bytes into a little-endian 32-bit word of bits, and lane L stores byte L % 4 of
+    word L // 4, so the 32 output bytes leave as one coalesced warp store. CTAs stride over rows
+    in grid.y. Shared memory: none.
     """
+
+    def __init__(self, warps: int = 4, max_row_ctas: int = 65535):
+        self.warps = warps
+        self.max_row_ctas = max_row_ctas
 
     @cute.jit
     def __call__(self, mMask: cute.Tensor, mPacked: cute.Tensor, stream):
         num_rows, num_bytes = mPacked.shape
+        grid_x = cute.ceil_div(num_bytes, 32 * self.warps)
         self.kernel(mMask, mPacked).launch(
-            grid=self.grid(num_bytes, num_rows), block=(self.threads, 1, 1), stream=stream
+            grid=(grid_x, cutlass.min(num_rows, self.max_row_ctas), 1),
+            block=(32 * self.warps, 1, 1), stream=stream,
         )
 
     @cute.kernel
@@ -169,30 +169,47 @@ class PackMaskRows(_RowsConfig):
         tidx, _, _ = cute.arch.thread_idx()
         bidx, bidy, _ = cute.arch.block_idx()
         _, gdimy, _ = cute.arch.grid_dim()
+        warp, lane = tidx // 32, tidx % 32
         num_rows, n = mMask.shape
-        j = bidx * self.threads + tidx
-        if j < mPacked.shape[1]:
+        num_bytes = mPacked.shape[1]
+        byte0 = (bidx * self.warps + warp) * 32  # warp-uniform: whole warps enter or skip
+        if byte0 < num_bytes:
             for r in cutlass.range(bidy, num_rows, gdimy):
-                acc = Uint32(0)
-                for b in cutlass.range_constexpr(8):
-                    col = j * 8 + b
+                rVal = cute.make_rmem_tensor((8,), Uint8)
+                for u in cutlass.range_constexpr(8):
+                    col = byte0 * 8 + u * 32 + lane
+                    rVal[u] = Uint8(0)
                     if col < n:
-                        acc = acc | (Uint32(mMask[r, col]) << Uint32(b))
-                mPacked[r, j] = Uint8(acc)
+                        rVal[u] = mMask[r, col]
+                mine = Uint32(0)
+                for u in cutlass.range_constexpr(8):
+                    word = Uint32(cute.arch.vote_ballot_sync(rVal[u] != Uint8(0)))
+                    if lane // 4 == u:
+                        mine = word
+                if byte0 + lane < num_bytes:
+                    mPacked[r, byte0 + lane] = Uint8((mine >> Uint32((lane % 4) * 8)) & 0xFF)
 
 
-class UnpackMaskRows(_RowsConfig):
+class UnpackMaskRows:
     """Unpack (R, ceil(N / 8)) bytes into an (R, N) byte mask with any row stride.
 
-    Warp roles: none (SIMT). One thread per packed byte writes its (up to) 8 entries; CTAs
-    stride over rows in grid.y. Shared memory: none.
+    Warp roles: none (SIMT). One thread per mask entry, ``unroll`` entries per thread spaced a
+    CTA apart, so every warp store covers 32 consecutive bytes and neighbouring lanes share
+    the packed byte they read. CTAs stride over rows in grid.y. Shared memory: none.
     """
+
+    def __init__(self, threads: int = 128, unroll: int = 8, max_row_ctas: int = 65535):
+        self.threads = threads
+        self.unroll = unroll
+        self.max_row_ctas = max_row_ctas
 
     @cute.jit
     def __call__(self, mPacked: cute.Tensor, mMask: cute.Tensor, stream):
-        num_rows, num_bytes = mPacked.shape
+        num_rows, n = mMask.shape
+        grid_x = cute.ceil_div(n, self.threads * self.unroll)
         self.kernel(mPacked, mMask).launch(
-            grid=self.grid(num_bytes, num_rows), block=(self.threads, 1, 1), stream=stream
+            grid=(grid_x, cutlass.min(num_rows, self.max_row_ctas), 1),
+            block=(self.threads, 1, 1), stream=stream,
         )
 
     @cute.kernel
@@ -201,11 +218,10 @@ class UnpackMaskRows(_RowsConfig):
         bidx, bidy, _ = cute.arch.block_idx()
         _, gdimy, _ = cute.arch.grid_dim()
         num_rows, n = mMask.shape
-        j = bidx * self.threads + tidx
-        if j < mPacked.shape[1]:
-            for r in cutlass.range(bidy, num_rows, gdimy):
-                byte = Uint32(mPacked[r, j])
-                for b in cutlass.range_constexpr(8):
-                    col = j * 8 + b
-                    if col < n:
-                        mMask[r, col] = Uint8((byte >> Uint32(b)) & Uint32(1))
+        col0 = bidx * (self.threads * self.unroll) + tidx
+        for r in cutlass.range(bidy, num_rows, gdimy):
+            for u in cutlass.range_constexpr(self.unroll):
+                col = col0 + u * self.threads
+                if col < n:
+                    byte = Uint32(mPacked[r, col // 8])
+                    mMask[r, col] = Uint8((byte >> Uint32(col % 8)) & Uint32(1))

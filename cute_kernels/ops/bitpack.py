@@ -8,12 +8,12 @@ from ..kernels.bitpack import PackMaskFlat, PackMaskRows, UnpackMaskFlat, Unpack
 from ..runtime.bridge import env_stream, fake_rows, fake_vector, kernel_for
 from ..runtime.compile import Build
 from ..runtime.validate import (
+    VECTOR_BYTES,
     check_cuda,
     check_int,
     check_same_device,
     check_shape,
     check_tensor,
-    is_aligned,
 )
 
 MAX_FLAT_VECTORS = 2**31 - 1  # the flat kernels index 16-byte vectors with int32
@@ -42,8 +42,10 @@ VARIANTS = ("flat", "rows")
 
 
 def _use_flat(mask_bytes: torch.Tensor, packed: torch.Tensor, n: int) -> bool:
+    # Contiguous, so only the base pointers need the 16-byte alignment of the vector accesses.
     return (n % 8 == 0 and mask_bytes.is_contiguous() and packed.is_contiguous()
-            and is_aligned(mask_bytes) and is_aligned(packed)
+            and mask_bytes.data_ptr() % VECTOR_BYTES == 0
+            and packed.data_ptr() % VECTOR_BYTES == 0
             and mask_bytes.numel() // 16 <= MAX_FLAT_VECTORS)
 
 

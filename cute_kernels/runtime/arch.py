@@ -48,16 +48,38 @@ def force_path(path: str | None) -> Iterator[None]:
         _local.path = prev
 
 
-def forced_path() -> str | None:
-    path = getattr(_local, "path", None)
-    if path is not None:
-        return path
+_ENV_UNSET = object()
+_env_path: object = _ENV_UNSET
+
+
+def _path_from_env() -> str | None:
     env = os.environ.get(ENV_VAR, "").strip().lower()
     if env in ("", "auto"):
         return None
     if env not in PATHS:
         raise ValueError(f"{ENV_VAR} must be 'hopper', 'ampere' or 'auto', got {env!r}")
     return env
+
+
+def forced_path() -> str | None:
+    """The forced path, if any: ``force_path`` first, then ``CUTE_KERNELS_PATH``.
+
+    The environment variable is read once per process (on the first op call), since reading
+    ``os.environ`` on every call costs more than a small kernel's launch.
+    """
+    global _env_path
+    path = getattr(_local, "path", None)
+    if path is not None:
+        return path
+    if _env_path is _ENV_UNSET:
+        _env_path = _path_from_env()
+    return _env_path  # type: ignore[return-value]
+
+
+def reset_env_path() -> None:
+    """Re-read ``CUTE_KERNELS_PATH`` at the next call (tests, notebooks)."""
+    global _env_path
+    _env_path = _ENV_UNSET
 
 
 def target_for_capability(major: int, minor: int) -> str:
@@ -85,9 +107,15 @@ def select_path(major: int, minor: int) -> str:
     )
 
 
+_CAPABILITY: dict[int, tuple[int, int]] = {}
+
+
 def device_target(device) -> tuple[str, str]:
     """(path, compile target) for a torch CUDA device."""
     import torch
 
-    major, minor = torch.cuda.get_device_capability(device)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _CAPABILITY:
+        _CAPABILITY[index] = torch.cuda.get_device_capability(index)
+    major, minor = _CAPABILITY[index]
     return select_path(major, minor), target_for_capability(major, minor)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import torch
 
-from .arch import device_target
+from .arch import device_target, forced_path
 from .compile import KERNELS, Build
 
 
@@ -67,12 +67,22 @@ def env_stream():
     return make_fake_stream(use_tvm_ffi_env_stream=True)
 
 
+_RESOLVED: dict[tuple, Callable] = {}
+
+
 def kernel_for(device: torch.device, key: tuple, make_build: Callable[[str, str], Build]):
     """The compiled kernel for ``key`` on ``device``.
 
-    ``make_build(path, target)`` is only called on a cache miss. The key gets the path and the
-    compile target appended, so a forced Ampere path on Hopper is a separate entry.
+    ``make_build(path, target)`` is only called on a cache miss. The cache key gets the path
+    and the compile target appended, so a forced Ampere path on Hopper is a separate entry.
+    The hot path is one dict lookup keyed on (key, device index, forced path): resolving the
+    device's architecture costs more than launching a small kernel.
     """
-    path, target = device_target(device)
-    full_key = (*key, path, target)
-    return KERNELS.get(full_key, lambda: make_build(path, target), target)
+    forced = forced_path()
+    fast_key = (key, device.index, forced)
+    fn = _RESOLVED.get(fast_key)
+    if fn is None:
+        path, target = device_target(device)
+        fn = KERNELS.get((*key, path, target), lambda: make_build(path, target), target)
+        _RESOLVED[fast_key] = fn
+    return fn
