@@ -40,12 +40,29 @@ def _cmd_layout(args) -> int:
     from layouts.visualize import render
 
     if args.list or not args.name:
-        print("\n".join(layout_names()))
+        print("\n".join(layout_names() + [f"swizzle_{m}" for m in ("32B", "64B", "128B")]))
         return 0
+    if args.name.startswith("swizzle_"):
+        return _render_swizzle(args.name.removeprefix("swizzle_"), args.out)
     tv = get_tv_layout(args.name)
     out = args.out or f"{tv.name}.svg"
     render(tv, out)
     print(f"{tv.name}: {tv.layout}  tile {tv.tile[0]}x{tv.tile[1]} -> {out}")
+    return 0
+
+
+def _render_swizzle(mode: str, out: str | None) -> int:
+    from layouts import swizzle_for
+    from layouts.swizzle import SWIZZLE_ROW_BYTES
+    from layouts.visualize import swizzle_to_svg
+
+    sw = swizzle_for(mode, 2)
+    out = out or f"swizzle_{mode}.svg"
+    if not out.endswith(".svg"):
+        raise ValueError("swizzle pictures are written as .svg")
+    with open(out, "w") as f:
+        f.write(swizzle_to_svg(sw, row_bytes=SWIZZLE_ROW_BYTES[mode]))
+    print(f"{sw} (bf16) -> {out}")
     return 0
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from xml.sax.saxutils import escape
 
 from .layout import Layout, TVLayout
+from .swizzle import Swizzle
 
 # 8 soft colors, repeated per thread (CuTe's print_latex uses the same idea).
 PALETTE = ["#afafff", "#afffaf", "#ffafaf", "#ffffaf", "#afffff", "#ffafff", "#d7d7d7", "#ffd7af"]
@@ -41,6 +42,22 @@ def _grid_layout(layout: Layout) -> tuple[list[list[str]], list[list[int]]]:
     return [[str(o) for o in row] for row in offs], offs
 
 
+def _grid_swizzle(sw: Swizzle, rows: int, row_bytes: int, elem_bytes: int):
+    """Logical (row, 16-byte chunk) -> the physical chunk it is stored in, within its row."""
+    chunks, per_chunk = row_bytes // 16, 16 // elem_bytes
+    phys = [[(sw(r * chunks * per_chunk + c * per_chunk) // per_chunk) % chunks
+             for c in range(chunks)] for r in range(rows)]
+    return [[f"c{p}" for p in row] for row in phys], phys
+
+
+def swizzle_to_svg(sw: Swizzle, rows: int = 8, row_bytes: int = 128, elem_bytes: int = 2) -> str:
+    """Where each logical 16-byte chunk of a ``row_bytes``-wide smem tile lands (colored by the
+    bank group it occupies): a conflict-free swizzle shows every color once per column."""
+    text, color = _grid_swizzle(sw, rows, row_bytes, elem_bytes)
+    return _svg(text, color, f"{sw} on {elem_bytes}-byte elements, rows of {row_bytes} B: "
+                "physical chunk of each logical (row, chunk)", "r", "chunk")
+
+
 def to_svg(obj: TVLayout | Layout, title: str | None = None) -> str:
     """SVG text of a TV layout or a rank-1/rank-2 layout."""
     if isinstance(obj, TVLayout):
@@ -51,6 +68,10 @@ def to_svg(obj: TVLayout | Layout, title: str | None = None) -> str:
         text, color = _grid_layout(obj)
         title = title or str(obj)
         row_label, col_label = "i", "j"
+    return _svg(text, color, title, row_label, col_label)
+
+
+def _svg(text, color, title, row_label, col_label) -> str:
     M, N = len(text), len(text[0])
     width, height = 2 * MARGIN + N * CELL_W, 2 * MARGIN + M * CELL_H + 16
     out = [

@@ -23,6 +23,12 @@ def test_layout_png_and_list(tmp_path, capsys):
     assert "sm80_mma_a" in capsys.readouterr().out
 
 
+def test_layout_swizzle(tmp_path):
+    out = tmp_path / "sw.svg"
+    assert main(["layout", "swizzle_128B", "--out", str(out)]) == 0
+    assert out.read_text().count("<rect") == 64
+
+
 def test_layout_unknown_is_a_clean_error(capsys):
     assert main(["layout", "nope"]) == 2
     assert "unknown layout" in capsys.readouterr().err

@@ -48,9 +48,3 @@ def test_ptx_rejects_unknown_arch_and_kernel():
     with pytest.raises(ValueError, match="variants"):
         ptx_for("pack_mask", "sm_80", "diagonal")
 
-
-@pytest.mark.parametrize("target", TARGETS)
-def test_rows_pack_uses_warp_ballot(target):
-    """Odd-N rows are packed with coalesced byte loads and vote.ballot, not 8-byte gathers."""
-    ptx = ptx_for("pack_mask", target, "rows")["rows"]
-    assert ptx.count("vote.sync.ballot.b32") == 8

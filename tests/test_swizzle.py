@@ -70,3 +70,15 @@ def test_bank_model():
     assert max_bank_ways([0, 4, 8, 12], access_bytes=4) == 1
     with pytest.raises(ValueError):
         sm80_ldmatrix_swizzle(8)
+
+
+@pytest.mark.parametrize("mode", ["32B", "64B", "128B"])
+def test_swizzle_picture_columns_hold_every_chunk_once(mode):
+    from layouts.visualize import _grid_swizzle
+
+    row_bytes = SWIZZLE_ROW_BYTES[mode]
+    _, phys = _grid_swizzle(swizzle_for(mode, 2), 8, row_bytes, 2)
+    rows_per_128 = 128 // row_bytes  # short rows share a 128-byte bank line
+    for c in range(row_bytes // 16):
+        slots = {(r % rows_per_128, phys[r][c]) for r in range(8)}
+        assert len(slots) == 8, (mode, c)
