@@ -119,7 +119,16 @@ def _demo_gpu() -> int:
                      ours / copy])
     print(format_table(["op", "ms", "GB/s", "torch.compile GB/s", "vs torch", "vs copy"], rows))
     torch.cuda.synchronize()
+    _print_cache_stats()
     return 0
+
+
+def _print_cache_stats() -> None:
+    from .runtime.compile import KERNELS, cache_dir
+
+    st = KERNELS.stats
+    print(f"\ncompile cache: {st['compiles']} compiled ({st['compile_s']:.1f} s), "
+          f"{st['disk_hits']} loaded from {cache_dir()}")
 
 
 def main(argv: list[str] | None = None) -> int:
