@@ -17,7 +17,7 @@ from cute_kernels.runtime.arch import device_target
 from cute_kernels.runtime.bridge import env_stream, fake_rows
 from cute_kernels.runtime.compile import Build, compile_build
 
-PACK_CONFIGS = [dict(threads=128), dict(threads=256)]
+PACK_CONFIGS = [dict(threads=128), dict(threads=256), dict(threads=512)]
 UNPACK_CONFIGS = [dict(threads=128, unroll=4), dict(threads=128, unroll=8),
                   dict(threads=128, unroll=16), dict(threads=256, unroll=8)]
 
