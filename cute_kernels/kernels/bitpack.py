@@ -42,103 +42,97 @@ def unpack4(nibble: Uint32) -> Uint32:
     return (nibble * Uint32(SPREAD)) & Uint32(BYTE_LSBS)
 
 
-class _FlatConfig:
+class _FlatStream:
+    """The flat kernels' shared body: a stream of 16-byte mask vectors <-> 2-byte packed pairs.
+
+    Warp roles: none (SIMT, every thread alike). Pipeline: each thread issues ``unroll``
+    independent source loads (coalesced across the warp) before converting and storing any of
+    them. Shared memory: none. Thread 0 of CTA 0 also converts the tail shorter than a vector.
+    Subclasses say which side is the source and supply ``convert`` (one vector) and ``tail``.
+    """
+
+    SRC_PER_VEC: int
+    DST_PER_VEC: int
+
     def __init__(self, threads: int = 256, unroll: int = 8):
         self.threads = threads
         self.unroll = unroll
         self.vecs_per_cta = threads * unroll
 
-    def grid(self, num_vec):
-        # At least one CTA: its thread 0 also handles the tail that is shorter than a vector.
-        return (cutlass.max(cute.ceil_div(num_vec, self.vecs_per_cta), 1), 1, 1)
-
-
-class PackMaskFlat(_FlatConfig):
-    """Pack a contiguous byte mask of ``T`` entries (``T % 8 == 0``) into ``T // 8`` bytes.
-
-    Warp roles: none (SIMT, every thread alike). Pipeline: ``unroll`` independent 16-byte loads
-    per thread. Shared memory: none. One thread also packs the < 16-byte tail.
-    """
-
     @cute.jit
-    def __call__(self, mMask: cute.Tensor, mPacked: cute.Tensor, stream):
-        num_vec = cute.size(mMask) // VEC
-        gMask = cute.zipped_divide(mMask, (VEC,))  # (VEC, num_vec): one 16-byte vector a column
-        gPacked = cute.zipped_divide(mPacked, (PACKED_PER_VEC,))
-        self.kernel(mMask, mPacked, gMask, gPacked, num_vec).launch(
-            grid=self.grid(num_vec), block=(self.threads, 1, 1), stream=stream
+    def __call__(self, mSrc: cute.Tensor, mDst: cute.Tensor, stream):
+        num_vec = cute.size(mSrc) // self.SRC_PER_VEC
+        gSrc = cute.zipped_divide(mSrc, (self.SRC_PER_VEC,))  # (per vec, num_vec)
+        gDst = cute.zipped_divide(mDst, (self.DST_PER_VEC,))
+        # At least one CTA: its thread 0 also handles the tail.
+        grid_x = cutlass.max(cute.ceil_div(num_vec, self.vecs_per_cta), 1)
+        self.kernel(mSrc, mDst, gSrc, gDst, num_vec).launch(
+            grid=(grid_x, 1, 1), block=(self.threads, 1, 1), stream=stream
         )
 
     @cute.kernel
-    def kernel(self, mMask: cute.Tensor, mPacked: cute.Tensor, gMask: cute.Tensor,
-               gPacked: cute.Tensor, num_vec: Int32):
+    def kernel(self, mSrc: cute.Tensor, mDst: cute.Tensor, gSrc: cute.Tensor,
+               gDst: cute.Tensor, num_vec: Int32):
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         first = bidx * self.vecs_per_cta + tidx
-        rMask = cute.make_rmem_tensor((VEC, self.unroll), Uint8)
-        # All loads first, so `unroll` 16-byte requests are in flight before the first use.
+        rSrc = cute.make_rmem_tensor((self.SRC_PER_VEC, self.unroll), Uint8)
         for u in cutlass.range_constexpr(self.unroll):
             v = first + u * self.threads
             if v < num_vec:
-                cute.autovec_copy(gMask[(None, v)], rMask[None, u])
+                cute.autovec_copy(gSrc[(None, v)], rSrc[None, u])
         for u in cutlass.range_constexpr(self.unroll):
             v = first + u * self.threads
             if v < num_vec:
-                words = cute.recast_tensor(rMask[None, u], Uint32)
-                rOut = cute.make_rmem_tensor((PACKED_PER_VEC,), Uint8)
-                for b in cutlass.range_constexpr(PACKED_PER_VEC):
-                    rOut[b] = Uint8(pack4(words[2 * b]) | (pack4(words[2 * b + 1]) << Uint32(4)))
-                cute.autovec_copy(rOut, gPacked[(None, v)])
-        # Tail: fewer than 16 entries (a multiple of 8) after the last full vector.
+                cute.autovec_copy(self.convert(rSrc[None, u]), gDst[(None, v)])
         if bidx == 0 and tidx == 0:
-            for j in cutlass.range(num_vec * PACKED_PER_VEC, cute.size(mPacked)):
-                acc = Uint32(0)
-                for b in cutlass.range_constexpr(8):
-                    acc = acc | (Uint32(mMask[j * 8 + b]) << Uint32(b))
-                mPacked[j] = Uint8(acc)
+            self.tail(mSrc, mDst, num_vec)
 
 
-class UnpackMaskFlat(_FlatConfig):
-    """Unpack ``T // 8`` bytes into a contiguous byte mask of ``T`` entries (``T % 8 == 0``).
+class PackMaskFlat(_FlatStream):
+    """Pack a contiguous byte mask of ``T`` entries (``T % 8 == 0``) into ``T // 8`` bytes:
+    16-byte loads, 2-byte stores. Launch, warp roles and pipeline: :class:`_FlatStream`."""
 
-    Warp roles: none (SIMT). Each thread turns 2 packed bytes into one 16-byte store,
-    ``unroll`` of them per thread. Shared memory: none. One thread also writes the tail.
-    """
+    SRC_PER_VEC, DST_PER_VEC = VEC, PACKED_PER_VEC
 
     @cute.jit
-    def __call__(self, mPacked: cute.Tensor, mMask: cute.Tensor, stream):
-        num_vec = cute.size(mMask) // VEC
-        gMask = cute.zipped_divide(mMask, (VEC,))
-        gPacked = cute.zipped_divide(mPacked, (PACKED_PER_VEC,))
-        self.kernel(mPacked, mMask, gPacked, gMask, num_vec).launch(
-            grid=self.grid(num_vec), block=(self.threads, 1, 1), stream=stream
-        )
+    def convert(self, rMask: cute.Tensor) -> cute.Tensor:
+        words = cute.recast_tensor(rMask, Uint32)
+        rOut = cute.make_rmem_tensor((PACKED_PER_VEC,), Uint8)
+        for b in cutlass.range_constexpr(PACKED_PER_VEC):
+            rOut[b] = Uint8(pack4(words[2 * b]) | (pack4(words[2 * b + 1]) << Uint32(4)))
+        return rOut
 
-    @cute.kernel
-    def kernel(self, mPacked: cute.Tensor, mMask: cute.Tensor, gPacked: cute.Tensor,
-               gMask: cute.Tensor, num_vec: Int32):
-        tidx, _, _ = cute.arch.thread_idx()
-        bidx, _, _ = cute.arch.block_idx()
-        first = bidx * self.vecs_per_cta + tidx
-        rPacked = cute.make_rmem_tensor((PACKED_PER_VEC, self.unroll), Uint8)
-        for u in cutlass.range_constexpr(self.unroll):
-            v = first + u * self.threads
-            if v < num_vec:
-                cute.autovec_copy(gPacked[(None, v)], rPacked[None, u])
-        for u in cutlass.range_constexpr(self.unroll):
-            v = first + u * self.threads
-            if v < num_vec:
-                rOut = cute.make_rmem_tensor((VEC // 4,), Uint32)
-                for b in cutlass.range_constexpr(PACKED_PER_VEC):
-                    byte = Uint32(rPacked[b, u])
-                    rOut[2 * b] = unpack4(byte & Uint32(0xF))
-                    rOut[2 * b + 1] = unpack4(byte >> Uint32(4))
-                cute.autovec_copy(cute.recast_tensor(rOut, Uint8), gMask[(None, v)])
-        if bidx == 0 and tidx == 0:
-            for j in cutlass.range(num_vec * PACKED_PER_VEC, cute.size(mPacked)):
-                byte = Uint32(mPacked[j])
-                for b in cutlass.range_constexpr(8):
-                    mMask[j * 8 + b] = Uint8((byte >> Uint32(b)) & Uint32(1))
+    @cute.jit
+    def tail(self, mMask: cute.Tensor, mPacked: cute.Tensor, num_vec: Int32):
+        for j in cutlass.range(num_vec * PACKED_PER_VEC, cute.size(mPacked)):
+            acc = Uint32(0)
+            for b in cutlass.range_constexpr(8):
+                acc = acc | (Uint32(mMask[j * 8 + b]) << Uint32(b))
+            mPacked[j] = Uint8(acc)
+
+
+class UnpackMaskFlat(_FlatStream):
+    """Unpack ``T // 8`` bytes into a contiguous byte mask of ``T`` entries (``T % 8 == 0``):
+    2-byte loads, 16-byte stores. Launch, warp roles and pipeline: :class:`_FlatStream`."""
+
+    SRC_PER_VEC, DST_PER_VEC = PACKED_PER_VEC, VEC
+
+    @cute.jit
+    def convert(self, rPacked: cute.Tensor) -> cute.Tensor:
+        rOut = cute.make_rmem_tensor((VEC // 4,), Uint32)
+        for b in cutlass.range_constexpr(PACKED_PER_VEC):
+            byte = Uint32(rPacked[b])
+            rOut[2 * b] = unpack4(byte & Uint32(0xF))
+            rOut[2 * b + 1] = unpack4(byte >> Uint32(4))
+        return cute.recast_tensor(rOut, Uint8)
+
+    @cute.jit
+    def tail(self, mPacked: cute.Tensor, mMask: cute.Tensor, num_vec: Int32):
+        for j in cutlass.range(num_vec * PACKED_PER_VEC, cute.size(mPacked)):
+            byte = Uint32(mPacked[j])
+            for b in cutlass.range_constexpr(8):
+                mMask[j * 8 + b] = Uint8((byte >> Uint32(b)) & Uint32(1))
 
 
 class _RowsConfig:
