@@ -1,7 +1,8 @@
 """cute-kernels: GPU kernels written with the CuTe Python DSL, called from PyTorch."""
 
 from .ops.bitpack import pack_mask, unpack_mask
+from .ops.gemm import gemm, linear
 from .runtime.arch import UnsupportedGPUError, force_path
 
 __version__ = "0.1.0"
-__all__ = ["UnsupportedGPUError", "force_path", "pack_mask", "unpack_mask"]
+__all__ = ["UnsupportedGPUError", "force_path", "gemm", "linear", "pack_mask", "unpack_mask"]

@@ -91,3 +91,30 @@ def test_arch_env_override(monkeypatch):
     monkeypatch.delenv("CUTE_KERNELS_PATH")
     arch.reset_env_path()
     assert arch.select_path(9, 0) == "hopper"
+
+
+def test_gemm_rejects():
+    bf = torch.bfloat16
+    a, b = torch.zeros(64, 64, dtype=bf), torch.zeros(64, 64, dtype=bf)
+    with pytest.raises(TypeError, match="a must have dtype bfloat16, float16"):
+        ck.gemm(a.float(), b)
+    with pytest.raises(TypeError, match="same dtype"):
+        ck.gemm(a, b.half())
+    with pytest.raises(ValueError, match="N and K must be multiples of 8"):
+        ck.gemm(torch.zeros(64, 60, dtype=bf), torch.zeros(60, 64, dtype=bf))
+    with pytest.raises(ValueError, match="inner dimensions differ"):
+        ck.gemm(a, torch.zeros(72, 64, dtype=bf))
+    with pytest.raises(ValueError, match="batch dims differ"):
+        ck.gemm(torch.zeros(2, 64, 64, dtype=bf), torch.zeros(3, 64, 64, dtype=bf))
+    with pytest.raises(ValueError, match="unit stride in one of its last two"):
+        ck.gemm(torch.zeros(64, 128, dtype=bf)[:, ::2], b)
+    with pytest.raises(ValueError, match=r"bias must have shape \(64,\)"):
+        ck.gemm(a, b, bias=torch.zeros(32, dtype=bf))
+    with pytest.raises(TypeError, match="out_dtype must be one of"):
+        ck.gemm(a, b, out_dtype=torch.int8)
+    with pytest.raises(ValueError, match="epilogue must be one of"):
+        ck.gemm(a, b, epilogue="tanh")
+    with pytest.raises(ValueError, match="a must be on a CUDA device"):
+        ck.gemm(a, b)
+    with pytest.raises(ValueError, match="w must be 2-D"):
+        ck.linear(a, torch.zeros(2, 64, 64, dtype=bf))

@@ -1,0 +1,73 @@
+"""GEMM epilogues: the one extension point where later kernels fuse into the GEMM.
+
+An epilogue is a *compile-time* object (hashable config, part of the compile-cache key) whose
+``visit`` sees a thread's fp32 accumulator fragment together with the (m, n) coordinate of
+every element, in the same fragment layout on both architectures, and rewrites it in place
+before the output conversion and store. Both GEMM kernels call it at exactly one place (after
+the mainloop of a tile, before the store), so an epilogue is written once for both paths.
+
+Shipped: ``Epilogue(bias=..., activation=None | "gelu" | "gelu_tanh" | "silu" | "relu")``.
+Later kernels subclass it: gated pairing of adjacent columns, scatter into a cache,
+subtraction of a cached tile, residual add (their ``visit`` may need extra tensors, passed
+through ``params``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32
+
+ACTIVATIONS = (None, "relu", "gelu", "gelu_tanh", "silu")
+LOG2E = 1.4426950408889634
+SQRT_2_OVER_PI = 0.7978845608028654
+INV_SQRT2 = 0.7071067811865476
+
+
+@cute.jit
+def activate(x: Float32, activation: cutlass.Constexpr) -> Float32:
+    """Elementwise activation on an fp32 value; ``activation`` is fixed at compile time."""
+    y = x
+    if cutlass.const_expr(activation == "relu"):
+        y = cute.math.max(x, Float32(0.0))
+    elif cutlass.const_expr(activation == "silu"):
+        # x * sigmoid(x), exp via exp2 with log2(e) folded in
+        y = x / (Float32(1.0) + cute.math.exp2(-x * Float32(LOG2E), fastmath=True))
+    elif cutlass.const_expr(activation == "gelu"):
+        y = Float32(0.5) * x * (Float32(1.0) + cute.math.erf(x * Float32(INV_SQRT2)))
+    elif cutlass.const_expr(activation == "gelu_tanh"):
+        inner = Float32(SQRT_2_OVER_PI) * (x + Float32(0.044715) * x * x * x)
+        y = Float32(0.5) * x * (Float32(1.0) + cute.math.tanh(inner, fastmath=True))
+    return y
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """bias (a length-N vector added per column) then an optional activation."""
+
+    bias: bool = False
+    activation: str | None = None
+
+    def __post_init__(self):
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
+
+    @property
+    def is_identity(self) -> bool:
+        return not self.bias and self.activation is None
+
+    @cute.jit
+    def visit(self, tRrAcc: cute.Tensor, tRcAcc: cute.Tensor, n_limit, mBias):
+        """Rewrite the fp32 fragment ``tRrAcc`` in place; ``tRcAcc`` holds each element's
+        (m, n) in the output; ``mBias`` is the bias vector (ignored without ``bias``)."""
+        for i in cutlass.range_constexpr(cute.size(tRrAcc)):
+            v = tRrAcc[i]
+            if cutlass.const_expr(self.bias):
+                n = tRcAcc[i][1]
+                if n < n_limit:
+                    v = v + Float32(mBias[n])
+            if cutlass.const_expr(self.activation is not None):
+                v = activate(v, self.activation)
+            tRrAcc[i] = v

@@ -1,0 +1,232 @@
+"""Ampere-path GEMM: cp.async multi-stage pipeline, ldmatrix from swizzled smem, mma.sync.
+
+``C[m, n, l] = epilogue(sum_k A[m, k, l] * B[n, k, l])`` with A (M, K, L), B (N, K, L) in
+either major (K-major, or M/N-major), fp32 accumulation, C (M, N, L) row-major.
+"""
+
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+from cutlass.cute.nvgpu import cpasync, warp
+
+from .epilogue import Epilogue
+
+BYTES_PER_VEC = 16
+
+
+def _log2(x: int) -> int:
+    return x.bit_length() - 1
+
+
+def smem_operand_atom(major: str, tile_k: int, elem_bytes: int):
+    """The swizzled 8-row (K-major) or 8-column (M/N-major) smem atom of one operand.
+
+    K-major: rows of ``tile_k`` elements (at most 128 bytes), ``Swizzle(b, log2(elems per
+    16 B), 3)`` so the 8 rows an ldmatrix phase reads hit 8 bank groups (layouts.swizzle).
+    M/N-major: the transpose, 64 elements along M/N by 8 along K, read by ldmatrix.trans.
+    """
+    per_vec = BYTES_PER_VEC // elem_bytes
+    if major == "k":
+        width = min(tile_k, 128 // elem_bytes)
+        bits = min(3, _log2(width // per_vec))
+        outer = cute.make_layout((8, width), stride=(width, 1))
+    else:
+        width = 128 // elem_bytes
+        bits = 3
+        outer = cute.make_layout((width, 8), stride=(1, width))
+    return cute.make_composed_layout(cute.make_swizzle(bits, _log2(per_vec), 3), 0, outer)
+
+
+def g2s_copy(dtype, major: str, rows: int, tile_k: int, threads: int):
+    """cp.async (16-byte, L2-only) tiled copy of a (rows, tile_k) operand tile."""
+    atom = cute.make_copy_atom(cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL),
+                               dtype, num_bits_per_copy=128)
+    per_vec = BYTES_PER_VEC * 8 // dtype.width
+    if major == "k":
+        chunks = tile_k // per_vec
+        thr = cute.make_layout((threads // chunks, chunks), stride=(chunks, 1))
+        val = cute.make_layout((1, per_vec))
+    else:
+        chunks = rows // per_vec
+        thr = cute.make_layout((chunks, threads // chunks), stride=(1, chunks))
+        val = cute.make_layout((per_vec, 1))
+    return cute.make_tiled_copy_tv(atom, thr, val)
+
+
+class GemmSm80:
+    """mma.sync GEMM, one CTA per (tile_m x tile_n) output tile of one batch.
+
+    Warp roles: 4 warps (2 x 2), all loading (cp.async) and computing (mma.sync m16n8k16).
+    Pipeline: ``stages``-deep cp.async ring of (A, B) k-tiles in smem; inside a k-tile,
+    ldmatrix for k-block j+1 is issued before the mma of k-block j (register double buffer).
+    Shared memory: stages x (tile_m + tile_n) x tile_k x 2 B (48 KiB at 128x128x32, 3 stages),
+    reused by the epilogue for the output tile (swizzled, then 16-byte vector stores).
+    Residues: rows (M, N) and K beyond the problem are predicated off (zero-filled).
+    """
+
+    def __init__(self, a_major: str = "k", b_major: str = "k", epilogue: Epilogue | None = None,
+                 tile=(128, 128, 32), stages: int = 3, warps=(2, 2)):
+        self.a_major, self.b_major = a_major, b_major
+        self.epilogue = epilogue or Epilogue()
+        self.tile_m, self.tile_n, self.tile_k = tile
+        self.stages = stages
+        self.warps = warps
+        self.threads = 32 * warps[0] * warps[1]
+
+    @cute.jit
+    def __call__(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, mBias, stream):
+        dtype = mA.element_type
+        tiled_mma = cute.make_tiled_mma(
+            warp.MmaF16BF16Op(dtype, cutlass.Float32, (16, 8, 16)),
+            (self.warps[0], self.warps[1], 1),
+            # N doubled so one ldmatrix.x4 feeds two n8 atoms of B
+            permutation_mnk=(self.warps[0] * 16, self.warps[1] * 16, 16),
+        )
+        copy_a = g2s_copy(dtype, self.a_major, self.tile_m, self.tile_k, self.threads)
+        copy_b = g2s_copy(dtype, self.b_major, self.tile_n, self.tile_k, self.threads)
+        grid = (cute.ceil_div(mC.shape[0], self.tile_m), cute.ceil_div(mC.shape[1], self.tile_n),
+                mC.shape[2])
+        self.kernel(mA, mB, mC, mBias, tiled_mma, copy_a, copy_b).launch(
+            grid=grid, block=(self.threads, 1, 1), stream=stream)
+
+    @cute.kernel
+    def kernel(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, mBias,
+               tiled_mma: cute.TiledMma, copy_a: cute.TiledCopy, copy_b: cute.TiledCopy):
+        tidx, _, _ = cute.arch.thread_idx()
+        bm, bn, bl = cute.arch.block_idx()
+        dtype = mA.element_type
+        c_dtype = mC.element_type
+        BM, BN, BK, S = self.tile_m, self.tile_n, self.tile_k, self.stages
+
+        # ---- shared memory: A and B stage rings, the output tile reuses the same bytes ----
+        sA_layout = cute.tile_to_shape(smem_operand_atom(self.a_major, BK, dtype.width // 8),
+                                       (BM, BK, S), (0, 1, 2))
+        sB_layout = cute.tile_to_shape(smem_operand_atom(self.b_major, BK, dtype.width // 8),
+                                       (BN, BK, S), (0, 1, 2))
+        c_bytes = c_dtype.width // 8
+        c_per_vec = BYTES_PER_VEC // c_bytes
+        sC_atom = cute.make_composed_layout(
+            cute.make_swizzle(3, _log2(c_per_vec), 3), 0,
+            cute.make_layout((8, 128 // c_bytes), stride=(128 // c_bytes, 1)))
+        sC_layout = cute.tile_to_shape(sC_atom, (BM, BN), (0, 1))
+        ab_bytes = (cute.cosize(sA_layout) + cute.cosize(sB_layout)) * (dtype.width // 8)
+        smem_bytes = max(ab_bytes, cute.cosize(sC_layout) * c_bytes)
+
+        @cute.struct
+        class SharedStorage:
+            raw: cute.struct.Align[cute.struct.MemRange[cutlass.Uint8, smem_bytes], 1024]
+
+        storage = cutlass.utils.SmemAllocator().allocate(SharedStorage)
+        base = storage.raw.data_ptr()
+        sA = cute.make_tensor(cute.recast_ptr(base, dtype=dtype), sA_layout)
+        sB = cute.make_tensor(cute.recast_ptr(base + cute.cosize(sA_layout) * (dtype.width // 8),
+                                              dtype=dtype), sB_layout)
+        sC = cute.make_tensor(cute.recast_ptr(base, dtype=c_dtype), sC_layout)
+
+        # ---- this CTA's tiles and their coordinates (for predication and the epilogue) ----
+        mA_l, mB_l, mC_l = mA[None, None, bl], mB[None, None, bl], mC[None, None, bl]
+        gA = cute.local_tile(mA_l, (BM, BK), (bm, None))
+        gB = cute.local_tile(mB_l, (BN, BK), (bn, None))
+        gC = cute.local_tile(mC_l, (BM, BN), (bm, bn))
+        cA = cute.local_tile(cute.make_identity_tensor(mA_l.shape), (BM, BK), (bm, None))
+        cB = cute.local_tile(cute.make_identity_tensor(mB_l.shape), (BN, BK), (bn, None))
+        cC = cute.local_tile(cute.make_identity_tensor(mC_l.shape), (BM, BN), (bm, bn))
+        k_tiles = cute.size(gA, mode=[2])
+
+        thr_a, thr_b = copy_a.get_slice(tidx), copy_b.get_slice(tidx)
+        tAgA, tAsA, tAcA = thr_a.partition_S(gA), thr_a.partition_D(sA), thr_a.partition_S(cA)
+        tBgB, tBsB, tBcB = thr_b.partition_S(gB), thr_b.partition_D(sB), thr_b.partition_S(cB)
+
+        for s in cutlass.range_constexpr(S - 1):
+            if s < k_tiles:
+                self._copy_predicated(copy_a, tAgA, tAsA, tAcA, mA_l.shape, s, s)
+                self._copy_predicated(copy_b, tBgB, tBsB, tBcB, mB_l.shape, s, s)
+            cute.arch.cp_async_commit_group()
+
+        # ---- mma partitions, ldmatrix copies, accumulators ----
+        thr_mma = tiled_mma.get_slice(tidx)
+        tCsA = thr_mma.partition_A(sA)
+        tCsB = thr_mma.partition_B(sB)
+        tCgC = thr_mma.partition_C(gC)
+        tCrA = thr_mma.make_fragment_A(tCsA[None, None, None, 0])
+        tCrB = thr_mma.make_fragment_B(tCsB[None, None, None, 0])
+        tCrAcc = thr_mma.make_fragment_C(tCgC)
+        tCrAcc.fill(0.0)
+        ldsm_a = cute.make_tiled_copy_A(cute.make_copy_atom(
+            warp.LdMatrix8x8x16bOp(self.a_major != "k", 4), dtype), tiled_mma)
+        ldsm_b = cute.make_tiled_copy_B(cute.make_copy_atom(
+            warp.LdMatrix8x8x16bOp(self.b_major != "k", 4), dtype), tiled_mma)
+        thr_la, thr_lb = ldsm_a.get_slice(tidx), ldsm_b.get_slice(tidx)
+        tLsA, tLrA = thr_la.partition_S(sA), thr_la.retile(tCrA)
+        tLsB, tLrB = thr_lb.partition_S(sB), thr_lb.retile(tCrB)
+        k_blocks = cute.size(tCrA, mode=[2])
+
+        cute.arch.cp_async_wait_group(S - 2)
+        cute.arch.sync_threads()
+        cute.copy(ldsm_a, tLsA[None, None, 0, 0], tLrA[None, None, 0])
+        cute.copy(ldsm_b, tLsB[None, None, 0, 0], tLrB[None, None, 0])
+
+        read_stage = cutlass.Int32(0)
+        fetch = cutlass.Int32(S - 1)
+        for _kt in cutlass.range(k_tiles, unroll=1):
+            for kb in cutlass.range_constexpr(k_blocks):
+                kb_next = (kb + 1) % k_blocks
+                if cutlass.const_expr(kb == k_blocks - 1):
+                    # the next stage must have landed before its first ldmatrix
+                    read_stage = (read_stage + 1) % S
+                    cute.arch.cp_async_wait_group(S - 2)
+                    cute.arch.sync_threads()
+                cute.copy(ldsm_a, tLsA[None, None, kb_next, read_stage], tLrA[None, None, kb_next])
+                cute.copy(ldsm_b, tLsB[None, None, kb_next, read_stage], tLrB[None, None, kb_next])
+                if cutlass.const_expr(kb == 0):
+                    # refill the stage everyone finished reading last iteration
+                    if fetch < k_tiles:
+                        write_stage = (read_stage + S - 1) % S
+                        self._copy_predicated(copy_a, tAgA, tAsA, tAcA, mA_l.shape, fetch,
+                                              write_stage)
+                        self._copy_predicated(copy_b, tBgB, tBsB, tBcB, mB_l.shape, fetch,
+                                              write_stage)
+                    cute.arch.cp_async_commit_group()
+                    fetch = fetch + 1
+                cute.gemm(tiled_mma, tCrAcc, tCrA[None, None, kb], tCrB[None, None, kb], tCrAcc)
+
+        # ---- epilogue: hook on fp32 with (m, n), convert, stage in smem, 16-byte stores ----
+        cute.arch.cp_async_wait_group(0)
+        cute.arch.sync_threads()
+        tCcC = thr_mma.partition_C(cC)
+        self.epilogue.visit(tCrAcc, tCcC, mC_l.shape[1], mBias)
+        tCrC = cute.make_rmem_tensor_like(tCrAcc, c_dtype)
+        tCrC.store(tCrAcc.load().to(c_dtype))
+        cute.autovec_copy(tCrC, thr_mma.partition_C(sC))
+        cute.arch.sync_threads()
+
+        store_atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), c_dtype,
+                                         num_bits_per_copy=128)
+        chunks_n = BN // c_per_vec
+        s2g = cute.make_tiled_copy_tv(
+            store_atom,
+            cute.make_layout((self.threads // chunks_n, chunks_n), stride=(chunks_n, 1)),
+            cute.make_layout((1, c_per_vec)))
+        thr_s = s2g.get_slice(tidx)
+        tSsC, tSgC, tScC = thr_s.partition_S(sC), thr_s.partition_D(gC), thr_s.partition_D(cC)
+        tSrC = cute.make_rmem_tensor_like(tSsC)
+        cute.autovec_copy(tSsC, tSrC)
+        pred = cute.make_rmem_tensor((1, cute.size(tSgC, mode=[1]), cute.size(tSgC, mode=[2])),
+                                     cutlass.Boolean)
+        for i in cutlass.range_constexpr(cute.size(tSgC, mode=[1])):
+            for j in cutlass.range_constexpr(cute.size(tSgC, mode=[2])):
+                pred[0, i, j] = cute.elem_less(tScC[(0, 0), i, j], mC_l.shape)
+        cute.copy(s2g, tSrC, tSgC, pred=pred)
+
+    @cute.jit
+    def _copy_predicated(self, tiled_copy, tXgX, tXsX, tXcX, shape, kt, stage):
+        """cp.async one k-tile with a predicate per 16-byte vector: inside the problem in both
+        (row, k). K % 8 == 0 and N % 8 == 0 make each vector wholly in or out; vectors outside
+        are zero-filled, so they add nothing to the accumulators."""
+        rest_r, rest_k = cute.size(tXgX, mode=[1]), cute.size(tXgX, mode=[2])
+        pred = cute.make_rmem_tensor((1, rest_r, rest_k), cutlass.Boolean)
+        for i in cutlass.range_constexpr(rest_r):
+            for j in cutlass.range_constexpr(rest_k):
+                pred[0, i, j] = cute.elem_less(tXcX[(0, 0), i, j, kt], shape)
+        cute.copy(tiled_copy, tXgX[None, None, None, kt], tXsX[None, None, None, stage], pred=pred)

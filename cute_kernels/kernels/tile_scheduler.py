@@ -1,0 +1,35 @@
+"""Persistent tile scheduling shared by the GEMM-like kernels.
+
+A persistent kernel launches one CTA per SM (or per cluster slot) and walks the output tiles
+``tile = blockIdx.x, blockIdx.x + gridDim.x, ...``. The order in which linear tile indices map
+to (m, n) tiles decides L2 reuse: tiles that run at the same time should share A rows and
+B columns. ``grouped_tile_coord`` rasterizes in groups of ``group_m`` tile-rows: within a
+group it walks down the rows first, then across columns, so a wave of ``num_sms`` concurrent
+tiles touches about ``group_m`` row-panels of A and ``num_sms / group_m`` column-panels of B.
+
+The arithmetic is written once and runs both on Python ints (host tests, grid sizing) and on
+DSL integers inside kernels (pass ``minimum=cutlass.min`` there).
+"""
+
+from __future__ import annotations
+
+
+def grouped_tile_coord(tile, tiles_m, tiles_n, group_m: int, minimum=min):
+    """Linear tile index -> (m_tile, n_tile, batch) with grouped (swizzled) rasterization."""
+    tiles_per_batch = tiles_m * tiles_n
+    batch = tile // tiles_per_batch
+    idx = tile - batch * tiles_per_batch
+    tiles_per_group = group_m * tiles_n
+    group = idx // tiles_per_group
+    first_m = group * group_m
+    rows_in_group = minimum(tiles_m - first_m, group_m)
+    in_group = idx - group * tiles_per_group
+    m_tile = first_m + in_group % rows_in_group
+    n_tile = in_group // rows_in_group
+    return m_tile, n_tile, batch
+
+
+def persistent_grid(num_tiles: int, num_sms: int, cluster_size: int = 1) -> int:
+    """CTAs to launch: no more than the tiles, no more than the SMs (whole clusters)."""
+    slots = max(1, num_sms // cluster_size) * cluster_size
+    return max(cluster_size, min(slots, -(-num_tiles // cluster_size) * cluster_size))

@@ -1,0 +1,187 @@
+"""``gemm`` / ``linear``: the torch API of the dense GEMM kernels.
+
+Canonical form handed to a kernel: ``mA (M, K, L)``, ``mB (N, K, L)``, ``mC (M, N, L)`` with
+``C = A @ B^T`` per batch ``l``. ``gemm(a, b)`` passes ``b`` as ``b.transpose(-1, -2)`` and
+``linear(x, w)`` passes ``w`` as it is, so both majors of both operands reach the kernel as
+strided views, never copies; the kernel variant is chosen from the strides (K-major or
+M/N-major per operand) and is part of the compile-cache key.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..kernels.epilogue import ACTIVATIONS, Epilogue
+from ..runtime.bridge import env_stream, kernel_for, sym
+from ..runtime.compile import Build
+from ..runtime.validate import check_aligned, check_cuda, check_same_device, check_tensor
+
+IN_DTYPES = (torch.bfloat16, torch.float16)
+OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def _major(name: str, t: torch.Tensor, outer: str) -> str:
+    """'k' when the K (last) dim has unit stride, else ``outer`` when the other one has."""
+    if t.shape[-1] == 1 or t.stride(-1) == 1:
+        return "k"
+    if t.shape[-2] == 1 or t.stride(-2) == 1:
+        return outer
+    raise ValueError(f"{name} must have unit stride in one of its last two dimensions "
+                     f"(row- or column-major), got strides {tuple(t.stride())}")
+
+
+def _as_mkl(t: torch.Tensor) -> torch.Tensor:
+    """(..., R, K) with at most one batch dim -> an (R, K, L) view."""
+    return t.unsqueeze(-1) if t.dim() == 2 else t.permute(1, 2, 0)
+
+
+def _validate(a, b_nk, bias, out, out_dtype, *, a_name: str, b_name: str):
+    check_tensor(a_name, a, dtypes=IN_DTYPES, on_cuda=False)
+    check_tensor(b_name, b_nk, dtypes=IN_DTYPES, on_cuda=False)
+    if a.dim() not in (2, 3) or b_nk.dim() not in (2, 3):
+        raise ValueError(f"{a_name} and {b_name} must be 2-D, or 3-D with a leading batch "
+                         f"dim; got {tuple(a.shape)} and {tuple(b_nk.shape)}")
+    if b_nk.dtype != a.dtype:
+        raise TypeError(f"{a_name} and {b_name} must have the same dtype, got {a.dtype} and "
+                        f"{b_nk.dtype}")
+    if a.dim() != b_nk.dim() or (a.dim() == 3 and a.shape[0] != b_nk.shape[0]):
+        raise ValueError(f"batch dims differ: {a_name} {tuple(a.shape)}, {b_name} "
+                         f"{tuple(b_nk.shape)} (batched GEMM needs the same leading dim)")
+    m, k = a.shape[-2:]
+    n, kb = b_nk.shape[-2:]
+    if k != kb:
+        raise ValueError(f"inner dimensions differ: {a_name} has K = {k}, {b_name} has K = {kb}")
+    if k % 8 or n % 8:
+        raise ValueError(f"N and K must be multiples of 8 (16-byte TMA rows), got N = {n}, "
+                         f"K = {k}")
+    out_dtype = out_dtype or (out.dtype if out is not None else a.dtype)
+    if out_dtype not in OUT_DTYPES:
+        raise TypeError(f"out_dtype must be one of bfloat16, float16, float32, got {out_dtype}")
+    a_major = _major(a_name, a, "m")
+    b_major = _major(b_name, b_nk, "n")
+    shape = (*a.shape[:-2], m, n)
+    if bias is not None:
+        check_tensor("bias", bias, dtypes=(a.dtype, torch.float32), ndim=1, on_cuda=False)
+        if bias.shape[0] != n:
+            raise ValueError(f"bias must have shape ({n},), got {tuple(bias.shape)}")
+        if bias.stride(0) != 1 and n > 1:
+            raise ValueError("bias must be contiguous")
+    if out is not None:
+        check_tensor("out", out, dtypes=(out_dtype,), on_cuda=False)
+        if tuple(out.shape) != shape:
+            raise ValueError(f"out must have shape {shape}, got {tuple(out.shape)}")
+        if n > 1 and out.stride(-1) != 1:
+            raise ValueError("out must be row-major (stride(-1) == 1)")
+    for name, t in ((a_name, a), (b_name, b_nk), ("out", out)):
+        if t is not None:
+            check_cuda(name, t)
+            check_aligned(name, t)
+    check_same_device(**{a_name: a, b_name: b_nk},
+                      **({"bias": bias} if bias is not None else {}),
+                      **({"out": out} if out is not None else {}))
+    return shape, out_dtype, a_major, b_major
+
+
+def _fake_operand(dtype: torch.dtype, major: str):
+    """(R, K, L) with the unit stride on K ('k') or on R ('m'/'n'); other strides symbolic."""
+    from cutlass.cute.runtime import make_fake_tensor
+
+    from ..runtime.bridge import cutlass_dtype
+
+    shape = (sym(), sym(8), sym())
+    stride = (sym(8), 1, sym(8)) if major == "k" else (1, sym(8), sym(8))
+    return make_fake_tensor(cutlass_dtype(dtype), shape, stride, assumed_align=16)
+
+
+def _fake_out(dtype: torch.dtype):
+    from cutlass.cute.runtime import make_fake_tensor
+
+    from ..runtime.bridge import cutlass_dtype
+
+    return make_fake_tensor(cutlass_dtype(dtype), (sym(), sym(8), sym()), (sym(8), 1, sym(8)),
+                            assumed_align=16)
+
+
+def _fake_bias(dtype: torch.dtype):
+    from cutlass.cute.runtime import make_fake_compact_tensor
+
+    from ..runtime.bridge import cutlass_dtype
+
+    return make_fake_compact_tensor(cutlass_dtype(dtype), (sym(8),), assumed_align=4)
+
+
+def make_build(path: str, dtype, out_dtype, a_major: str, b_major: str, epilogue: Epilogue,
+               bias_dtype=None) -> Build:
+    if path == "hopper":
+        from ..kernels.gemm_sm90 import GemmSm90 as Kernel
+    else:
+        from ..kernels.gemm_sm80 import GemmSm80 as Kernel
+    kernel = Kernel(a_major=a_major, b_major=b_major, epilogue=epilogue)
+    bias = _fake_bias(bias_dtype) if epilogue.bias else None
+    return Build(kernel, (_fake_operand(dtype, a_major), _fake_operand(dtype, b_major),
+                          _fake_out(out_dtype), bias, env_stream()))
+
+
+def _gemm_nk(a, b_nk, bias, out, out_dtype, epilogue, a_name, b_name):
+    if epilogue not in ACTIVATIONS:
+        raise ValueError(f"epilogue must be one of {ACTIVATIONS}, got {epilogue!r}")
+    shape, out_dtype, a_major, b_major = _validate(a, b_nk, bias, out, out_dtype,
+                                                   a_name=a_name, b_name=b_name)
+    epi = Epilogue(bias=bias is not None, activation=epilogue)
+    if out is None:
+        out = torch.empty(shape, dtype=out_dtype, device=a.device)
+    if out.numel() == 0:
+        return out
+    if a.shape[-1] == 0:  # K == 0: the product is zero; the epilogue still applies
+        out.copy_(_epilogue_reference(torch.zeros(shape, device=a.device), bias, epilogue))
+        return out
+    key = ("gemm", a.dtype, out_dtype, a_major, b_major, epi,
+           bias.dtype if bias is not None else None)
+    kernel = kernel_for(a.device, key, lambda path, target: make_build(
+        path, a.dtype, out_dtype, a_major, b_major, epi, key[-1]))
+    kernel(_as_mkl(a), _as_mkl(b_nk), _as_mkl(out), bias)
+    return out
+
+
+def _epilogue_reference(acc: torch.Tensor, bias, activation):
+    acc = acc.float()
+    if bias is not None:
+        acc = acc + bias.float()
+    if activation == "relu":
+        acc = torch.relu(acc)
+    elif activation == "silu":
+        acc = torch.nn.functional.silu(acc)
+    elif activation in ("gelu", "gelu_tanh"):
+        acc = torch.nn.functional.gelu(acc, approximate="tanh" if activation == "gelu_tanh"
+                                       else "none")
+    return acc
+
+
+def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
+         out_dtype: torch.dtype | None = None, bias: torch.Tensor | None = None,
+         epilogue: str | None = None) -> torch.Tensor:
+    """``act(a @ b + bias)`` for ``a (M, K)``, ``b (K, N)`` (or both with a leading batch dim).
+
+    bf16/fp16 inputs, fp32 accumulation, output bf16/fp16/fp32 (default: the input dtype).
+    Any M; N and K multiples of 8; either major for either operand (no copies).
+    ``epilogue``: None, "relu", "gelu", "gelu_tanh" or "silu".
+    """
+    check_tensor("b", b, dtypes=IN_DTYPES, on_cuda=False)
+    if b.dim() < 2:
+        raise ValueError(f"b must be 2-D or 3-D, got shape {tuple(b.shape)}")
+    return _gemm_nk(a, b.transpose(-1, -2), bias, out, out_dtype, epilogue, "a", "b")
+
+
+def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, *,
+           out: torch.Tensor | None = None, epilogue: str | None = None) -> torch.Tensor:
+    """``x @ w.T + bias`` like ``torch.nn.functional.linear``, ``x (..., K)``, ``w (N, K)``.
+
+    Leading dims of ``x`` are flattened into M when they can be viewed so (else copied).
+    """
+    check_tensor("x", x, dtypes=IN_DTYPES, min_ndim=1, on_cuda=False)
+    check_tensor("w", w, dtypes=IN_DTYPES, ndim=2, on_cuda=False)
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, x.shape[-1])
+    out2 = out.view(-1, out.shape[-1]) if out is not None else None
+    y = _gemm_nk(x2, w, bias, out2, None, epilogue, "x", "w")
+    return y.view(*lead, w.shape[0])

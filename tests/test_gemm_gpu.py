@@ -1,0 +1,118 @@
+"""gemm / linear on the GPU against an fp32 reference on upcast inputs: fresh random inputs,
+poisoned outputs, error no worse than 2x torch's own half-precision matmul."""
+
+import pytest
+import torch
+
+import cute_kernels as ck
+from cute_kernels.ops.gemm import _epilogue_reference
+
+pytestmark = pytest.mark.gpu
+
+
+def _paths():
+    if not torch.cuda.is_available():
+        return ["ampere"]
+    return ["hopper", "ampere"] if torch.cuda.get_device_capability() == (9, 0) else ["ampere"]
+
+
+PATHS = _paths()
+POISON = float("nan")
+
+
+def rand(*shape, dtype=torch.bfloat16):
+    return (torch.randn(*shape, device="cuda") / 4).to(dtype)
+
+
+def operand(shape, major, dtype):
+    """A fresh random (..., R, K) operand whose unit stride is on K ('k') or on R."""
+    if major == "k":
+        return rand(*shape, dtype=dtype)
+    t = rand(*shape[:-2], shape[-1], shape[-2], dtype=dtype)
+    return t.transpose(-1, -2)
+
+
+def rel_err(x, ref):
+    return ((x.float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def check(out, ref, torch_out, what):
+    assert not torch.isnan(out).any(), f"{what}: unwritten (NaN-poisoned) or NaN outputs"
+    ours, theirs = rel_err(out, ref), rel_err(torch_out, ref)
+    assert ours <= 2 * theirs + 1e-6, f"{what}: rel err {ours:.2e} vs torch {theirs:.2e}"
+
+
+def run_gemm(path, m, n, k, *, batch=None, a_major="k", b_major="n", dtype=torch.bfloat16,
+             out_dtype=None, bias=False, epilogue=None):
+    lead = (batch,) if batch else ()
+    a = operand((*lead, m, k), a_major, dtype)
+    # b is (K, N): 'n' = row-major (unit stride on N), 'k' = column-major
+    b = operand((*lead, n, k), "k" if b_major == "k" else "m", dtype).transpose(-1, -2)
+    bias_t = rand(n, dtype=dtype) if bias else None
+    od = out_dtype or dtype
+    out = torch.full((*lead, m, n), POISON, dtype=od, device="cuda")
+    with ck.force_path(path):
+        ck.gemm(a, b, out=out, bias=bias_t, epilogue=epilogue)
+    ref = _epilogue_reference(a.float() @ b.float(), bias_t, epilogue)
+    torch_out = _epilogue_reference((a @ b).float(), bias_t, epilogue).to(od)
+    check(out, ref, torch_out, f"{path} {lead}+({m},{n},{k}) {a_major}{b_major} {epilogue}")
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("size", [128, 256, 1024, 4096])
+def test_squares(path, size):
+    run_gemm(path, size, size, size)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("m, n, k", [(1, 4096, 4096), (7, 2048, 4096), (64, 8192, 1024),
+                                     (1000, 1000, 1000), (333, 264, 136), (129, 8, 8),
+                                     (300, 136, 40)])
+def test_skinny_and_residues(path, m, n, k):
+    run_gemm(path, m, n, k)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("a_major, b_major", [("k", "k"), ("k", "n"), ("m", "k"), ("m", "n")])
+def test_operand_majors(path, a_major, b_major):
+    run_gemm(path, 200, 328, 264, a_major=a_major, b_major=b_major)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_batched(path):
+    run_gemm(path, 257, 136, 64, batch=3)
+    run_gemm(path, 64, 512, 256, batch=2, a_major="m", b_major="k")
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("epilogue", [None, "relu", "gelu", "gelu_tanh", "silu"])
+@pytest.mark.parametrize("bias", [False, True])
+def test_epilogues(path, epilogue, bias):
+    run_gemm(path, 300, 520, 256, bias=bias, epilogue=epilogue)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("dtype, out_dtype", [(torch.float16, None), (torch.bfloat16,
+                                              torch.float32), (torch.float16, torch.float32)])
+def test_dtypes(path, dtype, out_dtype):
+    run_gemm(path, 260, 384, 192, dtype=dtype, out_dtype=out_dtype)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_linear_matches_torch(path):
+    x, w, bias = rand(2, 37, 512), rand(768, 512), rand(768)
+    with ck.force_path(path):
+        y = ck.linear(x, w, bias)
+    ref = torch.nn.functional.linear(x.float(), w.float(), bias.float())
+    check(y, ref, torch.nn.functional.linear(x, w, bias).float(), f"{path} linear")
+    assert y.shape == (2, 37, 768)
+
+
+def test_gemm_rejects_bad_shapes_before_launch():
+    a = rand(64, 100)
+    with pytest.raises(ValueError, match="N and K must be multiples of 8"):
+        ck.gemm(a, rand(100, 64))
+    with pytest.raises(ValueError, match="inner dimensions differ"):
+        ck.gemm(rand(64, 64), rand(72, 64))
+    with pytest.raises(ValueError, match="16-byte boundary"):
+        ck.gemm(rand(64, 65)[:, 1:], rand(64, 64))
