@@ -51,3 +51,33 @@ def bitpack_rows(shapes: list[tuple[int, int]], *, rounds: int = 25) -> list[Row
 
 def gbs(row: Row, name: str) -> float:
     return row.work["bytes"] / (row.timings[name].median_ms * 1e-3) / 1e9
+
+
+def gemm_rows(shapes: list[tuple[int, int, int]], *, path: str | None = None,
+              dtype=torch.bfloat16, rounds: int = 15) -> list[Row]:
+    """``linear(x, w)`` (x (M, K), w (N, K): the weight layout of nn.Linear) vs torch's cuBLAS
+    on the same operands, interleaved. ``path`` forces a kernel path (None: native)."""
+    from .ops.gemm import linear
+    from .runtime.arch import force_path
+
+    rows = []
+    for m, n, k in shapes:
+        sets = []
+        for _ in range(input_sets_needed(2 * (m * k + n * k + m * n))):
+            sets.append(((torch.randn(m, k, device="cuda") / 4).to(dtype),
+                         (torch.randn(n, k, device="cuda") / 4).to(dtype)))
+        out = torch.empty(m, n, dtype=dtype, device="cuda")
+
+        def ours(s):
+            with force_path(path):
+                linear(s[0], s[1], out=out)
+
+        t = bench_interleaved({"cute": ours,
+                               "cuBLAS": lambda s: torch.matmul(s[0], s[1].t(), out=out)},
+                              sets, rounds=rounds)
+        rows.append(Row(f"{m}x{n}x{k}", t, {"flops": 2.0 * m * n * k}))
+    return rows
+
+
+def tflops(row: Row, name: str) -> float:
+    return row.work["flops"] / (row.timings[name].median_ms * 1e-3) / 1e12
