@@ -29,8 +29,26 @@ def _bitpack_entry(op: str, summary: str) -> KernelEntry:
                        lambda variant, path: bitpack.make_build(op, variant))
 
 
+GEMM_VARIANTS = {"tn": ("k", "k"), "nn": ("k", "n"), "tt": ("m", "k"), "nt": ("m", "n")}
+
+
+def _gemm_entry() -> KernelEntry:
+    import torch
+
+    from .kernels.epilogue import Epilogue
+    from .ops.gemm import make_build
+
+    def build(variant: str, path: str) -> Build:
+        a_major, b_major = GEMM_VARIANTS[variant]
+        return make_build(path, torch.bfloat16, torch.bfloat16, a_major, b_major, Epilogue())
+
+    return KernelEntry("gemm", "bf16 C = A @ B (+bias, activation); variants by operand majors "
+                       "(tn: A K-major, B K-major = linear)", tuple(GEMM_VARIANTS), build)
+
+
 def entries() -> dict[str, KernelEntry]:
     items = [
+        _gemm_entry(),
         _bitpack_entry("pack_mask", "bool [..., N] -> uint8 [..., ceil(N/8)], little-endian bits"),
         _bitpack_entry("unpack_mask", "uint8 [..., ceil(N/8)] -> bool [..., N]"),
     ]

@@ -7,12 +7,16 @@ from cute_kernels.registry import entries, instruction_mix, ptx_for
 
 TARGETS = ["sm_80", "sm_90a"]
 
-# (kernel, variant) -> instruction families that must appear in its PTX, on every target.
+HOPPER = {"wgmma", "cp.async.bulk.tensor", "setmaxnreg", "mbarrier"}
+AMPERE = {"mma.sync", "cp.async", "ldmatrix"}
+# (kernel, variant) -> instruction families that must appear in its PTX, per target.
 EXPECTED = {
-    ("pack_mask", "flat"): {"ld.global.v4"},  # 16-byte mask loads
-    ("unpack_mask", "flat"): {"st.global.v4"},  # 16-byte mask stores
-    ("pack_mask", "rows"): set(),
-    ("unpack_mask", "rows"): set(),
+    ("pack_mask", "flat"): {"sm_80": {"ld.global.v4"}, "sm_90a": {"ld.global.v4"}},
+    ("unpack_mask", "flat"): {"sm_80": {"st.global.v4"}, "sm_90a": {"st.global.v4"}},
+    ("pack_mask", "rows"): {"sm_80": set(), "sm_90a": set()},
+    ("unpack_mask", "rows"): {"sm_80": set(), "sm_90a": set()},
+    **{("gemm", v): {"sm_80": AMPERE, "sm_90a": HOPPER | {"stmatrix"}}
+       for v in ("tn", "nn", "tt", "nt")},
 }
 
 
@@ -27,7 +31,7 @@ def test_ptx_instructions(name, target):
     for variant, ptx in ptx_for(name, target).items():
         assert f".target {target}" in ptx
         mix = instruction_mix(ptx)
-        for family in EXPECTED[(name, variant)]:
+        for family in EXPECTED[(name, variant)][target]:
             assert mix[family] > 0, f"{name}[{variant}] on {target}: no {family}\n{mix}"
         # SIMT memory kernels must not have picked up tensor-core or async-copy machinery.
         if name in ("pack_mask", "unpack_mask"):

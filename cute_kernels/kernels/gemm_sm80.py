@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import cutlass
 import cutlass.cute as cute
+import cutlass.memory
 from cutlass.cute.nvgpu import cpasync, warp
 
 from .epilogue import Epilogue
@@ -75,7 +76,10 @@ class GemmSm80:
         self.threads = 32 * warps[0] * warps[1]
 
     @cute.jit
-    def __call__(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, mBias, stream):
+    def __call__(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, mBias,
+                 num_ctas: cutlass.Int32, stream):
+        """``num_ctas`` (the persistent CTA budget of the Hopper kernel's signature) is
+        unused: this kernel launches one CTA per output tile."""
         dtype = mA.element_type
         tiled_mma = cute.make_tiled_mma(
             warp.MmaF16BF16Op(dtype, cutlass.Float32, (16, 8, 16)),
@@ -117,7 +121,7 @@ class GemmSm80:
         class SharedStorage:
             raw: cute.struct.Align[cute.struct.MemRange[cutlass.Uint8, smem_bytes], 1024]
 
-        storage = cutlass.utils.SmemAllocator().allocate(SharedStorage)
+        storage = cutlass.memory.SmemAllocator().allocate(SharedStorage)
         base = storage.raw.data_ptr()
         sA = cute.make_tensor(cute.recast_ptr(base, dtype=dtype), sA_layout)
         sB = cute.make_tensor(cute.recast_ptr(base + cute.cosize(sA_layout) * (dtype.width // 8),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from ..kernels.epilogue import ACTIVATIONS, Epilogue
+from ..kernels.tile_scheduler import persistent_grid
 from ..runtime.bridge import env_stream, kernel_for, sym
 from ..runtime.compile import Build
 from ..runtime.validate import check_aligned, check_cuda, check_same_device, check_tensor
@@ -118,8 +119,10 @@ def make_build(path: str, dtype, out_dtype, a_major: str, b_major: str, epilogue
         from ..kernels.gemm_sm80 import GemmSm80 as Kernel
     kernel = Kernel(a_major=a_major, b_major=b_major, epilogue=epilogue)
     bias = _fake_bias(bias_dtype) if epilogue.bias else None
+    import cutlass
+
     return Build(kernel, (_fake_operand(dtype, a_major), _fake_operand(dtype, b_major),
-                          _fake_out(out_dtype), bias, env_stream()))
+                          _fake_out(out_dtype), bias, cutlass.Int32(1), env_stream()))
 
 
 def _gemm_nk(a, b_nk, bias, out, out_dtype, epilogue, a_name, b_name):
@@ -139,8 +142,19 @@ def _gemm_nk(a, b_nk, bias, out, out_dtype, epilogue, a_name, b_name):
            bias.dtype if bias is not None else None)
     kernel = kernel_for(a.device, key, lambda path, target: make_build(
         path, a.dtype, out_dtype, a_major, b_major, epi, key[-1]))
-    kernel(_as_mkl(a), _as_mkl(b_nk), _as_mkl(out), bias)
+    m, n = shape[-2:]
+    tiles = -(-m // 128) * -(-n // 128) * (a.shape[0] if a.dim() == 3 else 1)
+    kernel(_as_mkl(a), _as_mkl(b_nk), _as_mkl(out), bias, persistent_grid(tiles, _sms(a.device)))
     return out
+
+
+_SM_COUNT: dict[int, int] = {}
+
+
+def _sms(device: torch.device) -> int:
+    if device.index not in _SM_COUNT:
+        _SM_COUNT[device.index] = torch.cuda.get_device_properties(device).multi_processor_count
+    return _SM_COUNT[device.index]
 
 
 def _epilogue_reference(acc: torch.Tensor, bias, activation):

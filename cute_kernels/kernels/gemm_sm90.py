@@ -1,0 +1,237 @@
+"""Hopper-path GEMM: warp-specialized, persistent, TMA + WGMMA, TMA-store epilogue.
+
+``C[m, n, l] = epilogue(sum_k A[m, k, l] * B[n, k, l])`` with A (M, K, L), B (N, K, L) in
+either major, fp32 accumulation, C (M, N, L) row-major (bf16, fp16 or fp32).
+"""
+
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
+from cutlass.tensor_utils import LayoutEnum
+
+from .epilogue import Epilogue
+from .tile_scheduler import grouped_tile_coord
+
+SMEM_BYTES = 227 * 1024  # sm_90 opt-in shared memory per CTA
+BARRIER_RESERVE = 1024
+
+
+def _major_mode(major: str):
+    return OperandMajorMode.K if major == "k" else OperandMajorMode.MN
+
+
+class GemmSm90:
+    """Warp-specialized persistent WGMMA GEMM.
+
+    Warp roles: warpgroup 0 is the producer (``setmaxnreg`` down to 40; warp 0 issues the TMA
+    loads of A and B, one elected lane); warpgroups 1 and 2 are consumers (``setmaxnreg`` up
+    to 232), each computing 64 rows of the ``tile_m x tile_n`` tile with ``wgmma.mma_async``
+    m64n{tile_n}k16 from 128B-swizzled smem, one WGMMA batch kept in flight.
+    Schedule: persistent CTAs (one per SM) walk the tiles in grouped order (``group_m``
+    tile-rows at a time, tile_scheduler.py), so the producer already streams tile t+1's
+    k-tiles while the consumers run tile t's epilogue.
+    Pipeline: ``stages``-deep ``PipelineTmaAsync`` ring of (A, B) k-tiles (full/empty
+    mbarriers); stages = as many as fit next to the C tile in 227 KiB.
+    Epilogue: the ``Epilogue`` hook on the fp32 accumulators with their (m, n), conversion,
+    stmatrix into a swizzled smem C tile, one TMA store per tile, whose completion is only
+    awaited before the next tile overwrites the buffer. Residues: TMA zero-fills loads past
+    M, N, K and clips the store.
+    Shared memory at 128x256x64 bf16: 3 x 48 KiB stages + 64 KiB C tile = 208 KiB.
+    """
+
+    def __init__(self, a_major: str = "k", b_major: str = "k", epilogue: Epilogue | None = None,
+                 tile=(128, 256, 64), max_stages: int = 5, group_m: int = 8):
+        self.a_major, self.b_major = a_major, b_major
+        self.epilogue = epilogue or Epilogue()
+        self.tile = tile
+        self.max_stages = max_stages
+        self.group_m = group_m
+        self.consumer_wgs = 2
+        self.threads = 128 * (1 + self.consumer_wgs)
+        self.producer_regs, self.consumer_regs = 40, 232
+        self.epi_barrier_id = 1
+
+    def _stages(self, ab_bytes_per_stage: int, c_bytes: int) -> int:
+        fit = (SMEM_BYTES - BARRIER_RESERVE - c_bytes) // ab_bytes_per_stage
+        if fit < 2:
+            raise ValueError(f"tile {self.tile} does not fit two pipeline stages in smem")
+        return min(self.max_stages, fit)
+
+    @cute.jit
+    def __call__(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, mBias,
+                 num_ctas: cutlass.Int32, stream):
+        ab_dtype, c_dtype = mA.element_type, mC.element_type
+        bm, bn, bk = self.tile
+        tiled_mma = sm90_utils.make_trivial_tiled_mma(
+            ab_dtype, ab_dtype, _major_mode(self.a_major), _major_mode(self.b_major),
+            cutlass.Float32, (self.consumer_wgs, 1, 1), tiler_mn=(64, bn))
+        c_layout = LayoutEnum.from_tensor(mC)
+        ab_stage_bytes = (bm + bn) * bk * ab_dtype.width // 8
+        stages = self._stages(ab_stage_bytes, bm * bn * c_dtype.width // 8)
+        sA_layout = sm90_utils.make_smem_layout_a(LayoutEnum.from_tensor(mA), self.tile,
+                                                  ab_dtype, stages)
+        sB_layout = sm90_utils.make_smem_layout_b(LayoutEnum.from_tensor(mB), self.tile,
+                                                  ab_dtype, stages)
+        sC_layout = sm90_utils.make_smem_layout_epi(c_dtype, c_layout, (bm, bn), 1)
+        tma_a, tA = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mA,
+                                                cute.slice_(sA_layout, (None, None, 0)), (bm, bk))
+        tma_b, tB = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mB,
+                                                cute.slice_(sB_layout, (None, None, 0)), (bn, bk))
+        tma_c, tC = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileS2GOp(), mC,
+                                                cute.slice_(sC_layout, (None, None, 0)), (bm, bn))
+
+        @cute.struct
+        class SharedStorage:
+            mbar: cute.struct.MemRange[cutlass.Int64, stages * 2]
+            sA: cute.struct.Align[cute.struct.MemRange[ab_dtype, cute.cosize(sA_layout)], 1024]
+            sB: cute.struct.Align[cute.struct.MemRange[ab_dtype, cute.cosize(sB_layout)], 1024]
+            sC: cute.struct.Align[cute.struct.MemRange[c_dtype, cute.cosize(sC_layout)], 1024]
+
+        self.storage_cls = SharedStorage
+        self.ab_dtype = ab_dtype
+        self.stages = stages
+        self.c_layout = c_layout
+        self.kernel(tiled_mma, tma_a, tA, tma_b, tB, tma_c, tC, mC, mBias,
+                    sA_layout, sB_layout, sC_layout).launch(
+            grid=(num_ctas, 1, 1), block=(self.threads, 1, 1), cluster=(1, 1, 1), stream=stream)
+
+    @cute.kernel
+    def kernel(self, tiled_mma: cute.TiledMma, tma_a: cute.CopyAtom, tA: cute.Tensor,
+               tma_b: cute.CopyAtom, tB: cute.Tensor, tma_c: cute.CopyAtom, tC: cute.Tensor,
+               mC: cute.Tensor, mBias, sA_layout: cute.ComposedLayout,
+               sB_layout: cute.ComposedLayout, sC_layout: cute.ComposedLayout):
+        bm, bn, bk = self.tile
+        ab_dtype, c_dtype = self.ab_dtype, mC.element_type
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        gdimx, _, _ = cute.arch.grid_dim()
+        warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        wg = warp // 4
+        if warp == 0:
+            cpasync.prefetch_descriptor(tma_a)
+            cpasync.prefetch_descriptor(tma_b)
+            cpasync.prefetch_descriptor(tma_c)
+
+        storage = cutlass.memory.SmemAllocator().allocate(self.storage_cls)
+        stage_bytes = (cute.size_in_bytes(ab_dtype, cute.slice_(sA_layout, (None, None, 0)))
+                       + cute.size_in_bytes(ab_dtype, cute.slice_(sB_layout, (None, None, 0))))
+        ab_pipe = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.mbar.data_ptr(), num_stages=self.stages,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
+                                                     self.consumer_wgs * 4),
+            tx_count=stage_bytes, cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)))
+        sA = storage.sA.get_tensor(sA_layout.outer, swizzle=sA_layout.inner)
+        sB = storage.sB.get_tensor(sB_layout.outer, swizzle=sB_layout.inner)
+        sC = storage.sC.get_tensor(sC_layout.outer, swizzle=sC_layout.inner)
+
+        # (tile, tile, rest_m|n, rest_k, L) views of the TMA coordinate tensors
+        gA = cute.local_tile(tA, (bm, bk), (None, None, None))
+        gB = cute.local_tile(tB, (bn, bk), (None, None, None))
+        gC = cute.local_tile(tC, (bm, bn), (None, None, None))
+        tiles_m = cutlass.Int32(cute.size(gC, mode=[2]))
+        tiles_n = cutlass.Int32(cute.size(gC, mode=[3]))
+        batches = cutlass.Int32(cute.size(gC, mode=[4]))
+        k_tiles = cutlass.Int32(cute.size(gA, mode=[3]))
+        num_tiles = tiles_m * tiles_n * batches
+
+        if wg == 0:
+            # ---------------- producer: TMA loads of A and B k-tiles ----------------
+            cute.arch.setmaxregister_decrease(self.producer_regs)
+            if warp == 0:
+                tAsA, tAgA = cpasync.tma_partition(tma_a, 0, cute.make_layout(1),
+                                                   cute.group_modes(sA, 0, 2),
+                                                   cute.group_modes(gA, 0, 2))
+                tBsB, tBgB = cpasync.tma_partition(tma_b, 0, cute.make_layout(1),
+                                                   cute.group_modes(sB, 0, 2),
+                                                   cute.group_modes(gB, 0, 2))
+                prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer,
+                                                    self.stages)
+                for tile in cutlass.range(bidx, num_tiles, gdimx, unroll=1):
+                    tm, tn, tl = grouped_tile_coord(tile, tiles_m, tiles_n, self.group_m,
+                                                    minimum=cutlass.min)
+                    for kt in cutlass.range(k_tiles, unroll=1):
+                        ab_pipe.producer_acquire(prod)
+                        full = ab_pipe.producer_get_barrier(prod)
+                        cute.copy(tma_a, tAgA[(None, tm, kt, tl)], tAsA[(None, prod.index)],
+                                  tma_bar_ptr=full)
+                        cute.copy(tma_b, tBgB[(None, tn, kt, tl)], tBsB[(None, prod.index)],
+                                  tma_bar_ptr=full)
+                        ab_pipe.producer_commit(prod)
+                        prod.advance()
+                ab_pipe.producer_tail(prod)
+        else:
+            # ---------------- consumers: WGMMA mainloop + epilogue ----------------
+            cute.arch.setmaxregister_increase(self.consumer_regs)
+            ctid = tidx - 128
+            thr_mma = tiled_mma.get_slice(ctid)
+            tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
+            tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
+            acc = cute.make_rmem_tensor(tiled_mma.partition_shape_C((bm, bn)), cutlass.Float32)
+            k_blocks = cute.size(tCrA, mode=[2])
+
+            r2s = cute.make_tiled_copy_C(
+                sm90_utils.get_smem_store_op(self.c_layout, c_dtype, cutlass.Float32), tiled_mma)
+            thr_r2s = r2s.get_slice(ctid)
+            tRS_sC = thr_r2s.partition_D(sC[(None, None, 0)])
+            tRS_rAcc = r2s.retile(acc)
+            n_chunks = cute.size(tRS_rAcc, mode=[0, 1])
+            chunk = cute.make_rmem_tensor(cute.size(tRS_rAcc, mode=[0, 0]), c_dtype)
+            tCsC, tCgC = cpasync.tma_partition(tma_c, 0, cute.make_layout(1),
+                                               cute.group_modes(sC, 0, 2),
+                                               cute.group_modes(gC, 0, 2))
+            cC = cute.make_identity_tensor((mC.shape[0], mC.shape[1]))
+            is_store_warp = warp == 4
+
+            rd = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
+            rel = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
+            for tile in cutlass.range(bidx, num_tiles, gdimx, unroll=1):
+                tm, tn, tl = grouped_tile_coord(tile, tiles_m, tiles_n, self.group_m,
+                                                minimum=cutlass.min)
+                tiled_mma.set(warpgroup.Field.ACCUMULATE, False)
+                for kt in cutlass.range(k_tiles, unroll=1):
+                    ab_pipe.consumer_wait(rd)
+                    warpgroup.fence()
+                    for kb in cutlass.range_constexpr(k_blocks):
+                        cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, rd.index)],
+                                  tCrB[(None, None, kb, rd.index)], acc)
+                        tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
+                    warpgroup.commit_group()
+                    # one batch stays in flight; the stage before it is free for the producer
+                    warpgroup.wait_group(1)
+                    if kt > 0:
+                        ab_pipe.consumer_release(rel)
+                        rel.advance()
+                    rd.advance()
+                warpgroup.wait_group(0)
+                ab_pipe.consumer_release(rel)
+                rel.advance()
+
+                # ---- epilogue hook on fp32 with coordinates, then stmatrix + TMA store ----
+                if cutlass.const_expr(not self.epilogue.is_identity):
+                    tCcC = thr_mma.partition_C(cute.local_tile(cC, (bm, bn), (tm, tn)))
+                    self.epilogue.visit(acc, tCcC, mC.shape[1], mBias)
+                # the previous tile's TMA store must have read sC before we overwrite it
+                if is_store_warp:
+                    with cute.arch.elect_one():
+                        cute.arch.cp_async_bulk_wait_group(0, read=True)
+                cute.arch.barrier(barrier_id=self.epi_barrier_id,
+                                  number_of_threads=128 * self.consumer_wgs)
+                for j in cutlass.range_constexpr(n_chunks):
+                    chunk.store(tRS_rAcc[(None, j), 0, 0].load().to(c_dtype))
+                    cute.copy(r2s, chunk, tRS_sC[(None, j), 0, 0])
+                # stmatrix wrote through the generic proxy; TMA reads through the async one
+                cute.arch.fence_proxy("async.shared", space="cta")
+                cute.arch.barrier(barrier_id=self.epi_barrier_id,
+                                  number_of_threads=128 * self.consumer_wgs)
+                if is_store_warp:
+                    with cute.arch.elect_one():
+                        cute.copy(tma_c, tCsC[(None, 0)], tCgC[(None, tm, tn, tl)])
+                        cute.arch.cp_async_bulk_commit_group()
+            if is_store_warp:
+                with cute.arch.elect_one():
+                    cute.arch.cp_async_bulk_wait_group(0, read=False)
