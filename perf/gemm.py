@@ -30,13 +30,18 @@ def main() -> None:
     args = ap.parse_args()
     shapes = ([(8192, 8192, 8192), (4096, 14336, 4096), (16384, 28672, 8192), (4096, 4096, 14336)]
               if args.quick else SQUARES + LLAMA)
+    from cute_kernels.runtime.compile import KERNELS
+
     rows = gemm_rows(shapes, path=args.path, rounds=8 if args.quick else 15)
+    compiled = (KERNELS.stats["compiles"], KERNELS.stats["compile_s"], KERNELS.stats["disk_hits"])
     table = [[r.label, r.timings["cute"].median_ms, tflops(r, "cute"), tflops(r, "cuBLAS"),
               tflops(r, "cute") / tflops(r, "cuBLAS")] for r in rows]
     commit = os.environ.get("CK_COMMIT", "unknown")
     print(f"{device_name()} | path {args.path or 'native'} | commit {commit} | "
           f"{datetime.date.today()}\n")
     print(format_table(["MxNxK", "ms", "TFLOP/s", "cuBLAS TFLOP/s", "ratio"], table))
+    print(f"kernels compiled: {compiled[0]} in {compiled[1]:.1f} s; "
+          f"loaded from disk: {compiled[2]}")
     stem = f"gemm_{args.path or 'native'}"
     save_results(args.out, stem, {"device": device_name(), "commit": commit, "rows": table,
                                   "timings": rows, "date": str(datetime.date.today())})
