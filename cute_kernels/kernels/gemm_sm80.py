@@ -61,13 +61,13 @@ class GemmSm80:
     Warp roles: 4 warps (2 x 2), all loading (cp.async) and computing (mma.sync m16n8k16).
     Pipeline: ``stages``-deep cp.async ring of (A, B) k-tiles in smem; inside a k-tile,
     ldmatrix for k-block j+1 is issued before the mma of k-block j (register double buffer).
-    Shared memory: stages x (tile_m + tile_n) x tile_k x 2 B (48 KiB at 128x128x32, 3 stages),
+    Shared memory: stages x (tile_m + tile_n) x tile_k x 2 B (96 KiB at 128x128x64, 3 stages),
     reused by the epilogue for the output tile (swizzled, then 16-byte vector stores).
     Residues: rows (M, N) and K beyond the problem are predicated off (zero-filled).
     """
 
     def __init__(self, a_major: str = "k", b_major: str = "k", epilogue: Epilogue | None = None,
-                 tile=(128, 128, 32), stages: int = 3, warps=(2, 2)):
+                 tile=(128, 128, 64), stages: int = 3, warps=(2, 2)):
         self.a_major, self.b_major = a_major, b_major
         self.epilogue = epilogue or Epilogue()
         self.tile_m, self.tile_n, self.tile_k = tile

@@ -36,18 +36,21 @@ class GemmSm90:
     k-tiles while the consumers run tile t's epilogue.
     Pipeline: ``stages``-deep ``PipelineTmaAsync`` ring of (A, B) k-tiles (full/empty
     mbarriers); stages = as many as fit next to the C tile in 227 KiB.
-    Epilogue: the ``Epilogue`` hook on the fp32 accumulators with their (m, n), conversion,
-    stmatrix into a swizzled smem C tile, one TMA store per tile, whose completion is only
-    awaited before the next tile overwrites the buffer. Residues: TMA zero-fills loads past
-    M, N, K and clips the store.
-    Shared memory at 128x256x64 bf16: 3 x 48 KiB stages + 64 KiB C tile = 208 KiB.
+    Epilogue: the ``Epilogue`` hook on the fp32 accumulators with their (m, n); then per
+    (tile_m x epi_n) subtile: conversion, stmatrix into a 2-deep swizzled smem ring, TMA store
+    (the store of one subtile overlaps the stmatrix of the next). Residues: TMA zero-fills
+    loads past M, N, K and clips the stores.
+    Shared memory at 128x256x64 bf16: 4 x 48 KiB stages + 2 x 8 KiB C subtiles = 208 KiB.
     """
 
     def __init__(self, a_major: str = "k", b_major: str = "k", epilogue: Epilogue | None = None,
-                 tile=(128, 256, 64), max_stages: int = 5, group_m: int = 8):
+                 tile=(128, 256, 64), max_stages: int = 5, group_m: int = 16,
+                 epi_n: int = 32, epi_stages: int = 2):
         self.a_major, self.b_major = a_major, b_major
         self.epilogue = epilogue or Epilogue()
         self.tile = tile
+        self.epi_tile = (tile[0], epi_n)
+        self.epi_stages = epi_stages
         self.max_stages = max_stages
         self.group_m = group_m
         self.consumer_wgs = 2
@@ -71,18 +74,21 @@ class GemmSm90:
             cutlass.Float32, (self.consumer_wgs, 1, 1), tiler_mn=(64, bn))
         c_layout = LayoutEnum.from_tensor(mC)
         ab_stage_bytes = (bm + bn) * bk * ab_dtype.width // 8
-        stages = self._stages(ab_stage_bytes, bm * bn * c_dtype.width // 8)
+        stages = self._stages(ab_stage_bytes,
+                              self.epi_stages * bm * self.epi_tile[1] * c_dtype.width // 8)
         sA_layout = sm90_utils.make_smem_layout_a(LayoutEnum.from_tensor(mA), self.tile,
                                                   ab_dtype, stages)
         sB_layout = sm90_utils.make_smem_layout_b(LayoutEnum.from_tensor(mB), self.tile,
                                                   ab_dtype, stages)
-        sC_layout = sm90_utils.make_smem_layout_epi(c_dtype, c_layout, (bm, bn), 1)
+        sC_layout = sm90_utils.make_smem_layout_epi(c_dtype, c_layout, self.epi_tile,
+                                                    self.epi_stages)
         tma_a, tA = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mA,
                                                 cute.slice_(sA_layout, (None, None, 0)), (bm, bk))
         tma_b, tB = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mB,
                                                 cute.slice_(sB_layout, (None, None, 0)), (bn, bk))
         tma_c, tC = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileS2GOp(), mC,
-                                                cute.slice_(sC_layout, (None, None, 0)), (bm, bn))
+                                                cute.slice_(sC_layout, (None, None, 0)),
+                                                self.epi_tile)
 
         @cute.struct
         class SharedStorage:
@@ -174,18 +180,23 @@ class GemmSm90:
             acc = cute.make_rmem_tensor(tiled_mma.partition_shape_C((bm, bn)), cutlass.Float32)
             k_blocks = cute.size(tCrA, mode=[2])
 
-            r2s = cute.make_tiled_copy_C(
-                sm90_utils.get_smem_store_op(self.c_layout, c_dtype, cutlass.Float32), tiled_mma)
+            r2s_atom = sm90_utils.get_smem_store_op(self.c_layout, c_dtype, cutlass.Float32)
+            r2s = cute.make_tiled_copy_S(r2s_atom,
+                                         cute.make_tiled_copy_C_atom(r2s_atom, tiled_mma))
             thr_r2s = r2s.get_slice(ctid)
-            tRS_sC = thr_r2s.partition_D(sC[(None, None, 0)])
-            tRS_rAcc = r2s.retile(acc)
-            n_chunks = cute.size(tRS_rAcc, mode=[0, 1])
-            chunk = cute.make_rmem_tensor(cute.size(tRS_rAcc, mode=[0, 0]), c_dtype)
-            tCsC, tCgC = cpasync.tma_partition(tma_c, 0, cute.make_layout(1),
-                                               cute.group_modes(sC, 0, 2),
-                                               cute.group_modes(gC, 0, 2))
+            tRS_sC = thr_r2s.partition_D(sC)  # (R2S, R2S_M, R2S_N, epi_stages)
+            tRS_rAcc = r2s.retile(acc)  # the accumulators in stmatrix order, subtile-major
+            sub_shape = cute.shape(thr_r2s.partition_S(sC))[:3]
+            tRS_rSub = cute.make_rmem_tensor(sub_shape, cutlass.Float32)
+            tRS_rOut = cute.make_rmem_tensor(sub_shape, c_dtype)
+            sub_size = cute.size(tRS_rSub)
+            n_sub = bn // self.epi_tile[1]
             cC = cute.make_identity_tensor((mC.shape[0], mC.shape[1]))
             is_store_warp = warp == 4
+            store_pipe = pipeline.PipelineTmaStore.create(
+                num_stages=self.epi_stages,
+                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
+                                                         128 * self.consumer_wgs))
 
             rd = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
             rel = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
@@ -215,23 +226,29 @@ class GemmSm90:
                 if cutlass.const_expr(not self.epilogue.is_identity):
                     tCcC = thr_mma.partition_C(cute.local_tile(cC, (bm, bn), (tm, tn)))
                     self.epilogue.visit(acc, tCcC, mC.shape[1], mBias)
-                # the previous tile's TMA store must have read sC before we overwrite it
-                if is_store_warp:
-                    with cute.arch.elect_one():
-                        cute.arch.cp_async_bulk_wait_group(0, read=True)
-                cute.arch.barrier(barrier_id=self.epi_barrier_id,
-                                  number_of_threads=128 * self.consumer_wgs)
-                for j in cutlass.range_constexpr(n_chunks):
-                    chunk.store(tRS_rAcc[(None, j), 0, 0].load().to(c_dtype))
-                    cute.copy(r2s, chunk, tRS_sC[(None, j), 0, 0])
-                # stmatrix wrote through the generic proxy; TMA reads through the async one
-                cute.arch.fence_proxy("async.shared", space="cta")
-                cute.arch.barrier(barrier_id=self.epi_barrier_id,
-                                  number_of_threads=128 * self.consumer_wgs)
-                if is_store_warp:
-                    with cute.arch.elect_one():
-                        cute.copy(tma_c, tCsC[(None, 0)], tCgC[(None, tm, tn, tl)])
-                        cute.arch.cp_async_bulk_commit_group()
+                # (epi_m, epi_n) subtiles of this tile, each a TMA store from a 2-deep smem ring:
+                # stmatrix of subtile s overlaps the store of subtile s - 1
+                gC_epi = cute.zipped_divide(gC[(None, None, tm, tn, tl)], self.epi_tile)
+                tCsC, tCgC = cpasync.tma_partition(tma_c, 0, cute.make_layout(1),
+                                                   cute.group_modes(sC, 0, 2), gC_epi)
+                for sub in cutlass.range_constexpr(n_sub):
+                    for v in cutlass.range_constexpr(sub_size):
+                        tRS_rSub[v] = tRS_rAcc[sub * sub_size + v]
+                    tRS_rOut.store(tRS_rSub.load().to(c_dtype))
+                    buf = sub % self.epi_stages
+                    cute.copy(r2s, tRS_rOut, tRS_sC[(None, None, None, buf)])
+                    # stmatrix wrote through the generic proxy; TMA reads through the async one
+                    cute.arch.fence_proxy("async.shared", space="cta")
+                    cute.arch.barrier(barrier_id=self.epi_barrier_id,
+                                      number_of_threads=128 * self.consumer_wgs)
+                    if is_store_warp:
+                        with cute.arch.elect_one():
+                            cute.copy(tma_c, tCsC[(None, buf)], tCgC[(None, (0, sub))])
+                            store_pipe.producer_commit()
+                            # the buffer written next must no longer be read by a store
+                            store_pipe.producer_acquire()
+                    cute.arch.barrier(barrier_id=self.epi_barrier_id,
+                                      number_of_threads=128 * self.consumer_wgs)
             if is_store_warp:
                 with cute.arch.elect_one():
-                    cute.arch.cp_async_bulk_wait_group(0, read=False)
+                    store_pipe.producer_tail()
