@@ -73,6 +73,10 @@ class GemmSm90:
             ab_dtype, ab_dtype, _major_mode(self.a_major), _major_mode(self.b_major),
             cutlass.Float32, (self.consumer_wgs, 1, 1), tiler_mn=(64, bn))
         c_layout = LayoutEnum.from_tensor(mC)
+        if cutlass.const_expr(c_dtype.width == 32):
+            # fp32 output is stored by plain smem stores whose register order is not
+            # subtile-major: one whole-tile subtile (2 pipeline stages fit next to it)
+            self.epi_tile, self.epi_stages = (bm, bn), 1
         ab_stage_bytes = (bm + bn) * bk * ab_dtype.width // 8
         stages = self._stages(ab_stage_bytes,
                               self.epi_stages * bm * self.epi_tile[1] * c_dtype.width // 8)
