@@ -118,6 +118,19 @@ def _demo_gpu() -> int:
         rows.append([row.label, row.timings["cute"].median_ms, ours, base, ours / base,
                      ours / copy])
     print(format_table(["op", "ms", "GB/s", "torch.compile GB/s", "vs torch", "vs copy"], rows))
+
+    from .runtime.arch import device_target
+    from .suites import gemm_rows, tflops
+
+    native, _ = device_target(torch.device("cuda"))
+    print()
+    rows = []
+    for path in dict.fromkeys([native, "ampere"]):
+        for row in gemm_rows([(8192, 8192, 8192), (4096, 14336, 4096)], path=path, rounds=8):
+            ours, base = tflops(row, "cute"), tflops(row, "cuBLAS")
+            rows.append([f"linear {row.label}", path, row.timings["cute"].median_ms, ours, base,
+                         ours / base])
+    print(format_table(["op", "path", "ms", "TFLOP/s", "cuBLAS TFLOP/s", "vs cuBLAS"], rows))
     torch.cuda.synchronize()
     _print_cache_stats()
     return 0
