@@ -236,11 +236,18 @@ class GemmSm90:
                 tCsC, tCgC = cpasync.tma_partition(tma_c, 0, cute.make_layout(1),
                                                    cute.group_modes(sC, 0, 2), gC_epi)
                 for sub in cutlass.range_constexpr(n_sub):
-                    for v in cutlass.range_constexpr(sub_size):
-                        tRS_rSub[v] = tRS_rAcc[sub * sub_size + v]
-                    tRS_rOut.store(tRS_rSub.load().to(c_dtype))
                     buf = sub % self.epi_stages
-                    cute.copy(r2s, tRS_rOut, tRS_sC[(None, None, None, buf)])
+                    if cutlass.const_expr(n_sub == 1):
+                        # whole tile at once (fp32 output): same retiled layout on both sides
+                        tRS_rAll = cute.make_rmem_tensor_like(tRS_rAcc, c_dtype)
+                        tRS_rAll.store(tRS_rAcc.load().to(c_dtype))
+                        cute.copy(r2s, tRS_rAll, tRS_sC[(None, None, None, buf)])
+                    else:
+                        # stmatrix order is subtile-major: subtile s is a contiguous run
+                        for v in cutlass.range_constexpr(sub_size):
+                            tRS_rSub[v] = tRS_rAcc[sub * sub_size + v]
+                        tRS_rOut.store(tRS_rSub.load().to(c_dtype))
+                        cute.copy(r2s, tRS_rOut, tRS_sC[(None, None, None, buf)])
                     # stmatrix wrote through the generic proxy; TMA reads through the async one
                     cute.arch.fence_proxy("async.shared", space="cta")
                     cute.arch.barrier(barrier_id=self.epi_barrier_id,
