@@ -238,10 +238,15 @@ class GemmSm90:
                 for sub in cutlass.range_constexpr(n_sub):
                     buf = sub % self.epi_stages
                     if cutlass.const_expr(n_sub == 1):
-                        # whole tile at once (fp32 output): same retiled layout on both sides
-                        tRS_rAll = cute.make_rmem_tensor_like(tRS_rAcc, c_dtype)
-                        tRS_rAll.store(tRS_rAcc.load().to(c_dtype))
-                        cute.copy(r2s, tRS_rAll, tRS_sC[(None, None, None, buf)])
+                        # whole tile at once (fp32 output), in chunks of one copy atom
+                        r2s_c = cute.make_tiled_copy_C(r2s_atom, tiled_mma)
+                        tWS_sC = r2s_c.get_slice(ctid).partition_D(sC[(None, None, 0)])
+                        tWS_rAcc = r2s_c.retile(acc)
+                        tWS_rChunk = cute.make_rmem_tensor(cute.size(tWS_rAcc, mode=[0, 0]),
+                                                           c_dtype)
+                        for j in cutlass.range_constexpr(cute.size(tWS_rAcc, mode=[0, 1])):
+                            tWS_rChunk.store(tWS_rAcc[(None, j), 0, 0].load().to(c_dtype))
+                            cute.copy(r2s_c, tWS_rChunk, tWS_sC[(None, j), 0, 0])
                     else:
                         # stmatrix order is subtile-major: subtile s is a contiguous run
                         for v in cutlass.range_constexpr(sub_size):
