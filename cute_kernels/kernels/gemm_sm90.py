@@ -41,6 +41,9 @@ class GemmSm90:
     (the store of one subtile overlaps the stmatrix of the next). Residues: TMA zero-fills
     loads past M, N, K and clips the stores.
     Shared memory at 128x256x64 bf16: 4 x 48 KiB stages + 2 x 8 KiB C subtiles = 208 KiB.
+    Seams: the epilogue is ``Epilogue.visit`` (one call per tile); a gathered operand (rows
+    of B picked by an index list) replaces the producer's TMA tile load of B with a
+    row-gather into the same smem stage and barrier, leaving the consumers unchanged.
     """
 
     def __init__(self, a_major: str = "k", b_major: str = "k", epilogue: Epilogue | None = None,
