@@ -13,9 +13,8 @@ import torch
 from cute_kernels.bench import bench_interleaved, format_table
 from cute_kernels.kernels.epilogue import Epilogue
 from cute_kernels.kernels.tile_scheduler import persistent_grid
-from cute_kernels.ops.gemm import _fake_operand, _fake_out
 from cute_kernels.runtime.arch import device_target
-from cute_kernels.runtime.bridge import env_stream
+from cute_kernels.runtime.bridge import env_stream, fake_mkl
 from cute_kernels.runtime.compile import Build, compile_build
 
 CONFIGS = {
@@ -45,8 +44,8 @@ def main() -> None:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for cfg in CONFIGS[args.path]:
         k = Kernel(a_major="k", b_major="k", epilogue=Epilogue(), **cfg)
-        build = Build(k, (_fake_operand(torch.bfloat16, "k"), _fake_operand(torch.bfloat16, "k"),
-                          _fake_out(torch.bfloat16), None, cutlass.Int32(1), env_stream()))
+        build = Build(k, (fake_mkl(torch.bfloat16, "k"), fake_mkl(torch.bfloat16, "k"),
+                          fake_mkl(torch.bfloat16, "k"), None, cutlass.Int32(1), env_stream()))
         fn = compile_build(build, target)
         tm, tn = cfg["tile"][:2]
         grid = persistent_grid(-(-s // tm) * -(-s // tn), sms)

@@ -13,7 +13,7 @@ import torch
 
 from ..kernels.epilogue import ACTIVATIONS, Epilogue
 from ..kernels.tile_scheduler import persistent_grid
-from ..runtime.bridge import env_stream, kernel_for, sym
+from ..runtime.bridge import env_stream, fake_mkl, fake_vector, kernel_for
 from ..runtime.compile import Build
 from ..runtime.validate import check_aligned, check_cuda, check_same_device, check_tensor
 
@@ -83,34 +83,6 @@ def _validate(a, b_nk, bias, out, out_dtype, *, a_name: str, b_name: str):
     return shape, out_dtype, a_major, b_major
 
 
-def _fake_operand(dtype: torch.dtype, major: str):
-    """(R, K, L) with the unit stride on K ('k') or on R ('m'/'n'); other strides symbolic."""
-    from cutlass.cute.runtime import make_fake_tensor
-
-    from ..runtime.bridge import cutlass_dtype
-
-    shape = (sym(), sym(8), sym())
-    stride = (sym(8), 1, sym(8)) if major == "k" else (1, sym(8), sym(8))
-    return make_fake_tensor(cutlass_dtype(dtype), shape, stride, assumed_align=16)
-
-
-def _fake_out(dtype: torch.dtype):
-    from cutlass.cute.runtime import make_fake_tensor
-
-    from ..runtime.bridge import cutlass_dtype
-
-    return make_fake_tensor(cutlass_dtype(dtype), (sym(), sym(8), sym()), (sym(8), 1, sym(8)),
-                            assumed_align=16)
-
-
-def _fake_bias(dtype: torch.dtype):
-    from cutlass.cute.runtime import make_fake_compact_tensor
-
-    from ..runtime.bridge import cutlass_dtype
-
-    return make_fake_compact_tensor(cutlass_dtype(dtype), (sym(8),), assumed_align=4)
-
-
 def make_build(path: str, dtype, out_dtype, a_major: str, b_major: str, epilogue: Epilogue,
                bias_dtype=None) -> Build:
     if path == "hopper":
@@ -118,11 +90,11 @@ def make_build(path: str, dtype, out_dtype, a_major: str, b_major: str, epilogue
     else:
         from ..kernels.gemm_sm80 import GemmSm80 as Kernel
     kernel = Kernel(a_major=a_major, b_major=b_major, epilogue=epilogue)
-    bias = _fake_bias(bias_dtype) if epilogue.bias else None
     import cutlass
 
-    return Build(kernel, (_fake_operand(dtype, a_major), _fake_operand(dtype, b_major),
-                          _fake_out(out_dtype), bias, cutlass.Int32(1), env_stream()))
+    bias = fake_vector(bias_dtype, align=4, divisibility=8) if epilogue.bias else None
+    return Build(kernel, (fake_mkl(dtype, a_major), fake_mkl(dtype, b_major),
+                          fake_mkl(out_dtype, "k"), bias, cutlass.Int32(1), env_stream()))
 
 
 def _gemm_nk(a, b_nk, bias, out, out_dtype, epilogue, a_name, b_name):

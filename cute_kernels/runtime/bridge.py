@@ -60,6 +60,17 @@ def fake_rows(dtype: torch.dtype, *, compact: bool, align: int | None = None):
     return make_fake_tensor(dt, (sym(), sym()), (sym(), 1), assumed_align=align)
 
 
+def fake_mkl(dtype: torch.dtype, major: str):
+    """A GEMM operand in canonical (rows, K, batch) form, 16-byte aligned, with the unit stride
+    on K (``major == "k"``) or on the rows (``"m"``/``"n"``); other strides symbolic and
+    multiples of 8 elements (TMA's 16-byte stride rule for 16-bit types)."""
+    from cutlass.cute.runtime import make_fake_tensor
+
+    shape = (sym(), sym(8), sym())
+    stride = (sym(8), 1, sym(8)) if major == "k" else (1, sym(8), sym(8))
+    return make_fake_tensor(cutlass_dtype(dtype), shape, stride, assumed_align=16)
+
+
 def env_stream():
     """The stream argument: left out of the call, TVM-FFI passes torch's current stream."""
     from cutlass.cute.runtime import make_fake_stream

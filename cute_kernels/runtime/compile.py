@@ -161,10 +161,6 @@ class KernelCache:
                 # The in-process kernel still works; the next process just compiles again.
             return compiled
 
-    def clear_memory(self) -> None:
-        with self._lock:
-            self._mem.clear()
-
 
 KERNELS = KernelCache()
 

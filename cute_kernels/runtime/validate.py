@@ -70,14 +70,6 @@ def check_int(name: str, value: object, *, min_value: int | None = None) -> int:
     return value
 
 
-def is_aligned(t: torch.Tensor, nbytes: int = VECTOR_BYTES) -> bool:
-    """True when the base pointer and every non-unit stride are ``nbytes``-aligned."""
-    esize = t.element_size()
-    if t.data_ptr() % nbytes:
-        return False
-    return all(s * esize % nbytes == 0 for s, n in zip(t.stride(), t.shape) if s != 1 and n > 1)
-
-
 def check_aligned(name: str, t: torch.Tensor, nbytes: int = VECTOR_BYTES) -> None:
     """TMA-style rule: base pointer and the strides of all but the unit-stride dim aligned."""
     if t.data_ptr() % nbytes:
@@ -88,9 +80,3 @@ def check_aligned(name: str, t: torch.Tensor, nbytes: int = VECTOR_BYTES) -> Non
         if s != 1 and n > 1 and (s * esize) % nbytes:
             raise ValueError(f"{name}.stride({dim}) = {s} elements = {s * esize} bytes must be a "
                              f"multiple of {nbytes} bytes (TMA/vector access)")
-
-
-def check_unit_stride_last(name: str, t: torch.Tensor) -> None:
-    if t.dim() and t.shape[-1] > 1 and t.stride(-1) != 1:
-        raise ValueError(f"{name} must be contiguous in its last dimension (stride(-1) == 1), "
-                         f"got strides {t.stride()}")
