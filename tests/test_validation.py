@@ -113,5 +113,7 @@ def test_gemm_rejects():
         ck.gemm(a, b, epilogue="tanh")
     with pytest.raises(ValueError, match="a must be on a CUDA device"):
         ck.gemm(a, b)
+    with pytest.raises(ValueError, match=r"out must have shape \(2, 3, 64\)"):
+        ck.linear(torch.zeros(2, 3, 64, dtype=bf), b, out=torch.zeros(6, 64, dtype=bf))
     with pytest.raises(ValueError, match="w must be 2-D"):
         ck.linear(a, torch.zeros(2, 64, 64, dtype=bf))

@@ -168,6 +168,13 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, *
     check_tensor("w", w, dtypes=IN_DTYPES, ndim=2, on_cuda=False)
     lead = x.shape[:-1]
     x2 = x.reshape(-1, x.shape[-1])
-    out2 = out.view(-1, out.shape[-1]) if out is not None else None
+    out2 = None
+    if out is not None:
+        check_tensor("out", out, on_cuda=False)
+        if tuple(out.shape) != (*lead, w.shape[0]):
+            raise ValueError(f"out must have shape {(*lead, w.shape[0])}, got {tuple(out.shape)}")
+        if not out.is_contiguous():
+            raise ValueError("out must be contiguous")
+        out2 = out.view(-1, w.shape[0])
     y = _gemm_nk(x2, w, bias, out2, None, epilogue, "x", "w")
     return y.view(*lead, w.shape[0])
