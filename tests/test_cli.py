@@ -54,3 +54,14 @@ def test_console_script_demo_cpu():
                                                                             "unpack_mask"))]
     assert len(lines) == 8  # 2 kernels x 2 variants x 2 archs
     assert "ld.global.v4" in r.stdout and "sm_90a" in r.stdout
+
+
+def test_cache_info_and_clear(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("CUTE_KERNELS_CACHE_DIR", str(tmp_path))
+    (tmp_path / "abc.o").write_bytes(b"x" * 10)
+    (tmp_path / "abc.lock").write_text("")
+    assert main(["cache", "info"]) == 0
+    assert "1 kernels" in capsys.readouterr().out
+    assert main(["cache", "clear"]) == 0
+    assert "removed 2 files" in capsys.readouterr().out
+    assert not list(tmp_path.iterdir())

@@ -108,6 +108,18 @@ def test_linear_matches_torch(path):
     assert y.shape == (2, 37, 768)
 
 
+def test_torch_compile_fullgraph():
+    @torch.compile(fullgraph=True)
+    def mlp(x, w1, w2):
+        return ck.linear(ck.linear(x, w1, epilogue="silu"), w2)
+
+    x, w1, w2 = rand(64, 256), rand(512, 256), rand(256, 512)
+    ref = (torch.nn.functional.silu(x.float() @ w1.float().t()).bfloat16().float()
+           @ w2.float().t())
+    eager = ck.linear(ck.linear(x, w1, epilogue="silu"), w2)
+    check(mlp(x, w1, w2), ref, eager.float(), "torch.compile linear chain")
+
+
 def test_gemm_rejects_bad_shapes_before_launch():
     a = rand(64, 100)
     with pytest.raises(ValueError, match="N and K must be multiples of 8"):

@@ -49,6 +49,13 @@ def test_meta_shapes_for_torch_compile():
     assert out.shape == (5, 20) and out.dtype == torch.bool
 
 
+def test_gemm_meta_shape_for_torch_compile():
+    a = torch.empty(5, 64, dtype=torch.bfloat16, device="meta")
+    b = torch.empty(48, 64, dtype=torch.bfloat16, device="meta")
+    out = torch.ops.cute_kernels.gemm_nk(a, b, None, torch.float32, "silu")
+    assert out.shape == (5, 48) and out.dtype == torch.float32
+
+
 def test_alignment_rules():
     t = torch.zeros(64, dtype=torch.uint8)
     check_aligned("a", t.view(4, 16))
