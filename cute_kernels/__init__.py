@@ -1,8 +1,18 @@
 """cute-kernels: GPU kernels written with the CuTe Python DSL, called from PyTorch."""
 
 from .ops.bitpack import pack_mask, unpack_mask
+from .ops.gated_mlp import pack_gated_weight, unpack_gated_weight
 from .ops.gemm import gemm, linear
 from .runtime.arch import UnsupportedGPUError, force_path
 
 __version__ = "0.1.0"
-__all__ = ["UnsupportedGPUError", "force_path", "gemm", "linear", "pack_mask", "unpack_mask"]
+__all__ = [
+    "UnsupportedGPUError",
+    "force_path",
+    "gemm",
+    "linear",
+    "pack_gated_weight",
+    "pack_mask",
+    "unpack_gated_weight",
+    "unpack_mask",
+]
