@@ -11,7 +11,7 @@ import cutlass.cute as cute
 import cutlass.memory
 from cutlass.cute.nvgpu import cpasync, warp
 
-from .epilogue import Epilogue
+from .epilogue import GATED_TO_ACT, Epilogue, activate
 
 BYTES_PER_VEC = 16
 
@@ -67,8 +67,10 @@ class GemmSm80:
     """
 
     def __init__(self, a_major: str = "k", b_major: str = "k", epilogue: Epilogue | None = None,
-                 tile=(128, 128, 64), stages: int = 3, warps=(2, 2)):
+                 tile=(128, 128, 64), stages: int = 3, warps=(2, 2), gated: str | None = None):
         self.a_major, self.b_major = a_major, b_major
+        # gated: B holds interleaved (up, gate) rows; C gets act(gate) * up, N / 2 columns
+        self.gated = gated
         self.epilogue = epilogue or Epilogue()
         self.tile_m, self.tile_n, self.tile_k = tile
         self.stages = stages
@@ -89,8 +91,8 @@ class GemmSm80:
         )
         copy_a = g2s_copy(dtype, self.a_major, self.tile_m, self.tile_k, self.threads)
         copy_b = g2s_copy(dtype, self.b_major, self.tile_n, self.tile_k, self.threads)
-        grid = (cute.ceil_div(mC.shape[0], self.tile_m), cute.ceil_div(mC.shape[1], self.tile_n),
-                mC.shape[2])
+        grid = (cute.ceil_div(mA.shape[0], self.tile_m), cute.ceil_div(mB.shape[0], self.tile_n),
+                mA.shape[2])
         self.kernel(mA, mB, mC, mBias, tiled_mma, copy_a, copy_b).launch(
             grid=grid, block=(self.threads, 1, 1), stream=stream)
 
@@ -113,7 +115,8 @@ class GemmSm80:
         sC_atom = cute.make_composed_layout(
             cute.make_swizzle(3, _log2(c_per_vec), 3), 0,
             cute.make_layout((8, 128 // c_bytes), stride=(128 // c_bytes, 1)))
-        sC_layout = cute.tile_to_shape(sC_atom, (BM, BN), (0, 1))
+        out_n = BN // 2 if self.gated is not None else BN
+        sC_layout = cute.tile_to_shape(sC_atom, (BM, out_n), (0, 1))
         ab_bytes = (cute.cosize(sA_layout) + cute.cosize(sB_layout)) * (dtype.width // 8)
         smem_bytes = max(ab_bytes, cute.cosize(sC_layout) * c_bytes)
 
@@ -132,10 +135,10 @@ class GemmSm80:
         mA_l, mB_l, mC_l = mA[None, None, bl], mB[None, None, bl], mC[None, None, bl]
         gA = cute.local_tile(mA_l, (BM, BK), (bm, None))
         gB = cute.local_tile(mB_l, (BN, BK), (bn, None))
-        gC = cute.local_tile(mC_l, (BM, BN), (bm, bn))
+        gC = cute.local_tile(mC_l, (BM, out_n), (bm, bn))
         cA = cute.local_tile(cute.make_identity_tensor(mA_l.shape), (BM, BK), (bm, None))
         cB = cute.local_tile(cute.make_identity_tensor(mB_l.shape), (BN, BK), (bn, None))
-        cC = cute.local_tile(cute.make_identity_tensor(mC_l.shape), (BM, BN), (bm, bn))
+        cC = cute.local_tile(cute.make_identity_tensor(mC_l.shape), (BM, out_n), (bm, bn))
         k_tiles = cute.size(gA, mode=[2])
 
         thr_a, thr_b = copy_a.get_slice(tidx), copy_b.get_slice(tidx)
@@ -152,10 +155,9 @@ class GemmSm80:
         thr_mma = tiled_mma.get_slice(tidx)
         tCsA = thr_mma.partition_A(sA)
         tCsB = thr_mma.partition_B(sB)
-        tCgC = thr_mma.partition_C(gC)
         tCrA = thr_mma.make_fragment_A(tCsA[None, None, None, 0])
         tCrB = thr_mma.make_fragment_B(tCsB[None, None, None, 0])
-        tCrAcc = thr_mma.make_fragment_C(tCgC)
+        tCrAcc = cute.make_rmem_tensor(tiled_mma.partition_shape_C((BM, BN)), cutlass.Float32)
         tCrAcc.fill(0.0)
         ldsm_a = cute.make_tiled_copy_A(cute.make_copy_atom(
             warp.LdMatrix8x8x16bOp(self.a_major != "k", 4), dtype), tiled_mma)
@@ -198,16 +200,25 @@ class GemmSm80:
         # ---- epilogue: hook on fp32 with (m, n), convert, stage in smem, 16-byte stores ----
         cute.arch.cp_async_wait_group(0)
         cute.arch.sync_threads()
-        tCcC = thr_mma.partition_C(cC)
-        self.epilogue.visit(tCrAcc, tCcC, mC_l.shape[1], mBias)
-        tCrC = cute.make_rmem_tensor_like(tCrAcc, c_dtype)
-        tCrC.store(tCrAcc.load().to(c_dtype))
-        cute.autovec_copy(tCrC, thr_mma.partition_C(sC))
+        if cutlass.const_expr(self.gated is not None):
+            # act(gate) * up per (even, odd) column pair = values (2v, 2v + 1) of one thread,
+            # written at (m, n // 2) of the half-width tile (layouts.gated_source)
+            tCcL = thr_mma.partition_C(cute.make_identity_tensor((BM, BN)))
+            for v in cutlass.range_constexpr(cute.size(tCrAcc) // 2):
+                m, n = tCcL[2 * v]
+                gated = activate(tCrAcc[2 * v + 1], GATED_TO_ACT[self.gated]) * tCrAcc[2 * v]
+                sC[m, n // 2] = gated.to(c_dtype)
+        else:
+            tCcC = thr_mma.partition_C(cC)
+            self.epilogue.visit(tCrAcc, tCcC, mC_l.shape[1], mBias)
+            tCrC = cute.make_rmem_tensor_like(tCrAcc, c_dtype)
+            tCrC.store(tCrAcc.load().to(c_dtype))
+            cute.autovec_copy(tCrC, thr_mma.partition_C(sC))
         cute.arch.sync_threads()
 
         store_atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), c_dtype,
                                          num_bits_per_copy=128)
-        chunks_n = BN // c_per_vec
+        chunks_n = out_n // c_per_vec
         s2g = cute.make_tiled_copy_tv(
             store_atom,
             cute.make_layout((self.threads // chunks_n, chunks_n), stride=(chunks_n, 1)),

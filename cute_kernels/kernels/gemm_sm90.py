@@ -13,7 +13,7 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
-from .epilogue import Epilogue
+from .epilogue import GATED_TO_ACT, Epilogue, activate
 from .tile_scheduler import grouped_tile_coord
 
 SMEM_BYTES = 227 * 1024  # sm_90 opt-in shared memory per CTA
@@ -48,8 +48,10 @@ class GemmSm90:
 
     def __init__(self, a_major: str = "k", b_major: str = "k", epilogue: Epilogue | None = None,
                  tile=(128, 256, 64), max_stages: int = 5, group_m: int = 16,
-                 epi_n: int = 32, epi_stages: int = 2):
+                 epi_n: int = 32, epi_stages: int = 2, gated: str | None = None):
         self.a_major, self.b_major = a_major, b_major
+        # gated: B holds interleaved (up, gate) rows; C gets act(gate) * up, N / 2 columns
+        self.gated = gated
         self.epilogue = epilogue or Epilogue()
         self.tile = tile
         self.epi_tile = (tile[0], epi_n)
@@ -76,7 +78,10 @@ class GemmSm90:
             ab_dtype, ab_dtype, _major_mode(self.a_major), _major_mode(self.b_major),
             cutlass.Float32, (self.consumer_wgs, 1, 1), tiler_mn=(64, bn))
         c_layout = LayoutEnum.from_tensor(mC)
-        if cutlass.const_expr(c_dtype.width == 32):
+        if cutlass.const_expr(self.gated is not None):
+            # the gated half tile is written by coordinates and stored whole
+            self.epi_tile, self.epi_stages = (bm, bn // 2), 1
+        elif cutlass.const_expr(c_dtype.width == 32):
             # fp32 output is stored by plain smem stores whose register order is not
             # subtile-major: one whole-tile subtile (2 pipeline stages fit next to it)
             self.epi_tile, self.epi_stages = (bm, bn), 1
@@ -145,10 +150,11 @@ class GemmSm90:
         # (tile, tile, rest_m|n, rest_k, L) views of the TMA coordinate tensors
         gA = cute.local_tile(tA, (bm, bk), (None, None, None))
         gB = cute.local_tile(tB, (bn, bk), (None, None, None))
-        gC = cute.local_tile(tC, (bm, bn), (None, None, None))
-        tiles_m = cutlass.Int32(cute.size(gC, mode=[2]))
-        tiles_n = cutlass.Int32(cute.size(gC, mode=[3]))
-        batches = cutlass.Int32(cute.size(gC, mode=[4]))
+        out_n = bn // 2 if self.gated is not None else bn
+        gC = cute.local_tile(tC, (bm, out_n), (None, None, None))
+        tiles_m = cutlass.Int32(cute.size(gA, mode=[2]))
+        tiles_n = cutlass.Int32(cute.size(gB, mode=[2]))
+        batches = cutlass.Int32(cute.size(gA, mode=[4]))
         k_tiles = cutlass.Int32(cute.size(gA, mode=[3]))
         num_tiles = tiles_m * tiles_n * batches
 
@@ -199,6 +205,7 @@ class GemmSm90:
             sub_size = cute.size(tRS_rSub)
             n_sub = bn // self.epi_tile[1]
             cC = cute.make_identity_tensor((mC.shape[0], mC.shape[1]))
+            tCcL = thr_mma.partition_C(cute.make_identity_tensor((bm, bn)))  # tile-local (m, n)
             is_store_warp = warp == 4
             store_pipe = pipeline.PipelineTmaStore.create(
                 num_stages=self.epi_stages,
@@ -229,45 +236,77 @@ class GemmSm90:
                 ab_pipe.consumer_release(rel)
                 rel.advance()
 
-                # ---- epilogue hook on fp32 with coordinates, then stmatrix + TMA store ----
-                if cutlass.const_expr(not self.epilogue.is_identity):
-                    tCcC = thr_mma.partition_C(cute.local_tile(cC, (bm, bn), (tm, tn)))
-                    self.epilogue.visit(acc, tCcC, mC.shape[1], mBias)
-                # (epi_m, epi_n) subtiles of this tile, each a TMA store from a 2-deep smem ring:
-                # stmatrix of subtile s overlaps the store of subtile s - 1
-                gC_epi = cute.zipped_divide(gC[(None, None, tm, tn, tl)], self.epi_tile)
-                tCsC, tCgC = cpasync.tma_partition(tma_c, 0, cute.make_layout(1),
-                                                   cute.group_modes(sC, 0, 2), gC_epi)
-                for sub in cutlass.range_constexpr(n_sub):
-                    buf = sub % self.epi_stages
-                    if cutlass.const_expr(n_sub == 1):
-                        # whole tile at once (fp32 output), in chunks of one copy atom
-                        r2s_c = cute.make_tiled_copy_C(r2s_atom, tiled_mma)
-                        tWS_sC = r2s_c.get_slice(ctid).partition_D(sC[(None, None, 0)])
-                        tWS_rAcc = r2s_c.retile(acc)
-                        tWS_rChunk = cute.make_rmem_tensor(cute.size(tWS_rAcc, mode=[0, 0]),
-                                                           c_dtype)
-                        for j in cutlass.range_constexpr(cute.size(tWS_rAcc, mode=[0, 1])):
-                            tWS_rChunk.store(tWS_rAcc[(None, j), 0, 0].load().to(c_dtype))
-                            cute.copy(r2s_c, tWS_rChunk, tWS_sC[(None, j), 0, 0])
-                    else:
-                        # stmatrix order is subtile-major: subtile s is a contiguous run
-                        for v in cutlass.range_constexpr(sub_size):
-                            tRS_rSub[v] = tRS_rAcc[sub * sub_size + v]
-                        tRS_rOut.store(tRS_rSub.load().to(c_dtype))
-                        cute.copy(r2s, tRS_rOut, tRS_sC[(None, None, None, buf)])
-                    # stmatrix wrote through the generic proxy; TMA reads through the async one
-                    cute.arch.fence_proxy("async.shared", space="cta")
-                    cute.arch.barrier(barrier_id=self.epi_barrier_id,
-                                      number_of_threads=128 * self.consumer_wgs)
-                    if is_store_warp:
-                        with cute.arch.elect_one():
-                            cute.copy(tma_c, tCsC[(None, buf)], tCgC[(None, (0, sub))])
-                            store_pipe.producer_commit()
-                            # the buffer written next must no longer be read by a store
-                            store_pipe.producer_acquire()
-                    cute.arch.barrier(barrier_id=self.epi_barrier_id,
-                                      number_of_threads=128 * self.consumer_wgs)
+                if cutlass.const_expr(self.gated is not None):
+                    self._gated_epilogue(acc, tCcL, sC, tma_c, gC, tm, tn, tl, c_dtype,
+                                         is_store_warp)
+                else:
+                    # ---- epilogue hook on fp32 with coordinates, then stmatrix + TMA store ----
+                    if cutlass.const_expr(not self.epilogue.is_identity):
+                        tCcC = thr_mma.partition_C(cute.local_tile(cC, (bm, bn), (tm, tn)))
+                        self.epilogue.visit(acc, tCcC, mC.shape[1], mBias)
+                    # (epi_m, epi_n) subtiles, each a TMA store from a 2-deep smem ring: the
+                    # stmatrix of subtile s overlaps the store of subtile s - 1
+                    gC_epi = cute.zipped_divide(gC[(None, None, tm, tn, tl)], self.epi_tile)
+                    tCsC, tCgC = cpasync.tma_partition(tma_c, 0, cute.make_layout(1),
+                                                       cute.group_modes(sC, 0, 2), gC_epi)
+                    for sub in cutlass.range_constexpr(n_sub):
+                        buf = sub % self.epi_stages
+                        if cutlass.const_expr(n_sub == 1):
+                            # whole tile at once (fp32 output), in chunks of one copy atom
+                            r2s_c = cute.make_tiled_copy_C(r2s_atom, tiled_mma)
+                            tWS_sC = r2s_c.get_slice(ctid).partition_D(sC[(None, None, 0)])
+                            tWS_rAcc = r2s_c.retile(acc)
+                            tWS_rChunk = cute.make_rmem_tensor(
+                                cute.size(tWS_rAcc, mode=[0, 0]), c_dtype)
+                            n_chunks = cute.size(tWS_rAcc, mode=[0, 1])
+                            for j in cutlass.range_constexpr(n_chunks):
+                                tWS_rChunk.store(tWS_rAcc[(None, j), 0, 0].load().to(c_dtype))
+                                cute.copy(r2s_c, tWS_rChunk, tWS_sC[(None, j), 0, 0])
+                        else:
+                            # stmatrix order is subtile-major: subtile s is a contiguous run
+                            for v in cutlass.range_constexpr(sub_size):
+                                tRS_rSub[v] = tRS_rAcc[sub * sub_size + v]
+                            tRS_rOut.store(tRS_rSub.load().to(c_dtype))
+                            cute.copy(r2s, tRS_rOut, tRS_sC[(None, None, None, buf)])
+                        # smem written through the generic proxy; TMA reads through the async one
+                        cute.arch.fence_proxy("async.shared", space="cta")
+                        cute.arch.barrier(barrier_id=self.epi_barrier_id,
+                                          number_of_threads=128 * self.consumer_wgs)
+                        if is_store_warp:
+                            with cute.arch.elect_one():
+                                cute.copy(tma_c, tCsC[(None, buf)], tCgC[(None, (0, sub))])
+                                store_pipe.producer_commit()
+                                # the buffer written next must no longer be read by a store
+                                store_pipe.producer_acquire()
+                        cute.arch.barrier(barrier_id=self.epi_barrier_id,
+                                          number_of_threads=128 * self.consumer_wgs)
             if is_store_warp:
                 with cute.arch.elect_one():
                     store_pipe.producer_tail()
+
+    @cute.jit
+    def _gated_epilogue(self, acc, tCcL, sC, tma_c, gC, tm, tn, tl, c_dtype, is_store_warp):
+        """act(gate) * up for each thread's (even, odd) accumulator column pair, written at
+        (m, n // 2) of the half-width smem tile, then one TMA store of the tile.
+
+        In CuTe's fragment order the pair is values (2v, 2v + 1) of one thread (the gated
+        layouts in ``layouts`` prove it for every wgmma N), so no data moves between threads.
+        """
+        barrier_threads = 128 * self.consumer_wgs
+        if is_store_warp:
+            with cute.arch.elect_one():
+                cute.arch.cp_async_bulk_wait_group(0, read=True)  # last tile's store read sC
+        cute.arch.barrier(barrier_id=self.epi_barrier_id, number_of_threads=barrier_threads)
+        for v in cutlass.range_constexpr(cute.size(acc) // 2):
+            m, n = tCcL[2 * v]
+            gated = activate(acc[2 * v + 1], GATED_TO_ACT[self.gated]) * acc[2 * v]
+            sC[m, n // 2, 0] = gated.to(c_dtype)
+        cute.arch.fence_proxy("async.shared", space="cta")
+        cute.arch.barrier(barrier_id=self.epi_barrier_id, number_of_threads=barrier_threads)
+        if is_store_warp:
+            with cute.arch.elect_one():
+                tCsC, tCgC = cpasync.tma_partition(tma_c, 0, cute.make_layout(1),
+                                                   cute.group_modes(sC, 0, 2),
+                                                   cute.group_modes(gC, 0, 2))
+                cute.copy(tma_c, tCsC[(None, 0)], tCgC[(None, tm, tn, tl)])
+                cute.arch.cp_async_bulk_commit_group()

@@ -76,3 +76,59 @@ def gated_mlp_up_reference(x: torch.Tensor, w_packed: torch.Tensor,
     w_gate, w_up = unpack_gated_weight(w_packed)
     xf = x.float()
     return gate(xf @ w_up.float().t(), xf @ w_gate.float().t(), activation)
+
+
+def make_build(path: str, dtype, out_dtype, a_major: str, b_major: str, activation: str):
+    """The gated GEMM: the dense GEMM kernel of ``path`` with its gated epilogue."""
+    import cutlass
+
+    from ..runtime.bridge import env_stream, fake_mkl
+    from ..runtime.compile import Build
+
+    if path == "hopper":
+        from ..kernels.gemm_sm90 import GemmSm90 as Kernel
+    else:
+        from ..kernels.gemm_sm80 import GemmSm80 as Kernel
+    kernel = Kernel(a_major=a_major, b_major=b_major, gated=activation)
+    return Build(kernel, (fake_mkl(dtype, a_major), fake_mkl(dtype, b_major),
+                          fake_mkl(out_dtype, "k"), None, cutlass.Int32(1), env_stream()))
+
+
+def _gated_mlp_up(x: torch.Tensor, w_packed: torch.Tensor, activation: str = "swiglu",
+                  out: torch.Tensor | None = None) -> torch.Tensor:
+    """``act(x @ W_gate^T) * (x @ W_up^T)`` in one GEMM over the interleaved weight.
+
+    Not yet public: the kernels compile for sm_80 and sm_90a but have not run on a GPU yet
+    (tests/test_gated_mlp_gpu.py); issue 4 exposes it once they have.
+    """
+    from ..kernels.tile_scheduler import persistent_grid
+    from ..runtime.bridge import kernel_for
+    from .gemm import _as_mkl, _sms, _validate
+
+    if activation not in GATED_ACTIVATIONS:
+        raise ValueError(f"activation must be one of {GATED_ACTIVATIONS}, got {activation!r}")
+    check_tensor("x", x, dtypes=(torch.bfloat16, torch.float16), min_ndim=1, on_cuda=False)
+    lead, k = x.shape[:-1], x.shape[-1]
+    x2 = x.reshape(-1, k)
+    check_tensor("w_packed", w_packed, dtypes=(torch.bfloat16, torch.float16), ndim=2,
+                 on_cuda=False)
+    inter = w_packed.shape[0] // 2
+    if w_packed.shape[0] % 16:
+        raise ValueError(f"w_packed must have 2I rows with I a multiple of 8 (16-byte output "
+                         f"rows), got {w_packed.shape[0]} rows")
+    _, out_dtype, a_major, b_major = _validate(x2, w_packed, None, None, None,
+                                               a_name="x", b_name="w_packed")
+    if out is None:
+        out = torch.empty(*lead, inter, dtype=out_dtype, device=x.device)
+    elif tuple(out.shape) != (*lead, inter) or out.dtype != out_dtype or not out.is_contiguous():
+        raise ValueError(f"out must be a contiguous {out_dtype} tensor of shape "
+                         f"{(*lead, inter)}")
+    if out.numel() == 0:
+        return out
+    key = ("gated_mlp_up", x.dtype, out_dtype, a_major, b_major, activation)
+    kernel = kernel_for(x.device, key, lambda path, target: make_build(
+        path, x.dtype, out_dtype, a_major, b_major, activation))
+    tiles = -(-x2.shape[0] // 128) * -(-w_packed.shape[0] // 256)
+    kernel(_as_mkl(x2), _as_mkl(w_packed), _as_mkl(out.view(-1, inter)), None,
+           persistent_grid(tiles, _sms(x.device)))
+    return out
