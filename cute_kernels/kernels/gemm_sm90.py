@@ -16,6 +16,7 @@ from cutlass.tensor_utils import LayoutEnum
 from .epilogue import GATED_TO_ACT, Epilogue, activate
 from .tile_scheduler import grouped_tile_coord
 
+DEFAULT_TILE = (128, 256, 64)  # CTA tile (M, N, K); the op sizes the persistent grid from it
 SMEM_BYTES = 227 * 1024  # sm_90 opt-in shared memory per CTA
 BARRIER_RESERVE = 1024
 
@@ -47,7 +48,7 @@ class GemmSm90:
     """
 
     def __init__(self, a_major: str = "k", b_major: str = "k", epilogue: Epilogue | None = None,
-                 tile=(128, 256, 64), max_stages: int = 5, group_m: int = 16,
+                 tile=DEFAULT_TILE, max_stages: int = 5, group_m: int = 16,
                  epi_n: int = 32, epi_stages: int = 2, gated: str | None = None):
         self.a_major, self.b_major = a_major, b_major
         # gated: B holds interleaved (up, gate) rows; C gets act(gate) * up, N / 2 columns

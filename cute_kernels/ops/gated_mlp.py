@@ -101,9 +101,8 @@ def _gated_mlp_up(x: torch.Tensor, w_packed: torch.Tensor, activation: str = "sw
     Not yet public: the kernels compile for sm_80 and sm_90a but have not run on a GPU yet
     (tests/test_gated_mlp_gpu.py); issue 4 exposes it once they have.
     """
-    from ..kernels.tile_scheduler import persistent_grid
     from ..runtime.bridge import kernel_for
-    from .gemm import _as_mkl, _sms, _validate
+    from .gemm import _as_mkl, _validate, persistent_ctas
 
     if activation not in GATED_ACTIVATIONS:
         raise ValueError(f"activation must be one of {GATED_ACTIVATIONS}, got {activation!r}")
@@ -128,7 +127,6 @@ def _gated_mlp_up(x: torch.Tensor, w_packed: torch.Tensor, activation: str = "sw
     key = ("gated_mlp_up", x.dtype, out_dtype, a_major, b_major, activation)
     kernel = kernel_for(x.device, key, lambda path, target: make_build(
         path, x.dtype, out_dtype, a_major, b_major, activation))
-    tiles = -(-x2.shape[0] // 128) * -(-w_packed.shape[0] // 256)
     kernel(_as_mkl(x2), _as_mkl(w_packed), _as_mkl(out.view(-1, inter)), None,
-           persistent_grid(tiles, _sms(x.device)))
+           persistent_ctas(x2, w_packed))
     return out

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from ..kernels.epilogue import ACTIVATIONS, Epilogue
+from ..kernels.gemm_sm90 import DEFAULT_TILE
 from ..kernels.tile_scheduler import persistent_grid
 from ..runtime.bridge import env_stream, fake_mkl, fake_vector, kernel_for
 from ..runtime.compile import Build
@@ -114,10 +115,17 @@ def _gemm_nk(a, b_nk, bias, out, out_dtype, epilogue, a_name, b_name):
            bias.dtype if bias is not None else None)
     kernel = kernel_for(a.device, key, lambda path, target: make_build(
         path, a.dtype, out_dtype, a_major, b_major, epi, key[-1]))
-    m, n = shape[-2:]
-    tiles = -(-m // 128) * -(-n // 128) * (a.shape[0] if a.dim() == 3 else 1)
-    kernel(_as_mkl(a), _as_mkl(b_nk), _as_mkl(out), bias, persistent_grid(tiles, _sms(a.device)))
+    kernel(_as_mkl(a), _as_mkl(b_nk), _as_mkl(out), bias, persistent_ctas(a, b_nk))
     return out
+
+
+def persistent_ctas(a: torch.Tensor, b_nk: torch.Tensor) -> int:
+    """CTAs for the persistent Hopper kernel: one per SM, never more than its output tiles
+    (counted in its tile of A rows x B rows; the Ampere kernel ignores the value)."""
+    tm, tn, _ = DEFAULT_TILE
+    batch = a.shape[0] if a.dim() == 3 else 1
+    tiles = -(-a.shape[-2] // tm) * -(-b_nk.shape[-2] // tn) * batch
+    return persistent_grid(tiles, _sms(a.device))
 
 
 _SM_COUNT: dict[int, int] = {}
