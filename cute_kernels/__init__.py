@@ -1,14 +1,17 @@
 """cute-kernels: GPU kernels written with the CuTe Python DSL, called from PyTorch."""
 
+from .modules import GatedMLP
 from .ops.bitpack import pack_mask, unpack_mask
-from .ops.gated_mlp import pack_gated_weight, unpack_gated_weight
+from .ops.gated_mlp import gated_mlp_up, pack_gated_weight, unpack_gated_weight
 from .ops.gemm import gemm, linear
 from .runtime.arch import UnsupportedGPUError, force_path
 
 __version__ = "0.1.0"
 __all__ = [
+    "GatedMLP",
     "UnsupportedGPUError",
     "force_path",
+    "gated_mlp_up",
     "gemm",
     "linear",
     "pack_gated_weight",

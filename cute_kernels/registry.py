@@ -46,9 +46,23 @@ def _gemm_entry() -> KernelEntry:
                        "(tn: A K-major, B K-major = linear)", tuple(GEMM_VARIANTS), build)
 
 
+def _gated_entry() -> KernelEntry:
+    import torch
+
+    from .ops.activations import GATED_ACTIVATIONS
+    from .ops.gated_mlp import make_build
+
+    def build(variant: str, path: str) -> Build:
+        return make_build(path, torch.bfloat16, torch.bfloat16, "k", "k", variant)
+
+    return KernelEntry("gated_mlp_up", "bf16 act(x @ W_gate^T) * (x @ W_up^T) in one GEMM over "
+                       "the interleaved weight; variants by activation", GATED_ACTIVATIONS, build)
+
+
 def entries() -> dict[str, KernelEntry]:
     items = [
         _gemm_entry(),
+        _gated_entry(),
         _bitpack_entry("pack_mask", "bool [..., N] -> uint8 [..., ceil(N/8)], little-endian bits"),
         _bitpack_entry("unpack_mask", "uint8 [..., ceil(N/8)] -> bool [..., N]"),
     ]

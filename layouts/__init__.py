@@ -14,6 +14,7 @@ from .atoms import (
     layout_names,
     sm90_gated_c,
     sm90_wgmma_c,
+    tile_mma_tv,
 )
 from .layout import Layout, TVLayout, crd2idx, idx2crd, make_layout
 from .swizzle import (
@@ -48,4 +49,5 @@ __all__ = [
     "sm90_gated_c",
     "sm90_wgmma_c",
     "swizzle_for",
+    "tile_mma_tv",
 ]

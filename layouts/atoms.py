@@ -93,6 +93,38 @@ def gated_source(c: TVLayout, thread: int, value: int) -> list[tuple[int, int]]:
     return [(thread, 2 * value), (thread, 2 * value + 1)]
 
 
+def tile_mma_tv(atom: TVLayout, warps: tuple[int, int], tile: tuple[int, int]) -> TVLayout:
+    """The atom's C layout tiled over a CTA tile, in CuTe's TiledMMA partition order.
+
+    ``warps = (WM, WN)`` copies of the atom side by side (thread ``t_atom + A_T * (wm + WM *
+    wn)``, as ``make_tiled_mma``'s column-major atom layout), then repeated over the ``tile``:
+    value ``(v_atom, rm, rn)`` sits at ``m = am + AM * (wm + WM * rm)`` and ``n = an + AN * (wn
+    + WN * rn)``, which is the order of ``partition_C`` of the whole tile (atom values, MMA_M,
+    MMA_N; the tests check it against the DSL for every thread). Fed the gated atom, the same
+    tiling gives the half-width output fragments of the gated epilogue.
+    """
+    am, an = atom.tile
+    wm, wn = warps
+    tm, tn = tile
+    if tm % (am * wm) or tn % (an * wn):
+        raise ValueError(f"tile {tile} is not a multiple of the {atom.tile} atom x {warps} warps")
+    rm, rn = tm // (am * wm), tn // (an * wn)
+
+    def to_tile(offsets):
+        # an atom offset am_i + AM * an_i becomes am_i + TM * an_i in the tile; each atom mode
+        # moves along one axis, so strides convert one by one
+        if isinstance(offsets, tuple):
+            return tuple(to_tile(o) for o in offsets)
+        return offsets % am + tm * (offsets // am)
+
+    thr, val = atom.layout[0], atom.layout[1]
+    shape = ((thr.shape, wm, wn), (val.shape, rm, rn))
+    stride = ((to_tile(thr.stride), am, tm * an),
+              (to_tile(val.stride), am * wm, tm * an * wn))
+    return TVLayout(f"{atom.name}_tiled_{tm}x{tn}", Layout(shape, stride), tile,
+                    f"{atom.name} over {warps} warps, repeated over a {tm}x{tn} tile")
+
+
 _FIXED = {t.name: t for t in (SM80_16x8x16_A, SM80_16x8x16_B, SM80_16x8x16_C,
                               SM80_16x4x16_GATED_C)}
 _PARAMETRIC = {"sm90_wgmma_c": sm90_wgmma_c, "sm90_gated_c": sm90_gated_c}

@@ -15,6 +15,8 @@ step "memcheck bitpack" bash -c "compute-sanitizer --tool memcheck --error-exitc
 step "racecheck bitpack" bash -c "compute-sanitizer --tool racecheck --error-exitcode 9 python -m pytest -q -x tests/test_bitpack_gpu.py -k 'roundtrip and 2049' 2>&1 | tail -4"
 step "memcheck gemm" bash -c "CUTE_KERNELS_DISK_CACHE=0 timeout 300 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 python -m pytest -q -x tests/test_gemm_gpu.py -k 'skinny and (333 or 129)' 2>&1 | tail -4"
 step "racecheck gemm" bash -c "CUTE_KERNELS_DISK_CACHE=0 timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 python -m pytest -q -x tests/test_gemm_gpu.py -k 'skinny and 333' 2>&1 | tail -4"
+step "memcheck gated" bash -c "CUTE_KERNELS_DISK_CACHE=0 timeout 300 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 python -m pytest -q -x tests/test_gated_mlp_gpu.py -k 'matches_reference and swiglu and (7-136 or 333-4104)' 2>&1 | tail -4"
+step "racecheck gated" bash -c "CUTE_KERNELS_DISK_CACHE=0 timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 python -m pytest -q -x tests/test_gated_mlp_gpu.py -k 'matches_reference and swiglu and 333-4104' 2>&1 | tail -4"
 if [ -z "${SKIP_PERF:-}" ]; then
   if [ -z "${SKIP_BITPACK_PERF:-}" ]; then
     step "launch overhead" python perf/launch_overhead.py
@@ -23,6 +25,9 @@ if [ -z "${SKIP_PERF:-}" ]; then
   # compile times are part of the GEMM report: measure them with the disk cache off
   step "perf gemm hopper" env CUTE_KERNELS_DISK_CACHE=0 python perf/gemm.py --path hopper ${GEMM_QUICK:+--quick} --out "$OUT"
   step "perf gemm ampere" env CUTE_KERNELS_DISK_CACHE=0 python perf/gemm.py --path ampere --quick --out "$OUT"
+  step "perf gated hopper" python perf/gated_mlp.py ${GEMM_QUICK:+--quick} --out "$OUT"
+  step "perf gated ampere" python perf/gated_mlp.py --path ampere --quick --out "$OUT"
+  step "accuracy gated" python perf/gated_accuracy.py --out "$OUT"
   step "tuning gemm" bash -c "python perf/gemm_tuning.py --path ampere; python perf/gemm_tuning.py --path hopper"
   step "demo" python -m cute_kernels demo
 fi

@@ -51,3 +51,68 @@ def test_rejects():
         pack_gated_weight(a)
     with pytest.raises(ValueError, match="activation must be one of"):
         gated_mlp_up_reference(torch.randn(2, 8), pack_gated_weight(a, a), "swish")
+
+
+def test_bias_packs_like_weights():
+    b_gate, b_up = torch.randn(6), torch.randn(6)
+    packed = pack_gated_weight(b_gate, b_up)
+    assert packed.shape == (12,)
+    assert torch.equal(packed[0::2], b_up) and torch.equal(packed[1::2], b_gate)
+
+
+def test_gated_mlp_up_rejects_before_launch():
+    import cute_kernels as ck
+
+    x = torch.randn(4, 64).bfloat16()
+    w = torch.randn(128, 64).bfloat16()
+    with pytest.raises(ValueError, match="activation must be one of"):
+        ck.gated_mlp_up(x, w, activation="swish")
+    with pytest.raises(TypeError, match="x must have dtype"):
+        ck.gated_mlp_up(x.float(), w)
+    with pytest.raises(ValueError, match="I a multiple of 8"):
+        ck.gated_mlp_up(x, w[:120])
+    with pytest.raises(ValueError, match="K = 64 features but w_packed has K = 32"):
+        ck.gated_mlp_up(x, w[:, :32])
+    with pytest.raises(ValueError, match="must be on a CUDA device"):
+        ck.gated_mlp_up(x, w)
+
+
+def test_gated_meta_shape_for_torch_compile():
+    x = torch.empty(2, 5, 64, dtype=torch.bfloat16, device="meta")
+    w = torch.empty(96, 64, dtype=torch.bfloat16, device="meta")
+    out = torch.ops.cute_kernels.gated_mlp_up(x, w, None, "swiglu")
+    assert out.shape == (2, 5, 48) and out.dtype == torch.bfloat16
+
+
+def test_gated_mlp_module_rules_and_llama_conversion():
+    from torch import nn
+
+    import cute_kernels as ck
+
+    with pytest.raises(ValueError, match="intermediate must be a positive multiple of 8"):
+        ck.GatedMLP(64, 100)
+    with pytest.raises(TypeError, match="dtype must be bfloat16 or float16"):
+        ck.GatedMLP(64, 128, dtype=torch.float32)
+    with pytest.raises(ValueError, match="activation must be one of"):
+        ck.GatedMLP(64, 128, activation="silu")
+
+    class Config:
+        hidden_act = "gelu_pytorch_tanh"
+
+    mlp = nn.Module()
+    mlp.gate_proj, mlp.up_proj = nn.Linear(64, 128, bias=False), nn.Linear(64, 128, bias=False)
+    mlp.down_proj, mlp.config = nn.Linear(128, 64, bias=False), Config()
+    mlp = mlp.bfloat16()
+    ours = ck.GatedMLP.from_llama(mlp)
+    assert ours.activation == "geglu_tanh" and ours.b_packed is None
+    w_gate, w_up = ours.gate_up_weights
+    assert torch.equal(w_gate, mlp.gate_proj.weight) and torch.equal(w_up, mlp.up_proj.weight)
+    assert torch.equal(ours.w_down, mlp.down_proj.weight)
+    del mlp.config
+    mlp.act_fn = nn.Tanh()
+    with pytest.raises(ValueError, match="cannot tell the gated activation"):
+        ck.GatedMLP.from_llama(mlp)
+    assert ck.GatedMLP.from_llama(mlp, activation="reglu").activation == "reglu"
+    mlp.up_proj = None
+    with pytest.raises(TypeError, match="mlp.up_proj must be an nn.Linear"):
+        ck.GatedMLP.from_llama(mlp)

@@ -73,3 +73,25 @@ class Epilogue:
             if cutlass.const_expr(self.activation is not None):
                 v = activate(v, self.activation)
             tRrAcc[i] = v
+
+
+def gated_store_copy(c_dtype, gated_tv):
+    """The tiled copy that writes gated fragments into the half-width output tile.
+
+    ``gated_tv`` is ``layouts.tile_mma_tv`` of the gated atom (sm80 16x4x16 or the gated wgmma
+    layout) over the kernel's warps and tile: the same partitioning as the accumulator tile,
+    fed the gated atom, so ``partition_D`` of the half-width tile lines up value by value with
+    the accumulator pairs (tests/test_layouts_vs_cute.py proves it per thread).
+    """
+    layout_tv = cute.make_layout(gated_tv.layout.shape, stride=gated_tv.layout.stride)
+    atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), c_dtype)
+    return cute.make_tiled_copy(atom, layout_tv, gated_tv.tile)
+
+
+@cute.jit
+def gate_pairs(tRrAcc: cute.Tensor, tGrC: cute.Tensor, gated: cutlass.Constexpr):
+    """``tGrC[v] = act(gate) * up`` from the thread's accumulator pair (2v: up, 2v + 1: gate)."""
+    for v in cutlass.range_constexpr(cute.size(tGrC)):
+        up, gate = tRrAcc[2 * v], tRrAcc[2 * v + 1]
+        tGrC[v] = (activate(gate, GATED_TO_ACT[gated]) * up).to(tGrC.element_type)
+

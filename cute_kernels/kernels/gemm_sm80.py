@@ -11,7 +11,9 @@ import cutlass.cute as cute
 import cutlass.memory
 from cutlass.cute.nvgpu import cpasync, warp
 
-from .epilogue import GATED_TO_ACT, Epilogue, activate
+from layouts import SM80_16x4x16_GATED_C, tile_mma_tv
+
+from .epilogue import Epilogue, gate_pairs, gated_store_copy
 
 BYTES_PER_VEC = 16
 
@@ -201,13 +203,18 @@ class GemmSm80:
         cute.arch.cp_async_wait_group(0)
         cute.arch.sync_threads()
         if cutlass.const_expr(self.gated is not None):
-            # act(gate) * up per (even, odd) column pair = values (2v, 2v + 1) of one thread,
-            # written at (m, n // 2) of the half-width tile (layouts.gated_source)
-            tCcL = thr_mma.partition_C(cute.make_identity_tensor((BM, BN)))
-            for v in cutlass.range_constexpr(cute.size(tCrAcc) // 2):
-                m, n = tCcL[2 * v]
-                gated = activate(tCrAcc[2 * v + 1], GATED_TO_ACT[self.gated]) * tCrAcc[2 * v]
-                sC[m, n // 2] = gated.to(c_dtype)
+            # bias on the 2I pre-activations, then act(gate) * up per in-thread (up, gate)
+            # column pair, stored through the gated 16x4x16 atom's partition of the half tile
+            if cutlass.const_expr(not self.epilogue.is_identity):
+                cAcc = cute.local_tile(cute.make_identity_tensor((mA_l.shape[0], mB_l.shape[0])),
+                                       (BM, BN), (bm, bn))
+                self.epilogue.visit(tCrAcc, thr_mma.partition_C(cAcc), mB_l.shape[0], mBias)
+            r2s_gated = gated_store_copy(c_dtype, tile_mma_tv(SM80_16x4x16_GATED_C, self.warps,
+                                                              (BM, out_n)))
+            tGsC = r2s_gated.get_slice(tidx).partition_D(sC)
+            tGrC = cute.make_rmem_tensor_like(tGsC)
+            gate_pairs(tCrAcc, tGrC, self.gated)
+            cute.copy(r2s_gated, tGrC, tGsC)
         else:
             tCcC = thr_mma.partition_C(cC)
             self.epilogue.visit(tCrAcc, tCcC, mC_l.shape[1], mBias)

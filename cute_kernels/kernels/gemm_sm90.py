@@ -13,7 +13,9 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
-from .epilogue import GATED_TO_ACT, Epilogue, activate
+from layouts import sm90_gated_c, tile_mma_tv
+
+from .epilogue import Epilogue, gate_pairs, gated_store_copy
 from .tile_scheduler import grouped_tile_coord
 
 DEFAULT_TILE = (128, 256, 64)  # CTA tile (M, N, K); the op sizes the persistent grid from it
@@ -206,7 +208,6 @@ class GemmSm90:
             sub_size = cute.size(tRS_rSub)
             n_sub = bn // self.epi_tile[1]
             cC = cute.make_identity_tensor((mC.shape[0], mC.shape[1]))
-            tCcL = thr_mma.partition_C(cute.make_identity_tensor((bm, bn)))  # tile-local (m, n)
             is_store_warp = warp == 4
             store_pipe = pipeline.PipelineTmaStore.create(
                 num_stages=self.epi_stages,
@@ -238,8 +239,12 @@ class GemmSm90:
                 rel.advance()
 
                 if cutlass.const_expr(self.gated is not None):
-                    self._gated_epilogue(acc, tCcL, sC, tma_c, gC, tm, tn, tl, c_dtype,
-                                         is_store_warp)
+                    if cutlass.const_expr(not self.epilogue.is_identity):
+                        # bias on the 2I pre-activations (coordinates of the full-width tile)
+                        cAcc = cute.make_identity_tensor((mC.shape[0], mC.shape[1] * 2))
+                        tCcAcc = thr_mma.partition_C(cute.local_tile(cAcc, (bm, bn), (tm, tn)))
+                        self.epilogue.visit(acc, tCcAcc, mC.shape[1] * 2, mBias)
+                    self._gated_epilogue(acc, sC, tma_c, gC, tm, tn, tl, ctid, is_store_warp)
                 else:
                     # ---- epilogue hook on fp32 with coordinates, then stmatrix + TMA store ----
                     if cutlass.const_expr(not self.epilogue.is_identity):
@@ -286,22 +291,25 @@ class GemmSm90:
                     store_pipe.producer_tail()
 
     @cute.jit
-    def _gated_epilogue(self, acc, tCcL, sC, tma_c, gC, tm, tn, tl, c_dtype, is_store_warp):
-        """act(gate) * up for each thread's (even, odd) accumulator column pair, written at
-        (m, n // 2) of the half-width smem tile, then one TMA store of the tile.
+    def _gated_epilogue(self, acc, sC, tma_c, gC, tm, tn, tl, ctid, is_store_warp):
+        """act(gate) * up for each thread's (up, gate) accumulator column pair, stored to the
+        half-width smem tile through the gated wgmma C layout's partition, then one TMA store.
 
-        In CuTe's fragment order the pair is values (2v, 2v + 1) of one thread (the gated
-        layouts in ``layouts`` prove it for every wgmma N), so no data moves between threads.
+        In CuTe's fragment order the pair is values (2v, 2v + 1) of one thread
+        (tests/test_layouts_vs_cute.py), so no data moves between threads.
         """
+        bm, bn, _ = self.tile
         barrier_threads = 128 * self.consumer_wgs
+        r2s_gated = gated_store_copy(sC.element_type, tile_mma_tv(
+            sm90_gated_c(bn), (self.consumer_wgs, 1), (bm, bn // 2)))
+        tGsC = r2s_gated.get_slice(ctid).partition_D(sC[(None, None, 0)])
+        tGrC = cute.make_rmem_tensor_like(tGsC)
+        gate_pairs(acc, tGrC, self.gated)
         if is_store_warp:
             with cute.arch.elect_one():
                 cute.arch.cp_async_bulk_wait_group(0, read=True)  # last tile's store read sC
         cute.arch.barrier(barrier_id=self.epi_barrier_id, number_of_threads=barrier_threads)
-        for v in cutlass.range_constexpr(cute.size(acc) // 2):
-            m, n = tCcL[2 * v]
-            gated = activate(acc[2 * v + 1], GATED_TO_ACT[self.gated]) * acc[2 * v]
-            sC[m, n // 2, 0] = gated.to(c_dtype)
+        cute.copy(r2s_gated, tGrC, tGsC)
         cute.arch.fence_proxy("async.shared", space="cta")
         cute.arch.barrier(barrier_id=self.epi_barrier_id, number_of_threads=barrier_threads)
         if is_store_warp:

@@ -11,10 +11,23 @@ from __future__ import annotations
 
 import torch
 
-from ..runtime.validate import check_tensor
+from ..runtime.validate import check_same_device, check_tensor
+from .activations import (
+    GATED_ACTIVATIONS,
+    GATED_TO_ACT,
+    activation_and_grad,
+    check_activation,
+    gate,
+)
 
-GATED_ACTIVATIONS = ("swiglu", "geglu", "geglu_tanh", "reglu")
 WEIGHT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def _check_weight(name, t):
+    check_tensor(name, t, dtypes=WEIGHT_DTYPES, on_cuda=False)
+    if t.dim() not in (1, 2):
+        raise ValueError(f"{name} must be a 2-D weight (rows, K) or a 1-D bias, got shape "
+                         f"{tuple(t.shape)}")
 
 
 def pack_gated_weight(w_gate: torch.Tensor, w_up: torch.Tensor | None = None, *,
@@ -24,10 +37,11 @@ def pack_gated_weight(w_gate: torch.Tensor, w_up: torch.Tensor | None = None, *,
     ``layout="separate"``: ``w_gate`` and ``w_up`` are ``(I, K)`` each (``nn.Linear`` weights,
     e.g. Llama's ``gate_proj.weight`` and ``up_proj.weight``). ``layout="concat"``: ``w_gate``
     is one ``(2I, K)`` tensor holding ``[gate; up]`` stacked (a fused ``gate_up_proj``) and
-    ``w_up`` is None. Converts once; returns a new contiguous tensor on the input's device.
+    ``w_up`` is None. 1-D biases ``(I,)`` / ``(2I,)`` pack the same way into ``(2I,)``.
+    Converts once; returns a new contiguous tensor on the input's device.
     """
     if layout == "concat":
-        check_tensor("w_gate", w_gate, dtypes=WEIGHT_DTYPES, ndim=2, on_cuda=False)
+        _check_weight("w_gate", w_gate)
         if w_up is not None:
             raise ValueError("layout='concat' takes the [gate; up] weight alone: pass w_up=None")
         if w_gate.shape[0] % 2:
@@ -35,8 +49,8 @@ def pack_gated_weight(w_gate: torch.Tensor, w_up: torch.Tensor | None = None, *,
                              f"got {w_gate.shape[0]}")
         w_gate, w_up = w_gate.chunk(2, dim=0)
     elif layout == "separate":
-        check_tensor("w_gate", w_gate, dtypes=WEIGHT_DTYPES, ndim=2, on_cuda=False)
-        check_tensor("w_up", w_up, dtypes=WEIGHT_DTYPES, ndim=2, on_cuda=False)
+        _check_weight("w_gate", w_gate)
+        _check_weight("w_up", w_up)
         if w_up.shape != w_gate.shape:
             raise ValueError(f"w_gate and w_up must have the same shape, got "
                              f"{tuple(w_gate.shape)} and {tuple(w_up.shape)}")
@@ -44,89 +58,163 @@ def pack_gated_weight(w_gate: torch.Tensor, w_up: torch.Tensor | None = None, *,
             raise ValueError("w_gate and w_up must have the same dtype and device")
     else:
         raise ValueError(f"layout must be 'separate' or 'concat', got {layout!r}")
-    return torch.stack((w_up, w_gate), dim=1).reshape(-1, w_gate.shape[1])
+    return torch.stack((w_up, w_gate), dim=1).reshape(-1, *w_gate.shape[1:])
 
 
 def unpack_gated_weight(w_packed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(w_gate, w_up)`` views of an interleaved ``(2I, K)`` weight."""
-    check_tensor("w_packed", w_packed, dtypes=WEIGHT_DTYPES, ndim=2, on_cuda=False)
+    """``(w_gate, w_up)`` views of an interleaved ``(2I, K)`` weight (or ``(2I,)`` bias)."""
+    _check_weight("w_packed", w_packed)
     if w_packed.shape[0] % 2:
         raise ValueError(f"w_packed must have an even number of rows, got {w_packed.shape[0]}")
     return w_packed[1::2], w_packed[0::2]
 
 
-def gate(up: torch.Tensor, gate_pre: torch.Tensor, activation: str) -> torch.Tensor:
-    """``act(gate_pre) * up`` for the named gated activation (any dtype, elementwise)."""
-    if activation == "swiglu":
-        g = torch.nn.functional.silu(gate_pre)
-    elif activation == "geglu":
-        g = torch.nn.functional.gelu(gate_pre)
-    elif activation == "geglu_tanh":
-        g = torch.nn.functional.gelu(gate_pre, approximate="tanh")
-    elif activation == "reglu":
-        g = torch.relu(gate_pre)
-    else:
-        raise ValueError(f"activation must be one of {GATED_ACTIVATIONS}, got {activation!r}")
-    return g * up
-
-
 def gated_mlp_up_reference(x: torch.Tensor, w_packed: torch.Tensor,
-                           activation: str = "swiglu") -> torch.Tensor:
-    """fp32 reference of the fused op: ``act(x @ W_gate^T) * (x @ W_up^T)``, shape (..., I)."""
+                           activation: str = "swiglu",
+                           bias: torch.Tensor | None = None) -> torch.Tensor:
+    """fp32 reference of the fused op: ``act(x @ W_gate^T + b_gate) * (x @ W_up^T + b_up)``."""
     w_gate, w_up = unpack_gated_weight(w_packed)
     xf = x.float()
-    return gate(xf @ w_up.float().t(), xf @ w_gate.float().t(), activation)
+    up, gate_pre = xf @ w_up.float().t(), xf @ w_gate.float().t()
+    if bias is not None:
+        b_gate, b_up = unpack_gated_weight(bias)
+        up, gate_pre = up + b_up.float(), gate_pre + b_gate.float()
+    return gate(up, gate_pre, activation)
 
 
-def make_build(path: str, dtype, out_dtype, a_major: str, b_major: str, activation: str):
-    """The gated GEMM: the dense GEMM kernel of ``path`` with its gated epilogue."""
+def make_build(path: str, dtype, out_dtype, a_major: str, b_major: str, activation: str,
+               bias_dtype=None):
+    """The gated GEMM: the dense GEMM kernel of ``path`` with its gated epilogue (and the
+    bias hook on the 2I pre-activations when ``bias_dtype`` is set)."""
     import cutlass
 
-    from ..runtime.bridge import env_stream, fake_mkl
+    from ..kernels.epilogue import Epilogue
+    from ..runtime.bridge import env_stream, fake_mkl, fake_vector
     from ..runtime.compile import Build
 
     if path == "hopper":
         from ..kernels.gemm_sm90 import GemmSm90 as Kernel
     else:
         from ..kernels.gemm_sm80 import GemmSm80 as Kernel
-    kernel = Kernel(a_major=a_major, b_major=b_major, gated=activation)
+    kernel = Kernel(a_major=a_major, b_major=b_major, gated=activation,
+                    epilogue=Epilogue(bias=bias_dtype is not None))
+    bias = fake_vector(bias_dtype, align=4, divisibility=8) if bias_dtype is not None else None
     return Build(kernel, (fake_mkl(dtype, a_major), fake_mkl(dtype, b_major),
-                          fake_mkl(out_dtype, "k"), None, cutlass.Int32(1), env_stream()))
+                          fake_mkl(out_dtype, "k"), bias, cutlass.Int32(1), env_stream()))
 
 
-def _gated_mlp_up(x: torch.Tensor, w_packed: torch.Tensor, activation: str = "swiglu",
-                  out: torch.Tensor | None = None) -> torch.Tensor:
-    """``act(x @ W_gate^T) * (x @ W_up^T)`` in one GEMM over the interleaved weight.
-
-    Not yet public: the kernels compile for sm_80 and sm_90a but have not run on a GPU yet
-    (tests/test_gated_mlp_gpu.py); issue 4 exposes it once they have.
-    """
-    from ..runtime.bridge import kernel_for
-    from .gemm import _as_mkl, _validate, persistent_ctas
-
-    if activation not in GATED_ACTIVATIONS:
-        raise ValueError(f"activation must be one of {GATED_ACTIVATIONS}, got {activation!r}")
+def _validate_gated(x, w_packed, bias, activation):
+    check_activation("activation", activation, GATED_ACTIVATIONS)
     check_tensor("x", x, dtypes=(torch.bfloat16, torch.float16), min_ndim=1, on_cuda=False)
-    lead, k = x.shape[:-1], x.shape[-1]
-    x2 = x.reshape(-1, k)
     check_tensor("w_packed", w_packed, dtypes=(torch.bfloat16, torch.float16), ndim=2,
                  on_cuda=False)
-    inter = w_packed.shape[0] // 2
     if w_packed.shape[0] % 16:
         raise ValueError(f"w_packed must have 2I rows with I a multiple of 8 (16-byte output "
                          f"rows), got {w_packed.shape[0]} rows")
-    _, out_dtype, a_major, b_major = _validate(x2, w_packed, None, None, None,
+    if x.shape[-1] != w_packed.shape[1]:
+        raise ValueError(f"x has K = {x.shape[-1]} features but w_packed has K = "
+                         f"{w_packed.shape[1]} columns")
+
+
+def _gated_mlp_up(x: torch.Tensor, w_packed: torch.Tensor, activation: str = "swiglu",
+                  bias: torch.Tensor | None = None, out: torch.Tensor | None = None):
+    """The kernel call: ``act(x @ W_gate^T + b_gate) * (x @ W_up^T + b_up)``, (..., I)."""
+    from ..runtime.bridge import kernel_for
+    from .gemm import _as_mkl, _validate, persistent_ctas
+
+    _validate_gated(x, w_packed, bias, activation)
+    lead, k = x.shape[:-1], x.shape[-1]
+    x2 = x.reshape(-1, k)
+    inter = w_packed.shape[0] // 2
+    _, out_dtype, a_major, b_major = _validate(x2, w_packed, bias, None, None,
                                                a_name="x", b_name="w_packed")
     if out is None:
         out = torch.empty(*lead, inter, dtype=out_dtype, device=x.device)
-    elif tuple(out.shape) != (*lead, inter) or out.dtype != out_dtype or not out.is_contiguous():
-        raise ValueError(f"out must be a contiguous {out_dtype} tensor of shape "
-                         f"{(*lead, inter)}")
+    else:
+        check_tensor("out", out, dtypes=(out_dtype,), on_cuda=False)
+        if tuple(out.shape) != (*lead, inter) or not out.is_contiguous():
+            raise ValueError(f"out must be a contiguous {out_dtype} tensor of shape "
+                             f"{(*lead, inter)}, got {tuple(out.shape)}")
+        check_same_device(x=x, out=out)
     if out.numel() == 0:
         return out
-    key = ("gated_mlp_up", x.dtype, out_dtype, a_major, b_major, activation)
+    if k == 0:  # no reduction: the pre-activations are the bias (or zero)
+        pre = torch.zeros(2 * inter, device=x.device) if bias is None else bias.float()
+        out.copy_(gate(pre[0::2], pre[1::2], activation).expand_as(out))
+        return out
+    bias_dtype = bias.dtype if bias is not None else None
+    key = ("gated_mlp_up", x.dtype, out_dtype, a_major, b_major, activation, bias_dtype)
     kernel = kernel_for(x.device, key, lambda path, target: make_build(
-        path, x.dtype, out_dtype, a_major, b_major, activation))
-    kernel(_as_mkl(x2), _as_mkl(w_packed), _as_mkl(out.view(-1, inter)), None,
+        path, x.dtype, out_dtype, a_major, b_major, activation, bias_dtype))
+    kernel(_as_mkl(x2), _as_mkl(w_packed), _as_mkl(out.view(-1, inter)), bias,
            persistent_ctas(x2, w_packed))
     return out
+
+
+@torch.library.custom_op("cute_kernels::gated_mlp_up", mutates_args=())
+def _gated_mlp_up_op(x: torch.Tensor, w_packed: torch.Tensor, bias: torch.Tensor | None,
+                     activation: str) -> torch.Tensor:
+    return _gated_mlp_up(x, w_packed, activation, bias)
+
+
+@_gated_mlp_up_op.register_fake
+def _(x, w_packed, bias, activation):
+    return x.new_empty((*x.shape[:-1], w_packed.shape[0] // 2))
+
+
+def _gated_setup(ctx, inputs, output):
+    x, w_packed, bias, activation = inputs
+    ctx.save_for_backward(x, w_packed, bias)
+    ctx.activation = activation
+
+
+def _gated_backward(ctx, grad):
+    """Recomputes the 2I pre-activations (fp32, one GEMM) instead of keeping them; the
+    dgrad/wgrad GEMMs go through torch. Not fused yet."""
+    from .gemm import linear
+
+    x, w_packed, bias = ctx.saved_tensors
+    k = x.shape[-1]
+    x2 = x.reshape(-1, k)
+    pre = linear(x2, w_packed, bias, out_dtype=torch.float32) if k else \
+        torch.zeros(x2.shape[0], w_packed.shape[0], device=x.device)
+    up, gate_pre = pre[:, 0::2], pre[:, 1::2]
+    g = grad.reshape(-1, grad.shape[-1]).float()
+    act_gate, d_gate = activation_and_grad(gate_pre, GATED_TO_ACT[ctx.activation], g * up)
+    d_pre = torch.stack((g * act_gate, d_gate), dim=-1).reshape(pre.shape).to(x.dtype)
+    dx = (d_pre @ w_packed).reshape(x.shape) if ctx.needs_input_grad[0] else None
+    dw = d_pre.t() @ x2 if ctx.needs_input_grad[1] else None
+    dbias = None
+    if bias is not None and ctx.needs_input_grad[2]:
+        dbias = d_pre.float().sum(0).to(bias.dtype)
+    return dx, dw, dbias, None
+
+
+_gated_mlp_up_op.register_autograd(_gated_backward, setup_context=_gated_setup)
+
+
+def gated_mlp_up(x: torch.Tensor, w_packed: torch.Tensor, *, activation: str = "swiglu",
+                 bias: torch.Tensor | None = None,
+                 out: torch.Tensor | None = None) -> torch.Tensor:
+    """``act(x @ W_gate^T + b_gate) * (x @ W_up^T + b_up)`` in one GEMM, shape (..., I).
+
+    ``w_packed`` (2I, K) from :func:`pack_gated_weight` (up rows even, gate rows odd);
+    ``bias`` (2I,) interleaved the same way (``pack_gated_weight(b_gate, b_up)``).
+    ``activation``: "swiglu" (SiLU gate, Llama), "geglu" (erf GELU), "geglu_tanh" or "reglu".
+    x (..., K) bf16/fp16; K and I multiples of 8; any number of rows. The (M, 2I)
+    pre-activations never reach memory: each thread gates its own (up, gate) accumulator
+    pairs and only (M, I) is written. Differentiable (the backward recomputes the
+    pre-activations); ``out=`` only without autograd.
+    """
+    from .gemm import needs_grad
+
+    if torch.compiler.is_compiling():
+        result = _gated_mlp_up_op(x, w_packed, bias, activation)
+        return out.copy_(result) if out is not None else result
+    if needs_grad(x, w_packed, bias):
+        if out is not None:
+            raise ValueError("out= is not supported when gradients are required "
+                             "(autograd needs a fresh output)")
+        _validate_gated(x, w_packed, bias, activation)
+        return _gated_mlp_up_op(x, w_packed, bias, activation)
+    return _gated_mlp_up(x, w_packed, activation, bias, out)

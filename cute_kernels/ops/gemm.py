@@ -17,6 +17,7 @@ from ..kernels.tile_scheduler import persistent_grid
 from ..runtime.bridge import env_stream, fake_mkl, fake_vector, kernel_for
 from ..runtime.compile import Build
 from ..runtime.validate import check_aligned, check_cuda, check_same_device, check_tensor
+from .activations import activation, activation_and_grad
 
 IN_DTYPES = (torch.bfloat16, torch.float16)
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -137,18 +138,12 @@ def _sms(device: torch.device) -> int:
     return _SM_COUNT[device.index]
 
 
-def _epilogue_reference(acc: torch.Tensor, bias, activation):
+def _epilogue_reference(acc: torch.Tensor, bias, epilogue):
+    """fp32 ``act(acc + bias)``: the reference of the epilogue."""
     acc = acc.float()
     if bias is not None:
         acc = acc + bias.float()
-    if activation == "relu":
-        acc = torch.relu(acc)
-    elif activation == "silu":
-        acc = torch.nn.functional.silu(acc)
-    elif activation in ("gelu", "gelu_tanh"):
-        acc = torch.nn.functional.gelu(acc, approximate="tanh" if activation == "gelu_tanh"
-                                       else "none")
-    return acc
+    return activation(acc, epilogue)
 
 
 @torch.library.custom_op("cute_kernels::gemm_nk", mutates_args=())
@@ -162,13 +157,48 @@ def _(a, b_nk, bias, out_dtype, epilogue):
     return a.new_empty((*a.shape[:-1], b_nk.shape[-2]), dtype=out_dtype)
 
 
+def _gemm_setup(ctx, inputs, output):
+    a, b_nk, bias, _, epilogue = inputs
+    ctx.save_for_backward(a, b_nk, bias)
+    ctx.epilogue = epilogue
+
+
+def _gemm_backward(ctx, grad):
+    """Plain GEMMs on the gradient; with an activation, the pre-activations are recomputed
+    (fp32) rather than saved. The dgrad/wgrad GEMMs go through torch (any M, any dtype)."""
+    a, b_nk, bias = ctx.saved_tensors
+    if ctx.epilogue is not None:
+        pre = _gemm_nk_op(a, b_nk, bias, torch.float32, None)
+        _, grad = activation_and_grad(pre, ctx.epilogue, grad.float())
+    grad = grad.to(a.dtype)
+    da = grad @ b_nk if ctx.needs_input_grad[0] else None
+    db = grad.transpose(-1, -2) @ a if ctx.needs_input_grad[1] else None
+    dbias = None
+    if bias is not None and ctx.needs_input_grad[2]:
+        dbias = grad.float().reshape(-1, grad.shape[-1]).sum(0).to(bias.dtype)
+    return da, db, dbias, None, None
+
+
+_gemm_nk_op.register_autograd(_gemm_backward, setup_context=_gemm_setup)
+
+
+def needs_grad(*tensors) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
 def _dispatch(a, b_nk, bias, out, out_dtype, epilogue, a_name, b_name):
-    """Eager: straight to the kernel. Under torch.compile: through the custom op (the
-    dispatcher costs tens of µs, so eager mode skips it)."""
+    """Eager inference: straight to the kernel. Under torch.compile or autograd: through the
+    custom op (the dispatcher costs tens of µs, so plain eager calls skip it)."""
     if torch.compiler.is_compiling():
         result = _gemm_nk_op(a, b_nk, bias, out_dtype or (out.dtype if out is not None
                                                            else a.dtype), epilogue)
         return out.copy_(result) if out is not None else result
+    if needs_grad(a, b_nk, bias):
+        if out is not None:
+            raise ValueError("out= is not supported when gradients are required "
+                             "(autograd needs a fresh output)")
+        _validate(a, b_nk, bias, None, out_dtype, a_name=a_name, b_name=b_name)
+        return _gemm_nk_op(a, b_nk, bias, out_dtype or a.dtype, epilogue)
     return _gemm_nk(a, b_nk, bias, out, out_dtype, epilogue, a_name, b_name)
 
 
@@ -188,7 +218,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
 
 
 def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, *,
-           out: torch.Tensor | None = None, epilogue: str | None = None) -> torch.Tensor:
+           out: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
+           epilogue: str | None = None) -> torch.Tensor:
     """``x @ w.T + bias`` like ``torch.nn.functional.linear``, ``x (..., K)``, ``w (N, K)``.
 
     Leading dims of ``x`` are flattened into M when they can be viewed so (else copied).
@@ -205,5 +236,5 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, *
         if not out.is_contiguous():
             raise ValueError("out must be contiguous")
         out2 = out.view(-1, w.shape[0])
-    y = _dispatch(x2, w, bias, out2, None, epilogue, "x", "w")
+    y = _dispatch(x2, w, bias, out2, out_dtype, epilogue, "x", "w")
     return y.view(*lead, w.shape[0])
