@@ -1,11 +1,13 @@
-"""Compare tile/stage configurations of the GEMM kernels in one run (8192^3 bf16, linear form).
+"""Compare configurations of one GEMM kernel against cuBLAS in one run (linear form, bf16).
 
-    python perf/gemm_tuning.py [--path ampere|hopper]
+    python perf/gemm_tuning.py [--path ampere|hopper] [--shape 8192,8192,8192]
+                               [--configs "[dict(tile=(128, 256, 64), cluster_m=2)]"]
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 
 import cutlass
 import torch
@@ -19,49 +21,61 @@ from cute_kernels.runtime.compile import Build, compile_build
 
 CONFIGS = {
     "ampere": [dict(tile=(128, 128, 32), stages=3), dict(tile=(128, 128, 64), stages=3),
-               dict(tile=(128, 256, 32), stages=3), dict(tile=(128, 128, 32), stages=4)],
-    "hopper": [dict(tile=(128, 256, 64)), dict(tile=(128, 128, 64)), dict(tile=(128, 256, 64),
-                                                                          group_m=16)],
+               dict(tile=(128, 128, 32), stages=4)],
+    "hopper": [dict(tile=(128, 256, 64)), dict(tile=(128, 256, 64), cluster_m=2),
+               dict(tile=(128, 256, 64), group_m=8), dict(tile=(128, 256, 64), group_m=32),
+               dict(tile=(128, 256, 64), group_m=32, cluster_m=2)],
 }
+
+
+def parse_configs(text: str) -> list[dict]:
+    """A list of dict(...) literals, evaluated without builtins beyond dict."""
+    tree = ast.parse(text, mode="eval")
+    return eval(compile(tree, "<configs>", "eval"), {"__builtins__": {}, "dict": dict})
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--path", choices=["ampere", "hopper"], default="ampere")
-    ap.add_argument("--size", type=int, default=8192)
+    ap.add_argument("--shape", default="8192,8192,8192", help="M,N,K")
+    ap.add_argument("--configs", default=None, help="list of dict(...) kernel configs")
+    ap.add_argument("--rounds", type=int, default=10)
     args = ap.parse_args()
     if args.path == "hopper":
         from cute_kernels.kernels.gemm_sm90 import GemmSm90 as Kernel
     else:
         from cute_kernels.kernels.gemm_sm80 import GemmSm80 as Kernel
+    configs = parse_configs(args.configs) if args.configs else CONFIGS[args.path]
     _, target = device_target(torch.device("cuda"))
-    s = args.size
-    fns = {}
-    a = (torch.randn(s, s, device="cuda") / 4).bfloat16()
-    b = (torch.randn(s, s, device="cuda") / 4).bfloat16()
-    c = torch.empty(s, s, dtype=torch.bfloat16, device="cuda")
-    ref = (a.float() @ b.float().t())
+    m, n, k = (int(v) for v in args.shape.split(","))
+    a = (torch.randn(m, k, device="cuda") / 4).bfloat16()
+    b = (torch.randn(n, k, device="cuda") / 4).bfloat16()
+    c = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+    ref = torch.matmul(a, b.t())
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    for cfg in CONFIGS[args.path]:
-        k = Kernel(a_major="k", b_major="k", epilogue=Epilogue(), **cfg)
-        build = Build(k, (fake_mkl(torch.bfloat16, "k"), fake_mkl(torch.bfloat16, "k"),
-                          fake_mkl(torch.bfloat16, "k"), None, cutlass.Int32(1), env_stream()))
+    fns, errs = {}, {}
+    for cfg in configs:
+        kern = Kernel(a_major="k", b_major="k", epilogue=Epilogue(), **cfg)
+        build = Build(kern, (fake_mkl(torch.bfloat16, "k"), fake_mkl(torch.bfloat16, "k"),
+                             fake_mkl(torch.bfloat16, "k"), None, cutlass.Int32(1), env_stream()))
         fn = compile_build(build, target)
-        tm, tn = cfg["tile"][:2]
-        grid = persistent_grid(-(-s // tm) * -(-s // tn), sms)
+        tm, tn = cfg.get("tile", (128, 128))[:2]
+        cm = cfg.get("cluster_m", 1)
+        tiles_m = -(-m // tm)
+        grid = persistent_grid(-(-tiles_m // cm) * cm * -(-n // tn), sms, cluster_size=cm)
         c.fill_(float("nan"))
         fn(a.unsqueeze(-1), b.unsqueeze(-1), c.unsqueeze(-1), None, grid)
-        err = ((c.float() - ref).norm() / ref.norm()).item()
-        fns[str(cfg)] = (lambda _s, fn=fn, grid=grid:
-                         fn(a.unsqueeze(-1), b.unsqueeze(-1), c.unsqueeze(-1), None, grid), err)
-    fns_only = {k: v[0] for k, v in fns.items()}
-    fns_only["cuBLAS"] = lambda _s: torch.matmul(a, b.t(), out=c)
-    t = bench_interleaved(fns_only, [None], rounds=10, inner=3)
-    flops = 2.0 * s**3
-    rows = [[k, v.median_ms, flops / v.median_ms / 1e9, fns[k][1] if k in fns else 0.0]
-            for k, v in t.items()]
-    print(f"{args.path} configs at {s}^3:")
-    print(format_table(["config", "ms", "TFLOP/s", "rel err"], rows))
+        name = ",".join(f"{key}={val}" for key, val in cfg.items())
+        errs[name] = ((c.float() - ref.float()).norm() / ref.float().norm()).item()
+        fns[name] = (lambda _s, fn=fn, grid=grid:
+                     fn(a.unsqueeze(-1), b.unsqueeze(-1), c.unsqueeze(-1), None, grid))
+    fns["cuBLAS"] = lambda _s: torch.matmul(a, b.t(), out=c)
+    t = bench_interleaved(fns, [None], rounds=args.rounds, inner=3)
+    flops = 2.0 * m * n * k
+    rows = [[name, v.median_ms, flops / v.median_ms / 1e9, f"{errs.get(name, 0.0):.1e}"]
+            for name, v in t.items()]
+    print(f"{args.path} configs at {m}x{n}x{k}:")
+    print(format_table(["config", "ms", "TFLOP/s", "err vs cuBLAS"], rows))
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from .epilogue import Epilogue, gate_pairs, gated_store_copy
 from .tile_scheduler import grouped_tile_coord
 
 DEFAULT_TILE = (128, 256, 64)  # CTA tile (M, N, K); the op sizes the persistent grid from it
+DEFAULT_CLUSTER_M = 1  # CTAs per cluster along M (2: B tiles multicast to both)
 SMEM_BYTES = 227 * 1024  # sm_90 opt-in shared memory per CTA
 BARRIER_RESERVE = 1024
 
@@ -51,7 +52,9 @@ class GemmSm90:
 
     def __init__(self, a_major: str = "k", b_major: str = "k", epilogue: Epilogue | None = None,
                  tile=DEFAULT_TILE, max_stages: int = 5, group_m: int = 16,
-                 epi_n: int = 32, epi_stages: int = 2, gated: str | None = None):
+                 epi_n: int = 32, epi_stages: int = 2, gated: str | None = None,
+                 cluster_m: int = DEFAULT_CLUSTER_M):
+        self.cluster_m = cluster_m
         self.a_major, self.b_major = a_major, b_major
         # gated: B holds interleaved (up, gate) rows; C gets act(gate) * up, N / 2 columns
         self.gated = gated
@@ -99,8 +102,11 @@ class GemmSm90:
                                                     self.epi_stages)
         tma_a, tA = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mA,
                                                 cute.slice_(sA_layout, (None, None, 0)), (bm, bk))
-        tma_b, tB = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mB,
-                                                cute.slice_(sB_layout, (None, None, 0)), (bn, bk))
+        cm = self.cluster_m
+        b_op = (cpasync.CopyBulkTensorTileG2SMulticastOp() if cm > 1
+                else cpasync.CopyBulkTensorTileG2SOp())
+        tma_b, tB = cpasync.make_tiled_tma_atom(b_op, mB, cute.slice_(sB_layout, (None, None, 0)),
+                                                (bn, bk), num_multicast=cm)
         tma_c, tC = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileS2GOp(), mC,
                                                 cute.slice_(sC_layout, (None, None, 0)),
                                                 self.epi_tile)
@@ -118,7 +124,8 @@ class GemmSm90:
         self.c_layout = c_layout
         self.kernel(tiled_mma, tma_a, tA, tma_b, tB, tma_c, tC, mC, mBias,
                     sA_layout, sB_layout, sC_layout).launch(
-            grid=(num_ctas, 1, 1), block=(self.threads, 1, 1), cluster=(1, 1, 1), stream=stream)
+            grid=(num_ctas, 1, 1), block=(self.threads, 1, 1), cluster=(self.cluster_m, 1, 1),
+            stream=stream)
 
     @cute.kernel
     def kernel(self, tiled_mma: cute.TiledMma, tma_a: cute.CopyAtom, tA: cute.Tensor,
@@ -137,6 +144,13 @@ class GemmSm90:
             cpasync.prefetch_descriptor(tma_b)
             cpasync.prefetch_descriptor(tma_c)
 
+        cm = self.cluster_m
+        cta_layout_mnk = cute.make_layout((cm, 1, 1))
+        cta_rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
+        cluster_coord = cta_layout_mnk.get_flat_coord(cta_rank)  # (rank, 0, 0)
+        b_mcast_mask = cute.make_layout_image_mask(cta_layout_mnk, cluster_coord, mode=0)
+        cluster_id = bidx // cm
+        num_clusters = gdimx // cm
         storage = cutlass.memory.SmemAllocator().allocate(self.storage_cls)
         stage_bytes = (cute.size_in_bytes(ab_dtype, cute.slice_(sA_layout, (None, None, 0)))
                        + cute.size_in_bytes(ab_dtype, cute.slice_(sB_layout, (None, None, 0))))
@@ -144,8 +158,8 @@ class GemmSm90:
             barrier_storage=storage.mbar.data_ptr(), num_stages=self.stages,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
             consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
-                                                     self.consumer_wgs * 4),
-            tx_count=stage_bytes, cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)))
+                                                     self.consumer_wgs * 4 * cm),
+            tx_count=stage_bytes, cta_layout_vmnk=cute.make_layout((1, cm, 1, 1)))
         sA = storage.sA.get_tensor(sA_layout.outer, swizzle=sA_layout.inner)
         sB = storage.sB.get_tensor(sB_layout.outer, swizzle=sB_layout.inner)
         sC = storage.sC.get_tensor(sC_layout.outer, swizzle=sC_layout.inner)
@@ -159,7 +173,8 @@ class GemmSm90:
         tiles_n = cutlass.Int32(cute.size(gB, mode=[2]))
         batches = cutlass.Int32(cute.size(gA, mode=[4]))
         k_tiles = cutlass.Int32(cute.size(gA, mode=[3]))
-        num_tiles = tiles_m * tiles_n * batches
+        tiles_mc = (tiles_m + cm - 1) // cm
+        num_tiles = tiles_mc * tiles_n * batches
 
         if wg == 0:
             # ---------------- producer: TMA loads of A and B k-tiles ----------------
@@ -168,21 +183,22 @@ class GemmSm90:
                 tAsA, tAgA = cpasync.tma_partition(tma_a, 0, cute.make_layout(1),
                                                    cute.group_modes(sA, 0, 2),
                                                    cute.group_modes(gA, 0, 2))
-                tBsB, tBgB = cpasync.tma_partition(tma_b, 0, cute.make_layout(1),
+                # B: each CTA of the cluster loads its half of the tile and multicasts it
+                tBsB, tBgB = cpasync.tma_partition(tma_b, cluster_coord[0],
+                                                   cute.make_layout(cm),
                                                    cute.group_modes(sB, 0, 2),
                                                    cute.group_modes(gB, 0, 2))
                 prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer,
                                                     self.stages)
-                for tile in cutlass.range(bidx, num_tiles, gdimx, unroll=1):
-                    tm, tn, tl = grouped_tile_coord(tile, tiles_m, tiles_n, self.group_m,
-                                                    minimum=cutlass.min)
+                for tile in cutlass.range(cluster_id, num_tiles, num_clusters, unroll=1):
+                    tm, tn, tl = self._tile_coord(tile, tiles_mc, tiles_n, cta_rank)
                     for kt in cutlass.range(k_tiles, unroll=1):
                         ab_pipe.producer_acquire(prod)
                         full = ab_pipe.producer_get_barrier(prod)
                         cute.copy(tma_a, tAgA[(None, tm, kt, tl)], tAsA[(None, prod.index)],
                                   tma_bar_ptr=full)
                         cute.copy(tma_b, tBgB[(None, tn, kt, tl)], tBsB[(None, prod.index)],
-                                  tma_bar_ptr=full)
+                                  tma_bar_ptr=full, mcast_mask=b_mcast_mask)
                         ab_pipe.producer_commit(prod)
                         prod.advance()
                 ab_pipe.producer_tail(prod)
@@ -216,9 +232,8 @@ class GemmSm90:
 
             rd = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
             rel = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
-            for tile in cutlass.range(bidx, num_tiles, gdimx, unroll=1):
-                tm, tn, tl = grouped_tile_coord(tile, tiles_m, tiles_n, self.group_m,
-                                                minimum=cutlass.min)
+            for tile in cutlass.range(cluster_id, num_tiles, num_clusters, unroll=1):
+                tm, tn, tl = self._tile_coord(tile, tiles_mc, tiles_n, cta_rank)
                 tiled_mma.set(warpgroup.Field.ACCUMULATE, False)
                 for kt in cutlass.range(k_tiles, unroll=1):
                     ab_pipe.consumer_wait(rd)
@@ -289,6 +304,17 @@ class GemmSm90:
             if is_store_warp:
                 with cute.arch.elect_one():
                     store_pipe.producer_tail()
+
+    @cute.jit
+    def _tile_coord(self, tile, tiles_mc, tiles_n, cta_rank):
+        """Cluster work unit -> this CTA's (m, n, batch) tile: clusters walk cluster-rows in
+        grouped order; the CTAs of a cluster take adjacent M tiles of the same N tile (so B
+        is shared). A CTA past M (odd tile count) still runs the mainloop: its B half feeds
+        its peer; TMA zero-fills its A and clips its store."""
+        tmc, tn, tl = grouped_tile_coord(tile, tiles_mc, tiles_n,
+                                         max(1, self.group_m // self.cluster_m),
+                                         minimum=cutlass.min)
+        return tmc * self.cluster_m + cta_rank, tn, tl
 
     @cute.jit
     def _gated_epilogue(self, acc, sC, tma_c, gC, tm, tn, tl, ctid, is_store_warp):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from ..kernels.epilogue import ACTIVATIONS, Epilogue
-from ..kernels.gemm_sm90 import DEFAULT_TILE
+from ..kernels.gemm_sm90 import DEFAULT_CLUSTER_M, DEFAULT_TILE
 from ..kernels.tile_scheduler import persistent_grid
 from ..runtime.bridge import env_stream, fake_mkl, fake_vector, kernel_for
 from ..runtime.compile import Build
@@ -120,13 +120,16 @@ def _gemm_nk(a, b_nk, bias, out, out_dtype, epilogue, a_name, b_name):
     return out
 
 
-def persistent_ctas(a: torch.Tensor, b_nk: torch.Tensor) -> int:
-    """CTAs for the persistent Hopper kernel: one per SM, never more than its output tiles
-    (counted in its tile of A rows x B rows; the Ampere kernel ignores the value)."""
-    tm, tn, _ = DEFAULT_TILE
+def persistent_ctas(a: torch.Tensor, b_nk: torch.Tensor, tile=DEFAULT_TILE,
+                    cluster_m: int = DEFAULT_CLUSTER_M) -> int:
+    """CTAs for the persistent Hopper kernel: one per SM in whole clusters, never more than
+    its output tiles (in its tile of A rows x B rows, M tiles rounded up to whole clusters;
+    the Ampere kernel ignores the value)."""
+    tm, tn, _ = tile
     batch = a.shape[0] if a.dim() == 3 else 1
-    tiles = -(-a.shape[-2] // tm) * -(-b_nk.shape[-2] // tn) * batch
-    return persistent_grid(tiles, _sms(a.device))
+    tiles_m = -(-a.shape[-2] // tm)
+    tiles = -(-tiles_m // cluster_m) * cluster_m * -(-b_nk.shape[-2] // tn) * batch
+    return persistent_grid(tiles, _sms(a.device), cluster_size=cluster_m)
 
 
 _SM_COUNT: dict[int, int] = {}
