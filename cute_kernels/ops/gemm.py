@@ -85,13 +85,20 @@ def _validate(a, b_nk, bias, out, out_dtype, *, a_name: str, b_name: str):
     return shape, out_dtype, a_major, b_major
 
 
-def make_build(path: str, dtype, out_dtype, a_major: str, b_major: str, epilogue: Epilogue,
-               bias_dtype=None) -> Build:
+def gemm_kernel(path: str, cluster_m: int = DEFAULT_CLUSTER_M, **config):
+    """The GEMM kernel object of a path; ``cluster_m`` only concerns the Hopper kernel."""
     if path == "hopper":
-        from ..kernels.gemm_sm90 import GemmSm90 as Kernel
-    else:
-        from ..kernels.gemm_sm80 import GemmSm80 as Kernel
-    kernel = Kernel(a_major=a_major, b_major=b_major, epilogue=epilogue)
+        from ..kernels.gemm_sm90 import GemmSm90
+
+        return GemmSm90(cluster_m=cluster_m, **config)
+    from ..kernels.gemm_sm80 import GemmSm80
+
+    return GemmSm80(**config)
+
+
+def make_build(path: str, dtype, out_dtype, a_major: str, b_major: str, epilogue: Epilogue,
+               bias_dtype=None, cluster_m: int = DEFAULT_CLUSTER_M) -> Build:
+    kernel = gemm_kernel(path, cluster_m, a_major=a_major, b_major=b_major, epilogue=epilogue)
     import cutlass
 
     bias = fake_vector(bias_dtype, align=4, divisibility=8) if epilogue.bias else None
@@ -112,11 +119,12 @@ def _gemm_nk(a, b_nk, bias, out, out_dtype, epilogue, a_name, b_name):
     if a.shape[-1] == 0:  # K == 0: the product is zero; the epilogue still applies
         out.copy_(_epilogue_reference(torch.zeros(shape, device=a.device), bias, epilogue))
         return out
-    key = ("gemm", a.dtype, out_dtype, a_major, b_major, epi,
-           bias.dtype if bias is not None else None)
+    cluster_m, ctas = schedule(a, b_nk)
+    bias_dtype = bias.dtype if bias is not None else None
+    key = ("gemm", a.dtype, out_dtype, a_major, b_major, epi, bias_dtype, cluster_m)
     kernel = kernel_for(a.device, key, lambda path, target: make_build(
-        path, a.dtype, out_dtype, a_major, b_major, epi, key[-1]))
-    kernel(_as_mkl(a), _as_mkl(b_nk), _as_mkl(out), bias, persistent_ctas(a, b_nk))
+        path, a.dtype, out_dtype, a_major, b_major, epi, bias_dtype, cluster_m))
+    kernel(_as_mkl(a), _as_mkl(b_nk), _as_mkl(out), bias, ctas)
     return out
 
 
@@ -130,6 +138,14 @@ def persistent_ctas(a: torch.Tensor, b_nk: torch.Tensor, tile=DEFAULT_TILE,
     tiles_m = -(-a.shape[-2] // tm)
     tiles = -(-tiles_m // cluster_m) * cluster_m * -(-b_nk.shape[-2] // tn) * batch
     return persistent_grid(tiles, _sms(a.device), cluster_size=cluster_m)
+
+
+def schedule(a: torch.Tensor, b_nk: torch.Tensor) -> tuple[int, int]:
+    """(cluster_m, CTAs) of the Hopper launch: 2x1 clusters sharing B tiles, except when the
+    problem has a single tile-row of M (a cluster would pair every CTA with an idle one)."""
+    tiles_m = -(-a.shape[-2] // DEFAULT_TILE[0])
+    cluster_m = DEFAULT_CLUSTER_M if tiles_m >= DEFAULT_CLUSTER_M else 1
+    return cluster_m, persistent_ctas(a, b_nk, cluster_m=cluster_m)
 
 
 _SM_COUNT: dict[int, int] = {}
