@@ -131,6 +131,20 @@ def _demo_gpu() -> int:
             rows.append([f"linear {row.label}", path, row.timings["cute"].median_ms, ours, base,
                          ours / base])
     print(format_table(["op", "path", "ms", "TFLOP/s", "cuBLAS TFLOP/s", "vs cuBLAS"], rows))
+
+    from .suites import gated_mlp_rows
+
+    print()
+    rows = []
+    for path in dict.fromkeys([native, "ampere"]):
+        for row in gated_mlp_rows([("8B", 4096, 4096, 14336)], path=path, rounds=8):
+            base = [n for n in row.timings if n not in ("cute", "torch")][0]
+            rows.append([f"gated_mlp_up {row.label}", path, row.timings["cute"].median_ms,
+                         tflops(row, "cute"), f"{tflops(row, base):.1f} ({base})",
+                         row.timings[base].median_ms / row.timings["cute"].median_ms,
+                         row.work["peak_cute"] / row.work[f"peak_{base}"]])
+    print(format_table(["op", "path", "ms", "TFLOP/s", "baseline TFLOP/s", "speedup",
+                        "peak mem ratio"], rows))
     torch.cuda.synchronize()
     _print_cache_stats()
     return 0

@@ -82,3 +82,85 @@ def gemm_rows(shapes: list[tuple[int, int, int]], *, path: str | None = None,
 
 def tflops(row: Row, name: str) -> float:
     return row.work["flops"] / (row.timings[name].median_ms * 1e-3) / 1e12
+
+
+def gated_contenders(path: str | None, need_liger: bool = False) -> dict:
+    """ours, cuBLAS (one 2I-wide call) + Liger's SiLU-mul, eager torch. Without liger-kernel
+    installed (and not ``need_liger``) the second is cuBLAS + torch's silu-mul."""
+    import torch.nn.functional as F
+
+    from . import force_path, gated_mlp_up
+
+    try:
+        from liger_kernel.ops.swiglu import LigerSiLUMulFunction
+        silu_mul, fused_name = LigerSiLUMulFunction.apply, "cuBLAS+Liger"
+    except ImportError:
+        if need_liger:
+            raise
+        silu_mul, fused_name = (lambda g, u: F.silu(g) * u), "cuBLAS+torch"
+
+    def ours(s):
+        with force_path(path):
+            return gated_mlp_up(s["x"], s["w_packed"])
+
+    def cublas_liger(s):
+        inter = s["w_cat"].shape[0] // 2
+        # (2, M, I) = x @ [W_gate; W_up]^T as one strided-batched cuBLAS call (x broadcast)
+        pre = torch.matmul(s["x"], s["w_cat"].view(2, inter, -1).transpose(1, 2))
+        return silu_mul(pre[0], pre[1])
+
+    def eager(s):
+        inter = s["w_cat"].shape[0] // 2
+        pre = s["x"] @ s["w_cat"].t()
+        return F.silu(pre[:, :inter]) * pre[:, inter:]
+
+    return {"cute": ours, fused_name: cublas_liger, "torch": eager}
+
+
+def peak_bytes(fn, inputs) -> int:
+    """Peak allocation of one call above what was allocated before it."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    out = fn(inputs)
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    del out
+    return peak
+
+
+def gated_mlp_rows(shapes, path: str | None = None, rounds: int = 15,
+                   need_liger: bool = False) -> list[Row]:
+    """(label, tokens, hidden, intermediate) shapes: SwiGLU up-projection, ours vs the unfused
+    baselines, interleaved; each row's ``work`` also holds each contender's peak bytes."""
+    from . import pack_gated_weight
+
+    fns = gated_contenders(path, need_liger)
+    fused = list(fns)[1]
+    rows = []
+    for label, tokens, hidden, inter in shapes:
+        per_set = 2 * (tokens * hidden + 2 * inter * hidden)
+        sets = []
+        for _ in range(input_sets_needed(per_set)):
+            w_gate = torch.randn(inter, hidden, device="cuda").bfloat16() / hidden ** 0.5
+            w_up = torch.randn(inter, hidden, device="cuda").bfloat16() / hidden ** 0.5
+            sets.append({"x": torch.randn(tokens, hidden, device="cuda").bfloat16(),
+                         "w_packed": pack_gated_weight(w_gate, w_up),
+                         "w_cat": torch.cat([w_gate, w_up])})
+            del w_gate, w_up
+        check = fns["cute"](sets[0]).float()
+        ref = fns[fused](sets[0]).float()
+        err = ((check - ref).norm() / ref.norm()).item()
+        if err > 2e-2:
+            raise RuntimeError(f"{label}: ours differs from {fused} (rel {err:.2e})")
+        del check, ref
+        big = tokens * inter * hidden > 2**44
+        t = bench_interleaved(fns, sets, rounds=max(4, rounds // 3) if big else rounds,
+                              warmup=1 if big else 3, inner=len(sets) if big else None)
+        mem = {name: peak_bytes(fn, sets[0]) for name, fn in fns.items()}
+        rows.append(Row(f"{label} {tokens}x{hidden}->{inter}", t,
+                        {"flops": 2.0 * tokens * hidden * 2 * inter,
+                         **{f"peak_{n}": float(b) for n, b in mem.items()}}))
+        del sets
+        torch.cuda.empty_cache()
+    return rows

@@ -19,92 +19,11 @@ import argparse
 import datetime
 import os
 
-import torch
-
-from cute_kernels.bench import (
-    Row,
-    bench_interleaved,
-    device_name,
-    format_table,
-    input_sets_needed,
-    plot_lines,
-    save_results,
-)
+from cute_kernels.bench import device_name, format_table, plot_lines, save_results
+from cute_kernels.suites import gated_mlp_rows, tflops
 
 MODELS = {"8B": (4096, 14336), "70B": (8192, 28672), "405B": (16384, 53248)}
 TOKENS = (512, 1024, 4096, 16384, 65536)
-
-
-def contenders(path):
-    import torch.nn.functional as F
-    from liger_kernel.ops.swiglu import LigerSiLUMulFunction
-
-    import cute_kernels as ck
-
-    def ours(s):
-        with ck.force_path(path):
-            return ck.gated_mlp_up(s["x"], s["w_packed"])
-
-    def cublas_liger(s):
-        inter = s["w_cat"].shape[0] // 2
-        # (2, M, I) = x @ [W_gate; W_up]^T as one strided-batched cuBLAS call (x broadcast)
-        pre = torch.matmul(s["x"], s["w_cat"].view(2, inter, -1).transpose(1, 2))
-        return LigerSiLUMulFunction.apply(pre[0], pre[1])
-
-    def eager(s):
-        inter = s["w_cat"].shape[0] // 2
-        pre = s["x"] @ s["w_cat"].t()
-        return F.silu(pre[:, :inter]) * pre[:, inter:]
-
-    return {"cute": ours, "cuBLAS+Liger": cublas_liger, "torch": eager}
-
-
-def peak_bytes(fn, inputs) -> int:
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    out = fn(inputs)
-    torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated() - base
-    del out
-    return peak
-
-
-def run(shapes, path, rounds):
-    import cute_kernels as ck
-
-    fns = contenders(path)
-    rows = []
-    for label, tokens, hidden, inter in shapes:
-        per_set = 2 * (tokens * hidden + 2 * inter * hidden)
-        sets = []
-        for _ in range(input_sets_needed(per_set)):
-            w_gate = torch.randn(inter, hidden, device="cuda").bfloat16() / hidden ** 0.5
-            w_up = torch.randn(inter, hidden, device="cuda").bfloat16() / hidden ** 0.5
-            sets.append({"x": torch.randn(tokens, hidden, device="cuda").bfloat16(),
-                         "w_packed": ck.pack_gated_weight(w_gate, w_up),
-                         "w_cat": torch.cat([w_gate, w_up])})
-            del w_gate, w_up
-        check = fns["cute"](sets[0]).float()
-        ref = fns["cuBLAS+Liger"](sets[0]).float()
-        err = ((check - ref).norm() / ref.norm()).item()
-        if err > 2e-2:
-            raise SystemExit(f"{label}: ours differs from cuBLAS+Liger (rel {err:.2e})")
-        del check, ref
-        big = tokens * inter * hidden > 2**44
-        t = bench_interleaved(fns, sets, rounds=max(4, rounds // 3) if big else rounds,
-                              warmup=1 if big else 3, inner=len(sets) if big else None)
-        mem = {name: peak_bytes(fn, sets[0]) for name, fn in fns.items()}
-        rows.append(Row(f"{label} {tokens}x{hidden}->{inter}", t,
-                        {"flops": 2.0 * tokens * hidden * 2 * inter,
-                         **{f"peak_{n}": float(b) for n, b in mem.items()}}))
-        del sets
-        torch.cuda.empty_cache()
-    return rows
-
-
-def tflops(row, name):
-    return row.work["flops"] / (row.timings[name].median_ms * 1e-3) / 1e12
 
 
 def main() -> None:
@@ -115,7 +34,7 @@ def main() -> None:
     args = ap.parse_args()
     tokens = (512, 4096, 16384) if args.quick else TOKENS
     shapes = [(m, t, h, i) for m, (h, i) in MODELS.items() for t in tokens]
-    rows = run(shapes, args.path, rounds=8 if args.quick else 15)
+    rows = gated_mlp_rows(shapes, args.path, rounds=8 if args.quick else 15, need_liger=True)
     gib = 2**30
     table = [[r.label, r.timings["cute"].median_ms, tflops(r, "cute"),
               tflops(r, "cuBLAS+Liger"), tflops(r, "torch"),
