@@ -146,3 +146,17 @@ def test_out_with_autograd_is_rejected():
     w = ck.pack_gated_weight(kaiming(64, 64), kaiming(64, 64))
     with pytest.raises(ValueError, match="out= is not supported"):
         ck.gated_mlp_up(x, w, out=torch.empty(16, 64, device="cuda").bfloat16())
+
+
+@pytest.mark.skipif("hopper" not in PATHS, reason="needs a Hopper (sm_90) GPU")
+@pytest.mark.parametrize("tile", [(128, 192, 64), (128, 128, 64)])
+def test_every_hopper_tile(monkeypatch, tile):
+    import cute_kernels.ops.gemm as gemm_ops
+
+    monkeypatch.setattr(gemm_ops, "pick_tile", lambda *args: tile)
+    for m, inter, k in ((333, 520, 136), (100, 1032, 256)):
+        x = torch.randn(m, k, device="cuda").bfloat16()
+        w = ck.pack_gated_weight(kaiming(inter, k), kaiming(inter, k))
+        out = torch.full((m, inter), float("nan"), dtype=torch.bfloat16, device="cuda")
+        ck.gated_mlp_up(x, w, activation="swiglu", out=out)
+        check_against_reference(out, x, w, "swiglu")

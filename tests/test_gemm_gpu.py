@@ -128,3 +128,21 @@ def test_gemm_rejects_bad_shapes_before_launch():
         ck.gemm(rand(64, 64), rand(72, 64))
     with pytest.raises(ValueError, match="16-byte boundary"):
         ck.gemm(rand(64, 65)[:, 1:], rand(64, 64))
+
+
+HOPPER_ONLY = pytest.mark.skipif("hopper" not in PATHS, reason="needs a Hopper (sm_90) GPU")
+
+
+@HOPPER_ONLY
+@pytest.mark.parametrize("tile", [(128, 192, 64), (128, 128, 64), (128, 256, 64)])
+@pytest.mark.parametrize("m, n, k, a_major, b_major", [(333, 520, 136, "k", "n"),
+                                                       (1000, 776, 1000, "m", "k"),
+                                                       (128, 392, 64, "k", "n")])
+def test_every_hopper_tile(monkeypatch, tile, m, n, k, a_major, b_major):
+    """Each tile the scheduler may pick (it picks by shape), forced on residue shapes, with and
+    without a cluster (M = 128 launches unclustered)."""
+    import cute_kernels.ops.gemm as gemm_ops
+
+    monkeypatch.setattr(gemm_ops, "pick_tile", lambda *args: tile)
+    run_gemm("hopper", m, n, k, a_major=a_major, b_major=b_major, bias=True, epilogue="silu")
+    run_gemm("hopper", m, n, k, batch=2)

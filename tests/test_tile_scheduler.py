@@ -29,3 +29,18 @@ def test_persistent_grid():
     assert persistent_grid(0, 132) == 1
     assert persistent_grid(1000, 132, cluster_size=2) == 132
     assert persistent_grid(3, 132, cluster_size=2) == 4
+
+
+def test_wave_efficiency_and_tile_choice():
+    from cute_kernels.kernels.gemm_sm90 import DEFAULT_TILE, TILE_SPEEDS
+    from cute_kernels.kernels.tile_scheduler import cluster_tiles, pick_tile, wave_efficiency
+
+    assert wave_efficiency(448, 66) == pytest.approx(448 / 462) and wave_efficiency(132, 66) == 1
+    # 1024 x 14336: 4 cluster-rows x 56 tiles of 128x256 = 224 units on 66 clusters, 3.4
+    # waves; 128x192 makes 300 units (4.5 waves, 91% busy) and wins
+    assert cluster_tiles(1024, 14336, 1, DEFAULT_TILE, 2) == 224
+    assert pick_tile(1024, 14336, 1, 132, TILE_SPEEDS, 2) == (128, 192, 64)
+    assert pick_tile(512, 28672, 1, 132, TILE_SPEEDS, 2) == (128, 192, 64)
+    # full waves keep the big tile
+    for m, n in ((4096, 4096), (8192, 8192), (4096, 14336), (1024, 28672), (2048, 2048)):
+        assert pick_tile(m, n, 1, 132, TILE_SPEEDS, 2) == DEFAULT_TILE, (m, n)

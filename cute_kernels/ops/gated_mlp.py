@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ..kernels.gemm_sm90 import DEFAULT_CLUSTER_M
+from ..kernels.gemm_sm90 import DEFAULT_CLUSTER_M, DEFAULT_TILE
 from ..runtime.validate import check_same_device, check_tensor
 from .activations import (
     GATED_ACTIVATIONS,
@@ -84,7 +84,7 @@ def gated_mlp_up_reference(x: torch.Tensor, w_packed: torch.Tensor,
 
 
 def make_build(path: str, dtype, out_dtype, a_major: str, b_major: str, activation: str,
-               bias_dtype=None, cluster_m: int = DEFAULT_CLUSTER_M):
+               bias_dtype=None, cluster_m: int = DEFAULT_CLUSTER_M, tile=DEFAULT_TILE):
     """The gated GEMM: the dense GEMM kernel of ``path`` with its gated epilogue (and the
     bias hook on the 2I pre-activations when ``bias_dtype`` is set)."""
     import cutlass
@@ -94,7 +94,8 @@ def make_build(path: str, dtype, out_dtype, a_major: str, b_major: str, activati
     from ..runtime.compile import Build
     from .gemm import gemm_kernel
 
-    kernel = gemm_kernel(path, cluster_m, a_major=a_major, b_major=b_major, gated=activation,
+    kernel = gemm_kernel(path, cluster_m, tile, a_major=a_major, b_major=b_major,
+                         gated=activation,
                          epilogue=Epilogue(bias=bias_dtype is not None))
     bias = fake_vector(bias_dtype, align=4, divisibility=8) if bias_dtype is not None else None
     return Build(kernel, (fake_mkl(dtype, a_major), fake_mkl(dtype, b_major),
@@ -141,11 +142,11 @@ def _gated_mlp_up(x: torch.Tensor, w_packed: torch.Tensor, activation: str = "sw
         out.copy_(gate(pre[0::2], pre[1::2], activation).expand_as(out))
         return out
     bias_dtype = bias.dtype if bias is not None else None
-    cluster_m, ctas = schedule(x2, w_packed)
-    key = ("gated_mlp_up", x.dtype, out_dtype, a_major, b_major, activation, bias_dtype,
-           cluster_m)
+    tile, cluster_m, ctas = schedule(x2, w_packed)
+    key = ("gated_mlp_up", x.dtype, out_dtype, a_major, b_major, activation, bias_dtype)
     kernel = kernel_for(x.device, key, lambda path, target: make_build(
-        path, x.dtype, out_dtype, a_major, b_major, activation, bias_dtype, cluster_m))
+        path, x.dtype, out_dtype, a_major, b_major, activation, bias_dtype, cluster_m, tile),
+        hopper_key=(cluster_m, tile))
     kernel(_as_mkl(x2), _as_mkl(w_packed), _as_mkl(out.view(-1, inter)), bias, ctas)
     return out
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 
 from ..kernels.epilogue import ACTIVATIONS, Epilogue
-from ..kernels.gemm_sm90 import DEFAULT_CLUSTER_M, DEFAULT_TILE
-from ..kernels.tile_scheduler import persistent_grid
+from ..kernels.gemm_sm90 import DEFAULT_CLUSTER_M, DEFAULT_TILE, TILE_SPEEDS
+from ..kernels.tile_scheduler import cluster_tiles, persistent_grid, pick_tile
 from ..runtime.bridge import env_stream, fake_mkl, fake_vector, kernel_for
 from ..runtime.compile import Build
 from ..runtime.validate import check_aligned, check_cuda, check_same_device, check_tensor
@@ -85,20 +85,23 @@ def _validate(a, b_nk, bias, out, out_dtype, *, a_name: str, b_name: str):
     return shape, out_dtype, a_major, b_major
 
 
-def gemm_kernel(path: str, cluster_m: int = DEFAULT_CLUSTER_M, **config):
-    """The GEMM kernel object of a path; ``cluster_m`` only concerns the Hopper kernel."""
+def gemm_kernel(path: str, cluster_m: int = DEFAULT_CLUSTER_M, tile=DEFAULT_TILE, **config):
+    """The GEMM kernel object of a path; ``cluster_m`` and ``tile`` concern the Hopper kernel
+    (the Ampere kernel has its own tile)."""
     if path == "hopper":
         from ..kernels.gemm_sm90 import GemmSm90
 
-        return GemmSm90(cluster_m=cluster_m, **config)
+        return GemmSm90(cluster_m=cluster_m, tile=tile, **config)
     from ..kernels.gemm_sm80 import GemmSm80
 
     return GemmSm80(**config)
 
 
 def make_build(path: str, dtype, out_dtype, a_major: str, b_major: str, epilogue: Epilogue,
-               bias_dtype=None, cluster_m: int = DEFAULT_CLUSTER_M) -> Build:
-    kernel = gemm_kernel(path, cluster_m, a_major=a_major, b_major=b_major, epilogue=epilogue)
+               bias_dtype=None, cluster_m: int = DEFAULT_CLUSTER_M,
+               tile=DEFAULT_TILE) -> Build:
+    kernel = gemm_kernel(path, cluster_m, tile, a_major=a_major, b_major=b_major,
+                         epilogue=epilogue)
     import cutlass
 
     bias = fake_vector(bias_dtype, align=4, divisibility=8) if epilogue.bias else None
@@ -119,33 +122,30 @@ def _gemm_nk(a, b_nk, bias, out, out_dtype, epilogue, a_name, b_name):
     if a.shape[-1] == 0:  # K == 0: the product is zero; the epilogue still applies
         out.copy_(_epilogue_reference(torch.zeros(shape, device=a.device), bias, epilogue))
         return out
-    cluster_m, ctas = schedule(a, b_nk)
+    tile, cluster_m, ctas = schedule(a, b_nk)
     bias_dtype = bias.dtype if bias is not None else None
-    key = ("gemm", a.dtype, out_dtype, a_major, b_major, epi, bias_dtype, cluster_m)
+    key = ("gemm", a.dtype, out_dtype, a_major, b_major, epi, bias_dtype)
     kernel = kernel_for(a.device, key, lambda path, target: make_build(
-        path, a.dtype, out_dtype, a_major, b_major, epi, bias_dtype, cluster_m))
+        path, a.dtype, out_dtype, a_major, b_major, epi, bias_dtype, cluster_m, tile),
+        hopper_key=(cluster_m, tile))
     kernel(_as_mkl(a), _as_mkl(b_nk), _as_mkl(out), bias, ctas)
     return out
 
 
-def persistent_ctas(a: torch.Tensor, b_nk: torch.Tensor, tile=DEFAULT_TILE,
-                    cluster_m: int = DEFAULT_CLUSTER_M) -> int:
-    """CTAs for the persistent Hopper kernel: one per SM in whole clusters, never more than
-    its output tiles (in its tile of A rows x B rows, M tiles rounded up to whole clusters;
-    the Ampere kernel ignores the value)."""
-    tm, tn, _ = tile
+def schedule(a: torch.Tensor, b_nk: torch.Tensor) -> tuple[tuple[int, int, int], int, int]:
+    """(tile, cluster_m, CTAs) of the Hopper launch (the Ampere kernel ignores them).
+
+    2x1 clusters sharing B tiles, except when M has a single tile-row (a cluster would pair
+    every CTA with an idle one); the tile with the best speed x last-wave occupancy
+    (``TILE_SPEEDS``); one CTA per SM in whole clusters, never more than the work.
+    """
+    m, n = a.shape[-2], b_nk.shape[-2]
     batch = a.shape[0] if a.dim() == 3 else 1
-    tiles_m = -(-a.shape[-2] // tm)
-    tiles = -(-tiles_m // cluster_m) * cluster_m * -(-b_nk.shape[-2] // tn) * batch
-    return persistent_grid(tiles, _sms(a.device), cluster_size=cluster_m)
-
-
-def schedule(a: torch.Tensor, b_nk: torch.Tensor) -> tuple[int, int]:
-    """(cluster_m, CTAs) of the Hopper launch: 2x1 clusters sharing B tiles, except when the
-    problem has a single tile-row of M (a cluster would pair every CTA with an idle one)."""
-    tiles_m = -(-a.shape[-2] // DEFAULT_TILE[0])
-    cluster_m = DEFAULT_CLUSTER_M if tiles_m >= DEFAULT_CLUSTER_M else 1
-    return cluster_m, persistent_ctas(a, b_nk, cluster_m=cluster_m)
+    cluster_m = DEFAULT_CLUSTER_M if m > DEFAULT_TILE[0] else 1
+    sms = _sms(a.device)
+    tile = pick_tile(m, n, batch, sms, TILE_SPEEDS, cluster_m)
+    units = cluster_tiles(m, n, batch, tile, cluster_m)
+    return tile, cluster_m, persistent_grid(units * cluster_m, sms, cluster_size=cluster_m)
 
 
 _SM_COUNT: dict[int, int] = {}

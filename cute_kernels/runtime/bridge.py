@@ -81,8 +81,13 @@ def env_stream():
 _RESOLVED: dict[tuple, Callable] = {}
 
 
-def kernel_for(device: torch.device, key: tuple, make_build: Callable[[str, str], Build]):
+def kernel_for(device: torch.device, key: tuple, make_build: Callable[[str, str], Build],
+               hopper_key: tuple = ()):
     """The compiled kernel for ``key`` on ``device``.
+
+    ``hopper_key`` holds configuration only the Hopper kernel compiles in (tile, cluster): it
+    joins the cache key on the Hopper path only, so the Ampere path does not compile the same
+    kernel once per Hopper schedule.
 
     ``make_build(path, target)`` is only called on a cache miss. The cache key gets the path
     and the compile target appended, so a forced Ampere path on Hopper is a separate entry.
@@ -90,10 +95,11 @@ def kernel_for(device: torch.device, key: tuple, make_build: Callable[[str, str]
     device's architecture costs more than launching a small kernel.
     """
     forced = forced_path()
-    fast_key = (key, device.index, forced)
+    fast_key = (key, hopper_key, device.index, forced)
     fn = _RESOLVED.get(fast_key)
     if fn is None:
         path, target = device_target(device)
-        fn = KERNELS.get((*key, path, target), lambda: make_build(path, target), target)
+        full_key = (*key, *(hopper_key if path == "hopper" else ()), path, target)
+        fn = KERNELS.get(full_key, lambda: make_build(path, target), target)
         _RESOLVED[fast_key] = fn
     return fn
