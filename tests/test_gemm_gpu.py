@@ -146,3 +146,18 @@ def test_every_hopper_tile(monkeypatch, tile, m, n, k, a_major, b_major):
     monkeypatch.setattr(gemm_ops, "pick_tile", lambda *args: tile)
     run_gemm("hopper", m, n, k, a_major=a_major, b_major=b_major, bias=True, epilogue="silu")
     run_gemm("hopper", m, n, k, batch=2)
+
+
+def test_repeat_calls_reuse_the_plan_but_still_validate():
+    """The second call with the same metadata skips validation; new values still give new
+    results, and a misaligned view of a validated shape is still rejected."""
+    x, w = rand(96, 64), rand(128, 64)
+    first = ck.linear(x, w)
+    x2 = rand(96, 64)
+    torch.testing.assert_close(ck.linear(x2, w).float(), (x2 @ w.t()).float(), rtol=2e-2,
+                               atol=2e-2)
+    assert not torch.equal(first, ck.linear(x2, w))
+    buf = rand(96 * 64 + 8)
+    misaligned = buf[4:4 + 96 * 64].view(96, 64)  # same shape/strides, 8-byte offset
+    with pytest.raises(ValueError, match="16-byte boundary"):
+        ck.linear(misaligned, w)

@@ -9,11 +9,14 @@ M/N-major per operand) and is part of the compile-cache key.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..kernels.epilogue import ACTIVATIONS, Epilogue
 from ..kernels.gemm_sm90 import DEFAULT_CLUSTER_M, DEFAULT_TILE, TILE_SPEEDS
 from ..kernels.tile_scheduler import cluster_tiles, persistent_grid, pick_tile
+from ..runtime.arch import forced_path
 from ..runtime.bridge import env_stream, fake_mkl, fake_vector, kernel_for
 from ..runtime.compile import Build
 from ..runtime.validate import check_aligned, check_cuda, check_same_device, check_tensor
@@ -109,26 +112,61 @@ def make_build(path: str, dtype, out_dtype, a_major: str, b_major: str, epilogue
                           fake_mkl(out_dtype, "k"), bias, cutlass.Int32(1), env_stream()))
 
 
+#: (argument metadata) -> (out shape, out dtype, kernel, CTAs): a call whose tensors have the
+#: same shapes, strides, dtypes, device and 16-byte alignment as a validated earlier call skips
+#: validation and scheduling (tens of µs of Python, more than a small GEMM's runtime).
+_PLANS: dict = {}
+_MAX_PLANS = 4096
+
+
+def _meta(t):
+    if t is None:
+        return None
+    return t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16
+
+
 def _gemm_nk(a, b_nk, bias, out, out_dtype, epilogue, a_name, b_name):
+    sig = (_meta(a), _meta(b_nk), _meta(bias), _meta(out), out_dtype, epilogue, forced_path())
+    plan = _PLANS.get(sig)
+    if plan is None:
+        plan = _plan(a, b_nk, bias, out, out_dtype, epilogue, a_name, b_name)
+        if plan[2] is None:  # empty output or K == 0: no kernel
+            return _degenerate(a, bias, out, plan, epilogue)
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
+        _PLANS[sig] = plan
+    shape, out_dtype, kernel, ctas = plan
+    if out is None:
+        out = torch.empty(shape, dtype=out_dtype, device=a.device)
+    kernel(_as_mkl(a), _as_mkl(b_nk), _as_mkl(out), bias, ctas)
+    return out
+
+
+def _plan(a, b_nk, bias, out, out_dtype, epilogue, a_name, b_name):
+    """Validate, then pick the kernel and launch size: (shape, out dtype, kernel, CTAs);
+    kernel None when there is nothing to launch."""
     if epilogue not in ACTIVATIONS:
         raise ValueError(f"epilogue must be one of {ACTIVATIONS}, got {epilogue!r}")
     shape, out_dtype, a_major, b_major = _validate(a, b_nk, bias, out, out_dtype,
                                                    a_name=a_name, b_name=b_name)
+    if math.prod(shape) == 0 or a.shape[-1] == 0:
+        return shape, out_dtype, None, 0
     epi = Epilogue(bias=bias is not None, activation=epilogue)
-    if out is None:
-        out = torch.empty(shape, dtype=out_dtype, device=a.device)
-    if out.numel() == 0:
-        return out
-    if a.shape[-1] == 0:  # K == 0: the product is zero; the epilogue still applies
-        out.copy_(_epilogue_reference(torch.zeros(shape, device=a.device), bias, epilogue))
-        return out
     tile, cluster_m, ctas = schedule(a, b_nk)
     bias_dtype = bias.dtype if bias is not None else None
     key = ("gemm", a.dtype, out_dtype, a_major, b_major, epi, bias_dtype)
     kernel = kernel_for(a.device, key, lambda path, target: make_build(
         path, a.dtype, out_dtype, a_major, b_major, epi, bias_dtype, cluster_m, tile),
         hopper_key=(cluster_m, tile))
-    kernel(_as_mkl(a), _as_mkl(b_nk), _as_mkl(out), bias, ctas)
+    return shape, out_dtype, kernel, ctas
+
+
+def _degenerate(a, bias, out, plan, epilogue):
+    shape, out_dtype = plan[:2]
+    if out is None:
+        out = torch.empty(shape, dtype=out_dtype, device=a.device)
+    if out.numel() and a.shape[-1] == 0:  # K == 0: the product is zero; the epilogue applies
+        out.copy_(_epilogue_reference(torch.zeros(shape, device=a.device), bias, epilogue))
     return out
 
 
