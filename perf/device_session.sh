@@ -15,6 +15,9 @@ step "memcheck bitpack" bash -c "compute-sanitizer --tool memcheck --error-exitc
 step "racecheck bitpack" bash -c "compute-sanitizer --tool racecheck --error-exitcode 9 python -m pytest -q -x tests/test_bitpack_gpu.py -k 'roundtrip and 2049' 2>&1 | tail -4"
 step "memcheck gemm" bash -c "CUTE_KERNELS_DISK_CACHE=0 timeout 300 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 python -m pytest -q -x tests/test_gemm_gpu.py -k 'skinny and (333 or 129)' 2>&1 | tail -4"
 step "racecheck gemm" bash -c "CUTE_KERNELS_DISK_CACHE=0 timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 python -m pytest -q -x tests/test_gemm_gpu.py -k 'skinny and 333' 2>&1 | tail -4"
+step "memcheck gemm tiles" bash -c "CUTE_KERNELS_DISK_CACHE=0 timeout 300 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 python -m pytest -q -x tests/test_gemm_gpu.py -k 'every_hopper_tile and 333' 2>&1 | tail -4"
+# racecheck of our kernels alone (the tests' cuBLAS reference kernels report hazards of their own)
+step "racecheck gemm 192" bash -c "CUTE_KERNELS_DISK_CACHE=0 timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 python perf/race_probe.py 128,192,64 1000 776 1000 m k 0 silu 2>&1 | tail -2"
 step "memcheck gated" bash -c "CUTE_KERNELS_DISK_CACHE=0 timeout 300 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 python -m pytest -q -x tests/test_gated_mlp_gpu.py -k 'matches_reference and swiglu and (7-136 or 333-4104)' 2>&1 | tail -4"
 step "racecheck gated" bash -c "CUTE_KERNELS_DISK_CACHE=0 timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 python -m pytest -q -x tests/test_gated_mlp_gpu.py -k 'matches_reference and swiglu and 333-4104' 2>&1 | tail -4"
 if [ -z "${SKIP_PERF:-}" ]; then

@@ -43,6 +43,14 @@ def main() -> None:
         ["compiled kernel via TVM-FFI", per_call_us(lambda: raw(m8, o8))],
         ["torch.add (tiny, for scale)", per_call_us(lambda: torch.add(o8, 1, out=o8))],
     ]
+    x = torch.randn(128, 64, device="cuda").bfloat16()
+    w = torch.randn(256, 64, device="cuda").bfloat16()
+    y = torch.empty(128, 256, device="cuda").bfloat16()
+    rows += [
+        ["ck.linear(x, w, out=y) 128x256x64", per_call_us(lambda: ck.linear(x, w, out=y), 5000)],
+        ["torch.matmul(x, w.t(), out=y)", per_call_us(lambda: torch.matmul(x, w.t(), out=y),
+                                                      5000)],
+    ]
     print(f"{device_name()}: host cost per call\n")
     print(format_table(["call", "us/call"], rows))
 
