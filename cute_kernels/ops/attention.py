@@ -1,0 +1,113 @@
+"""Dense attention: argument rules and the float32 references of ``attention`` and
+``attention_colsum`` (issue 5). The kernels land next; these define what they must compute.
+
+Layout: q (B, H, S_q, D), k and v (B, H_kv, S_kv, D) — the layout of
+``scaled_dot_product_attention`` — with any strides whose last dim is unit-stride, so a
+(B, S, H, D) tensor passed as ``.transpose(1, 2)`` needs no copy. GQA/MQA: H % H_kv == 0, query
+head h reads kv head ``h // (H // H_kv)``.
+
+Causal masks are aligned **bottom-right** (FlashAttention's convention): query i may attend key
+j iff ``j <= i + S_kv - S_q``. With S_q == S_kv that is the usual lower triangle; with S_q < S_kv
+(decoding with a cache) the queries are the last S_q positions. A query row with no visible key
+(S_q > S_kv) gets o = 0 and lse = -inf.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..runtime.validate import check_tensor
+
+IN_DTYPES = (torch.bfloat16, torch.float16)
+HEAD_DIMS = (64, 128)
+
+
+def validate_attention(q, k, v, scale=None) -> float:
+    """Check q, k, v against the rules in the module docstring; return the softmax scale."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_tensor(name, t, dtypes=IN_DTYPES, ndim=4, on_cuda=False)
+        if t.stride(-1) != 1:
+            raise ValueError(f"{name} must have a unit-stride last (head) dim, got strides "
+                             f"{tuple(t.stride())}")
+        for dim, s in enumerate(t.stride()[:-1]):
+            if t.shape[dim] > 1 and (s * t.element_size()) % 16:
+                raise ValueError(f"{name}'s stride {s} in dim {dim} is not a multiple of 16 "
+                                 f"bytes (TMA/vector loads)")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise TypeError(f"q, k and v must have the same dtype, got {q.dtype}, {k.dtype}, "
+                        f"{v.dtype}")
+    b, h, s_q, d = q.shape
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and "
+                         f"{tuple(v.shape)}")
+    bk, h_kv, s_kv, dk = k.shape
+    if bk != b or dk != d:
+        raise ValueError(f"k/v shape {tuple(k.shape)} does not match q {tuple(q.shape)} in "
+                         f"batch or head dim")
+    if d not in HEAD_DIMS:
+        raise ValueError(f"head dim must be one of {HEAD_DIMS}, got {d}")
+    if h_kv == 0 or h % h_kv:
+        raise ValueError(f"the number of query heads ({h}) must be a multiple of the kv "
+                         f"heads ({h_kv})")
+    if s_q < 1 or s_kv < 1:
+        raise ValueError(f"sequence lengths must be >= 1, got S_q = {s_q}, S_kv = {s_kv}")
+    if len({q.device, k.device, v.device}) > 1:
+        raise ValueError("q, k and v must be on the same device")
+    if scale is None:
+        return 1.0 / math.sqrt(d)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
+        raise ValueError(f"scale must be a positive number, got {scale!r}")
+    return float(scale)
+
+
+def validate_colsum(q, prev_lse, group) -> None:
+    b, h, s_q, _ = q.shape
+    check_tensor("prev_lse", prev_lse, dtypes=(torch.float32,), ndim=3, on_cuda=False)
+    if tuple(prev_lse.shape) != (b, h, s_q):
+        raise ValueError(f"prev_lse must have shape {(b, h, s_q)}, got {tuple(prev_lse.shape)}")
+    if isinstance(group, bool) or not isinstance(group, int) or group < 64 or group % 64:
+        raise ValueError(f"group must be a positive multiple of 64 (the kernels' query "
+                         f"sub-tile), got {group!r}")
+
+
+def _expand_kv(t: torch.Tensor, heads: int) -> torch.Tensor:
+    return t.repeat_interleave(heads // t.shape[1], dim=1)
+
+
+def _logits(q, k, causal: bool, scale: float) -> torch.Tensor:
+    """fp32 ``scale * q k^T`` with the causal (bottom-right) mask applied as -inf."""
+    s = torch.matmul(q.float(), _expand_kv(k, q.shape[1]).float().transpose(-1, -2)) * scale
+    if causal:
+        s_q, s_kv = q.shape[-2], k.shape[-2]
+        i = torch.arange(s_q, device=q.device)[:, None]
+        j = torch.arange(s_kv, device=q.device)[None, :]
+        s = s.masked_fill(j > i + (s_kv - s_q), float("-inf"))
+    return s
+
+
+def attention_reference(q, k, v, *, causal: bool = False, scale: float | None = None):
+    """(o fp32 (B, H, S_q, D), lse fp32 (B, H, S_q), natural log)."""
+    scale = validate_attention(q, k, v, scale)
+    s = _logits(q, k, causal, scale)
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.exp(s - lse.unsqueeze(-1)).nan_to_num(0.0)  # fully masked rows: p = 0
+    o = torch.matmul(p, _expand_kv(v, q.shape[1]).float())
+    return o, lse
+
+
+def attention_colsum_reference(q, k, v, prev_lse, *, group: int = 192,
+                               scale: float | None = None):
+    """(o, lse, colsum): ``colsum[b, h, g, j] = sum_{i in query group g}
+    exp(scale * q_i . k_j - prev_lse[b, h, i])`` in fp32, shape (B, H, ceil(S_q / group),
+    S_kv) — softmax probabilities under the previous step's normalisers."""
+    scale = validate_attention(q, k, v, scale)
+    validate_colsum(q, prev_lse, group)
+    o, lse = attention_reference(q, k, v, scale=scale)
+    p_prev = torch.exp(_logits(q, k, False, scale) - prev_lse.float().unsqueeze(-1))
+    b, h, s_q, s_kv = p_prev.shape
+    groups = -(-s_q // group)
+    padded = torch.zeros(b, h, groups * group, s_kv, device=q.device)
+    padded[:, :, :s_q] = p_prev
+    return o, lse, padded.view(b, h, groups, group, s_kv).sum(dim=3)

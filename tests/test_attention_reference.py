@@ -1,0 +1,74 @@
+"""The attention references and argument rules (CPU): what the attention kernels must match."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from cute_kernels.ops.attention import (
+    attention_colsum_reference,
+    attention_reference,
+    validate_attention,
+)
+
+
+def qkv(b=2, h=4, h_kv=2, s_q=33, s_kv=33, d=64, dtype=torch.bfloat16):
+    g = torch.Generator().manual_seed(0)
+    mk = lambda hh, s: torch.randn(b, hh, s, d, generator=g).to(dtype)  # noqa: E731
+    return mk(h, s_q), mk(h_kv, s_kv), mk(h_kv, s_kv)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_matches_sdpa_math_with_gqa(causal):
+    q, k, v = qkv()
+    o, lse = attention_reference(q, k, v, causal=causal)
+    ref = F.scaled_dot_product_attention(q.float(), k.float().repeat_interleave(2, 1),
+                                         v.float().repeat_interleave(2, 1), is_causal=causal)
+    torch.testing.assert_close(o, ref, rtol=1e-4, atol=1e-4)
+    s = (q.float() @ k.float().repeat_interleave(2, 1).transpose(-1, -2)) / math.sqrt(64)
+    if not causal:
+        torch.testing.assert_close(lse, torch.logsumexp(s, -1), rtol=1e-5, atol=1e-5)
+
+
+def test_causal_is_bottom_right_aligned():
+    q, k, v = qkv(s_q=3, s_kv=7)
+    o, lse = attention_reference(q, k, v, causal=True)
+    # the last query sees every key; the first sees keys 0..4
+    full, _ = attention_reference(q[:, :, 2:], k, v)
+    torch.testing.assert_close(o[:, :, 2:], full)
+    first, _ = attention_reference(q[:, :, :1], k[:, :, :5], v[:, :, :5])
+    torch.testing.assert_close(o[:, :, :1], first)
+    # more queries than keys: the first rows see nothing (o = 0, lse = -inf)
+    o, lse = attention_reference(*qkv(s_q=7, s_kv=3), causal=True)
+    assert torch.all(o[:, :, :4] == 0) and torch.all(torch.isneginf(lse[:, :, :4]))
+    assert torch.isfinite(lse[:, :, 4:]).all()
+
+
+def test_colsum_is_grouped_column_sums_of_previous_step_probabilities():
+    q, k, v = qkv(s_q=200, s_kv=50)
+    _, lse = attention_reference(q, k, v)
+    o, lse2, colsum = attention_colsum_reference(q, k, v, lse, group=64)
+    assert colsum.shape == (2, 4, 4, 50)
+    # with the same step's lse, each query row's probabilities sum to 1: groups sum to rows
+    torch.testing.assert_close(colsum.sum(-1)[:, :, :3], torch.full((2, 4, 3), 64.0))
+    torch.testing.assert_close(colsum.sum(-1)[:, :, 3], torch.full((2, 4), 8.0))
+    torch.testing.assert_close(lse2, lse)
+
+
+def test_argument_rules():
+    q, k, v = qkv()
+    assert validate_attention(q, k, v) == pytest.approx(1 / 8)
+    with pytest.raises(ValueError, match="head dim must be one of"):
+        validate_attention(q[..., :32], k[..., :32], v[..., :32])
+    with pytest.raises(ValueError, match="multiple of the kv heads"):
+        validate_attention(q[:, :3], k, v)
+    with pytest.raises(TypeError, match="same dtype"):
+        validate_attention(q, k.half(), v)
+    with pytest.raises(ValueError, match="unit-stride last"):
+        validate_attention(q.transpose(-1, -2), k, v)
+    with pytest.raises(ValueError, match="scale must be a positive number"):
+        validate_attention(q, k, v, scale=-1.0)
+    # (B, S, H, D) storage through transpose(1, 2) is accepted without a copy
+    qs = torch.randn(2, 33, 4, 64).bfloat16().transpose(1, 2)
+    assert validate_attention(qs, k, v) == pytest.approx(1 / 8)
