@@ -111,3 +111,46 @@ def attention_colsum_reference(q, k, v, prev_lse, *, group: int = 192,
     padded = torch.zeros(b, h, groups * group, s_kv, device=q.device)
     padded[:, :, :s_q] = p_prev
     return o, lse, padded.view(b, h, groups, group, s_kv).sum(dim=3)
+
+
+def make_build(path: str, dtype, head_dim: int, causal: bool):
+    """The attention kernel of ``path`` against symbolic (B, H, S, D) tensors (unit-stride head
+    dim, other strides multiples of 8 elements) and a compact fp32 lse."""
+    import cutlass
+    from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_tensor
+
+    from ..kernels.attention_sm80 import AttentionSm80
+    from ..runtime.bridge import cutlass_dtype, env_stream, sym
+    from ..runtime.compile import Build
+
+    def bhsd():
+        return make_fake_tensor(cutlass_dtype(dtype), (sym(), sym(), sym(), head_dim),
+                                (sym(8), sym(8), sym(8), 1), assumed_align=16)
+
+    lse = make_fake_compact_tensor(cutlass.Float32, (sym(), sym(), sym()),
+                                   stride_order=(2, 1, 0), assumed_align=4)
+    # the Hopper kernel (TMA + WGMMA, warp-specialized) is not written yet: both paths run
+    # the FlashAttention-2 mma.sync kernel for now
+    kernel = AttentionSm80(head_dim, causal)
+    return Build(kernel, (bhsd(), bhsd(), bhsd(), bhsd(), lse, cutlass.Float32(1.0),
+                          env_stream()))
+
+
+def _attention(q, k, v, *, causal: bool = False, scale: float | None = None):
+    """Private until it has run on a GPU (issue 5): (o, lse) from the Ampere-path kernel."""
+    from ..runtime.bridge import kernel_for
+    from ..runtime.validate import check_cuda
+
+    scale = validate_attention(q, k, v, scale)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_cuda(name, t)
+        if t.data_ptr() % 16:
+            raise ValueError(f"{name} must start on a 16-byte boundary")
+    b, h, s_q, d = q.shape
+    o = torch.empty(b, s_q, h, d, dtype=q.dtype, device=q.device).transpose(1, 2)
+    lse = torch.empty(b, h, s_q, dtype=torch.float32, device=q.device)
+    key = ("attention", q.dtype, d, bool(causal))
+    kernel = kernel_for(q.device, key, lambda path, target: make_build(path, q.dtype, d,
+                                                                      bool(causal)))
+    kernel(q, k, v, o, lse, scale)
+    return o, lse

@@ -1,0 +1,252 @@
+"""Ampere-path flash attention forward (FlashAttention-2 structure): cp.async, ldmatrix,
+mma.sync m16n8k16, online softmax in registers.
+
+Tensors: q (B, H, S_q, D), k/v (B, H_kv, S_kv, D), o like q, lse (B, H, S_q) fp32; any strides
+with a unit-stride head dim. GQA: query head h reads kv head h // (H / H_kv). Causal masks are
+bottom-right aligned (ops/attention.py).
+
+WORK IN PROGRESS: compiles for sm_80 and sm_90a; not yet run on a GPU.
+"""
+
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.memory
+from cutlass import Float32, Int32
+from cutlass.cute.nvgpu import warp
+
+from .gemm_sm80 import BYTES_PER_VEC, g2s_copy, smem_operand_atom
+from .online_softmax import LOG2E, acc_as_a_operand, acc_mn_view, softmax_finish, softmax_step
+
+
+class AttentionSm80:
+    """One CTA per (128-query block, head, batch), 4 warps, each owning 16-row slices.
+
+    Warp roles: all 4 warps load (cp.async) and compute (mma.sync); S = Q K^T and O += P V both
+    partitioned by one tiled mma (4 x 1 warps).
+    Pipeline: Q once; K and V one stage each — V(n) loads during S(n) = Q K(n)^T, K(n - 1) during
+    the softmax and P V(n) (FlashAttention-2's schedule). Key blocks run from the last to the
+    first, so the masked ones (causal diagonal, S_kv residue) come first.
+    Shared memory: (128 + 2 x 64) x D x 2 B = 32 KiB (D = 64) / 64 KiB (D = 128); the O tile
+    reuses Q's bytes.
+    """
+
+    def __init__(self, head_dim: int, causal: bool, block_m: int = 128, block_n: int = 64):
+        self.head_dim, self.causal = head_dim, causal
+        self.block_m, self.block_n = block_m, block_n
+        self.threads = 128
+
+    @cute.jit
+    def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
+                 mLSE: cute.Tensor, scale: Float32, stream):
+        dtype = mQ.element_type
+        tiled_mma = cute.make_tiled_mma(
+            warp.MmaF16BF16Op(dtype, Float32, (16, 8, 16)), (4, 1, 1),
+            permutation_mnk=(64, 16, 16))
+        copy_qkv = g2s_copy(dtype, "k", self.block_n, self.head_dim, self.threads)
+        grid = (cute.ceil_div(mQ.shape[2], self.block_m), mQ.shape[1], mQ.shape[0])
+        self.kernel(mQ, mK, mV, mO, mLSE, scale * Float32(LOG2E), tiled_mma,
+                    copy_qkv).launch(grid=grid, block=(self.threads, 1, 1), stream=stream)
+
+    @cute.kernel
+    def kernel(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
+               mLSE: cute.Tensor, scale_log2: Float32, tiled_mma: cute.TiledMma,
+               copy_qkv: cute.TiledCopy):
+        tidx, _, _ = cute.arch.thread_idx()
+        m_block, head, batch = cute.arch.block_idx()
+        dtype = mQ.element_type
+        BM, BN, D = self.block_m, self.block_n, self.head_dim
+        s_q, s_kv = mQ.shape[2], mK.shape[2]
+        kv_head = head // (mQ.shape[1] // mK.shape[1])
+
+        # ---- shared memory ----
+        sQ_layout = cute.tile_to_shape(smem_operand_atom("k", D, 2), (BM, D), (0, 1))
+        sKV_layout = cute.tile_to_shape(smem_operand_atom("k", D, 2), (BN, D), (0, 1))
+
+        @cute.struct
+        class SharedStorage:
+            sQ: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sQ_layout)], 1024]
+            sK: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sKV_layout)], 1024]
+            sV: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sKV_layout)], 1024]
+
+        storage = cutlass.memory.SmemAllocator().allocate(SharedStorage)
+        sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
+        sK = storage.sK.get_tensor(sKV_layout.outer, swizzle=sKV_layout.inner)
+        sV = storage.sV.get_tensor(sKV_layout.outer, swizzle=sKV_layout.inner)
+        sVt = cute.composition(sV, cute.make_layout((D, BN), stride=(BN, 1)))  # (D, keys)
+
+        # ---- this block's tiles and coordinates ----
+        gQ = cute.local_tile(mQ[batch, head, None, None], (BM, D), (m_block, 0))
+        gK = cute.local_tile(mK[batch, kv_head, None, None], (BN, D), (None, 0))
+        gV = cute.local_tile(mV[batch, kv_head, None, None], (BN, D), (None, 0))
+        cQ = cute.local_tile(cute.make_identity_tensor((s_q, D)), (BM, D), (m_block, 0))
+        cKV = cute.local_tile(cute.make_identity_tensor((s_kv, D)), (BN, D), (None, 0))
+        thr_g2s = copy_qkv.get_slice(tidx)
+        tQgQ, tQsQ, tQcQ = (thr_g2s.partition_S(gQ), thr_g2s.partition_D(sQ),
+                            thr_g2s.partition_S(cQ))
+        tKgK, tKsK = thr_g2s.partition_S(gK), thr_g2s.partition_D(sK)
+        tVgV, tVsV = thr_g2s.partition_S(gV), thr_g2s.partition_D(sV)
+        tKVcKV = thr_g2s.partition_S(cKV)
+
+        # key blocks this query block sees (bottom-right causal: row i sees keys <= i + s_kv - s_q)
+        n_blocks = cute.ceil_div(s_kv, BN)
+        if cutlass.const_expr(self.causal):
+            last_key = (m_block + 1) * BM - 1 + s_kv - s_q
+            n_blocks = cutlass.max(Int32(0), cutlass.min(n_blocks, last_key // BN + 1))
+            if last_key < 0:
+                n_blocks = Int32(0)
+
+        # ---- mma partitions and ldmatrix copies ----
+        thr_mma = tiled_mma.get_slice(tidx)
+        tSrQ = thr_mma.make_fragment_A(thr_mma.partition_A(sQ))
+        tSrK = thr_mma.make_fragment_B(thr_mma.partition_B(sK))
+        tOrVt = thr_mma.make_fragment_B(thr_mma.partition_B(sVt))
+        acc_O = cute.make_rmem_tensor(tiled_mma.partition_shape_C((BM, D)), Float32)
+        acc_O.fill(0.0)
+        ldsm = lambda t: cute.make_copy_atom(warp.LdMatrix8x8x16bOp(t, 4), dtype)  # noqa: E731
+        lds_q = cute.make_tiled_copy_A(ldsm(False), tiled_mma).get_slice(tidx)
+        lds_k = cute.make_tiled_copy_B(ldsm(False), tiled_mma).get_slice(tidx)
+        lds_v = cute.make_tiled_copy_B(ldsm(True), tiled_mma).get_slice(tidx)
+        lds_q_tiled = cute.make_tiled_copy_A(ldsm(False), tiled_mma)
+        lds_k_tiled = cute.make_tiled_copy_B(ldsm(False), tiled_mma)
+        lds_v_tiled = cute.make_tiled_copy_B(ldsm(True), tiled_mma)
+        tSsQ, tSrQ_v = lds_q.partition_S(sQ), lds_q.retile(tSrQ)
+        tSsK, tSrK_v = lds_k.partition_S(sK), lds_k.retile(tSrK)
+        tOsVt, tOrVt_v = lds_v.partition_S(sVt), lds_v.retile(tOrVt)
+
+        rows = cute.size(acc_mn_view(acc_O), mode=[0])
+        row_max = cute.make_rmem_tensor(rows, Float32)
+        row_sum = cute.make_rmem_tensor(rows, Float32)
+        row_max.fill(-Float32.inf)
+        row_sum.fill(0.0)
+
+        # ---- prologue: Q and the last key block's K ----
+        self._load_rows(copy_qkv, tQgQ, tQsQ, tQcQ, s_q)
+        if n_blocks > 0:
+            self._load_rows(copy_qkv, tKgK[None, None, None, n_blocks - 1], tKsK,
+                            tKVcKV[None, None, None, n_blocks - 1], s_kv)
+        cute.arch.cp_async_commit_group()
+
+        for step in cutlass.range(n_blocks, unroll=1):
+            n = n_blocks - 1 - step
+            acc_S = cute.make_rmem_tensor(tiled_mma.partition_shape_C((BM, BN)), Float32)
+            acc_S.fill(0.0)
+            cute.arch.cp_async_wait_group(0)
+            cute.arch.sync_threads()
+            # V(n) streams in while S(n) = Q K(n)^T runs
+            self._load_rows(copy_qkv, tVgV[None, None, None, n], tVsV,
+                            tKVcKV[None, None, None, n], s_kv)
+            cute.arch.cp_async_commit_group()
+            self._smem_gemm(tiled_mma, acc_S, lds_q_tiled, tSsQ, tSrQ_v, tSrQ, lds_k_tiled,
+                            tSsK, tSrK_v, tSrK)
+            cute.arch.cp_async_wait_group(0)
+            cute.arch.sync_threads()
+            # K(n - 1) streams in during the softmax and P V(n)
+            if n > 0:
+                self._load_rows(copy_qkv, tKgK[None, None, None, n - 1], tKsK,
+                                tKVcKV[None, None, None, n - 1], s_kv)
+            cute.arch.cp_async_commit_group()
+
+            # masks: keys past s_kv, and (causal) keys after the row's diagonal
+            needs_mask = (n + 1) * BN > s_kv
+            if cutlass.const_expr(self.causal):
+                needs_mask = needs_mask or (n + 1) * BN - 1 > m_block * BM + s_kv - s_q
+            if needs_mask:
+                cS = thr_mma.partition_C(cute.local_tile(
+                    cute.make_identity_tensor((s_q, s_kv)), (BM, BN), (m_block, n)))
+                self._mask(acc_S, cS, s_q, s_kv)
+            if step == 0:
+                softmax_step(acc_S, acc_O, row_max, row_sum, scale_log2, True)
+            else:
+                softmax_step(acc_S, acc_O, row_max, row_sum, scale_log2, False)
+
+            rP = cute.make_rmem_tensor_like(acc_S, dtype)
+            rP.store(acc_S.load().to(dtype))
+            tOrP = acc_as_a_operand(rP)
+            for kb in cutlass.range_constexpr(cute.size(tOrP, mode=[2])):
+                cute.copy(lds_v_tiled, tOsVt[None, None, kb], tOrVt_v[None, None, kb])
+                cute.gemm(tiled_mma, acc_O, tOrP[None, None, kb], tOrVt[None, None, kb],
+                          acc_O)
+
+        # ---- epilogue: normalise, lse, O through smem (Q's bytes), predicated stores ----
+        cute.arch.cp_async_wait_group(0)
+        lse = cute.make_rmem_tensor(rows, Float32)
+        softmax_finish(acc_O, row_max, row_sum, lse, scale_log2)
+        self._store(acc_O, lse, thr_mma, tiled_mma, sQ, mO, mLSE, batch, head, m_block, tidx)
+
+    @cute.jit
+    def _load_rows(self, tiled_copy, tXgX, tXsX, tXcX, rows):
+        """cp.async one (block, D) tile, rows past ``rows`` zero-filled (D is whole)."""
+        pred = cute.make_rmem_tensor((1, cute.size(tXgX, mode=[1]), cute.size(tXgX, mode=[2])),
+                                     cutlass.Boolean)
+        for i in cutlass.range_constexpr(cute.size(tXgX, mode=[1])):
+            for j in cutlass.range_constexpr(cute.size(tXgX, mode=[2])):
+                pred[0, i, j] = tXcX[(0, 0), i, j][0] < rows
+        cute.copy(tiled_copy, tXgX, tXsX, pred=pred)
+
+    @cute.jit
+    def _smem_gemm(self, tiled_mma, acc, lds_a, tAs, tAr_v, tAr, lds_b, tBs, tBr_v, tBr):
+        """acc += A B^T over the head dim, ldmatrix of k-block j + 1 ahead of mma j."""
+        k_blocks = cute.size(tAs, mode=[2])
+        cute.copy(lds_a, tAs[None, None, 0], tAr_v[None, None, 0])
+        cute.copy(lds_b, tBs[None, None, 0], tBr_v[None, None, 0])
+        for kb in cutlass.range_constexpr(k_blocks):
+            if cutlass.const_expr(kb + 1 < k_blocks):
+                cute.copy(lds_a, tAs[None, None, kb + 1], tAr_v[None, None, kb + 1])
+                cute.copy(lds_b, tBs[None, None, kb + 1], tBr_v[None, None, kb + 1])
+            cute.gemm(tiled_mma, acc, tAr[None, None, kb], tBr[None, None, kb], acc)
+
+    @cute.jit
+    def _mask(self, acc_S, tScS, s_q, s_kv):
+        """-inf for keys past ``s_kv`` and, causal, keys past ``i + s_kv - s_q``."""
+        s_mn, c_mn = acc_mn_view(acc_S), acc_mn_view(tScS)
+        for r in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
+            limit = s_kv
+            if cutlass.const_expr(self.causal):
+                limit = cutlass.min(s_kv, c_mn[r, 0][0] + 1 + s_kv - s_q)
+            for c in cutlass.range_constexpr(cute.size(s_mn, mode=[1])):
+                if c_mn[r, c][1] >= limit:
+                    s_mn[r, c] = -Float32.inf
+
+    @cute.jit
+    def _store(self, acc_O, lse, thr_mma, tiled_mma, sQ, mO, mLSE, batch, head, m_block, tidx):
+        BM, D = self.block_m, self.head_dim
+        dtype = mO.element_type
+        s_q = mO.shape[2]
+        rO = cute.make_rmem_tensor_like(acc_O, dtype)
+        rO.store(acc_O.load().to(dtype))
+        cute.arch.sync_threads()  # every warp is done reading sQ
+        r2s = cute.make_tiled_copy_C(cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), dtype),
+                                     tiled_mma)
+        thr_r2s = r2s.get_slice(tidx)
+        cute.copy(r2s, thr_r2s.retile(rO), thr_r2s.partition_D(sQ))
+        # lse: the first thread of each quad owns its rows
+        cO = thr_mma.partition_C(cute.local_tile(cute.make_identity_tensor((s_q, D)), (BM, D),
+                                                 (m_block, 0)))
+        c_mn = acc_mn_view(cO)
+        if tidx % 4 == 0:
+            for r in cutlass.range_constexpr(cute.size(lse)):
+                row = c_mn[r, 0][0]
+                if row < s_q:
+                    mLSE[batch, head, row] = lse[r]
+        cute.arch.sync_threads()
+        per_vec = BYTES_PER_VEC // (dtype.width // 8)
+        chunks = D // per_vec
+        s2g = cute.make_tiled_copy_tv(
+            cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), dtype, num_bits_per_copy=128),
+            cute.make_layout((self.threads // chunks, chunks), stride=(chunks, 1)),
+            cute.make_layout((1, per_vec)))
+        thr_s2g = s2g.get_slice(tidx)
+        gO = cute.local_tile(mO[batch, head, None, None], (BM, D), (m_block, 0))
+        cOg = cute.local_tile(cute.make_identity_tensor((s_q, D)), (BM, D), (m_block, 0))
+        tSsO, tSgO, tScO = (thr_s2g.partition_S(sQ), thr_s2g.partition_D(gO),
+                            thr_s2g.partition_D(cOg))
+        tSrO = cute.make_rmem_tensor_like(tSsO)
+        cute.autovec_copy(tSsO, tSrO)
+        pred = cute.make_rmem_tensor((1, cute.size(tSgO, mode=[1]), cute.size(tSgO, mode=[2])),
+                                     cutlass.Boolean)
+        for i in cutlass.range_constexpr(cute.size(tSgO, mode=[1])):
+            for j in cutlass.range_constexpr(cute.size(tSgO, mode=[2])):
+                pred[0, i, j] = tScO[(0, 0), i, j][0] < s_q
+        cute.copy(s2g, tSrO, tSgO, pred=pred)

@@ -1,0 +1,92 @@
+"""Online softmax over accumulator fragments, shared by the attention kernels.
+
+The accumulators of an mma (S = Q K^T and O) are viewed as (rows, cols) of one thread
+(``acc_mn_view``); a row is spread over the 4 threads of an mma quad, so row reductions end in a
+2-step butterfly shuffle (``quad_allreduce``). Exponentials are ``exp2`` with the softmax scale
+and log2(e) folded into one multiplier.
+"""
+
+from __future__ import annotations
+
+import math
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32
+
+LOG2E = math.log2(math.e)
+LN2 = math.log(2.0)
+
+
+def acc_mn_view(acc: cute.Tensor) -> cute.Tensor:
+    """((2, 2), MMA_M, MMA_N) mma.sync accumulators as ((2, MMA_M), (2, MMA_N)) = (row, col)."""
+    flat = cute.make_layout(acc.layout.shape)
+    mn = cute.make_layout(
+        ((flat.shape[0][1], flat.shape[1]), (flat.shape[0][0], flat.shape[2])),
+        stride=((flat.stride[0][1], flat.stride[1]), (flat.stride[0][0], flat.stride[2])))
+    return cute.make_tensor(acc.iterator, cute.composition(acc.layout, mn))
+
+
+def acc_as_a_operand(acc: cute.Tensor) -> cute.Tensor:
+    """The (converted) S accumulators reused as the A operand of the P @ V mma: two n8 C
+    tiles side by side are one k16 A tile, ((2, 2), MMA_M, MMA_N) -> ((2, 2, 2), MMA_M,
+    MMA_N / 2), with no data movement."""
+    div = cute.logical_divide(acc.layout, (None, None, 2))
+    layout = cute.make_layout(
+        ((div.shape[0], div.shape[2][0]), div.shape[1], div.shape[2][1]),
+        stride=((div.stride[0], div.stride[2][0]), div.stride[1], div.stride[2][1]))
+    return cute.make_tensor(acc.iterator, layout)
+
+
+@cute.jit
+def quad_allreduce(val: Float32, is_max: cutlass.Constexpr) -> Float32:
+    """Reduce over the 4 threads of an mma quad (lanes 4r .. 4r + 3)."""
+    for offset in cutlass.range_constexpr(2):
+        other = cute.arch.shuffle_sync_bfly(val, offset=2 >> offset)
+        if cutlass.const_expr(is_max):
+            val = cute.arch.fmax(val, other)
+        else:
+            val = val + other
+    return val
+
+
+@cute.jit
+def softmax_step(acc_S: cute.Tensor, acc_O: cute.Tensor, row_max: cute.Tensor,
+                 row_sum: cute.Tensor, scale_log2: Float32, first: cutlass.Constexpr):
+    """Fold one (masked) score tile into the running (max, sum) of each row: rescale O by
+    exp2((m_old - m_new) * scale_log2) and turn the scores into unnormalised probabilities.
+    Rows whose scores are all -inf so far keep max -inf and contribute nothing."""
+    s_mn, o_mn = acc_mn_view(acc_S), acc_mn_view(acc_O)
+    for r in cutlass.range_constexpr(cute.size(row_max)):
+        row = s_mn[r, None].load()
+        m_new = quad_allreduce(row.reduce(cute.ReductionOp.MAX, -Float32.inf, 0), True)
+        if cutlass.const_expr(not first):
+            m_new = cute.arch.fmax(m_new, row_max[r])
+        # a fully masked row so far: subtract 0 so exp2(-inf) = 0, not NaN
+        m_safe = Float32(0.0) if m_new == -Float32.inf else m_new
+        p = cute.math.exp2(row * scale_log2 - m_safe * scale_log2, fastmath=True)
+        tile_sum = p.reduce(cute.ReductionOp.ADD, Float32(0.0), 0)
+        if cutlass.const_expr(first):
+            row_sum[r] = tile_sum
+        else:
+            m_old_safe = Float32(0.0) if row_max[r] == -Float32.inf else row_max[r]
+            correction = cute.math.exp2((m_old_safe - m_safe) * scale_log2, fastmath=True)
+            row_sum[r] = row_sum[r] * correction + tile_sum
+            o_mn[r, None] = o_mn[r, None].load() * correction
+        row_max[r] = m_new
+        s_mn[r, None] = p
+
+
+@cute.jit
+def softmax_finish(acc_O: cute.Tensor, row_max: cute.Tensor, row_sum: cute.Tensor,
+                   lse: cute.Tensor, scale_log2: Float32):
+    """O /= row sum; ``lse[r]`` = natural-log logsumexp of the scaled scores (-inf and O = 0
+    for rows that saw no key)."""
+    o_mn = acc_mn_view(acc_O)
+    for r in cutlass.range_constexpr(cute.size(row_sum)):
+        total = quad_allreduce(row_sum[r], False)
+        empty = total == Float32(0.0)
+        inv = Float32(0.0) if empty else cute.arch.rcp_approx(total)
+        o_mn[r, None] = o_mn[r, None].load() * inv
+        lse[r] = -Float32.inf if empty else (
+            row_max[r] * scale_log2 + cute.math.log2(total, fastmath=True)) * Float32(LN2)

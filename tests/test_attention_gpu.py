@@ -1,0 +1,41 @@
+"""Flash attention forward on the GPU against the fp32 reference (issue 5, work in progress:
+the Ampere-path FlashAttention-2 kernel; both paths run it until the Hopper kernel exists)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from cute_kernels.ops.attention import _attention, attention_reference
+
+pytestmark = pytest.mark.gpu
+
+
+def rel_err(x, ref):
+    return ((x.float() - ref).norm() / ref.norm()).item()
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("s_q, s_kv, h, h_kv", [(1, 1, 2, 2), (17, 17, 4, 2), (1000, 1000, 2, 1),
+                                                (128, 4097, 2, 2), (300, 77, 2, 2)])
+def test_matches_reference(d, causal, s_q, s_kv, h, h_kv):
+    b = 2
+    q = torch.randn(b, s_q, h, d, device="cuda").bfloat16().transpose(1, 2)  # strided view
+    k = torch.randn(b, h_kv, s_kv, d, device="cuda").bfloat16()
+    v = torch.randn(b, h_kv, s_kv, d, device="cuda").bfloat16()
+    o, lse = _attention(q, k, v, causal=causal)
+    ref_o, ref_lse = attention_reference(q, k, v, causal=causal)
+    visible = torch.isfinite(ref_lse)
+    assert torch.equal(torch.isfinite(lse), visible)
+    torch.testing.assert_close(lse[visible], ref_lse[visible], rtol=0, atol=1e-3)
+    assert not torch.isnan(o).any()
+    # torch's own bf16 attention on the same inputs, same (bottom-right) mask
+    mask = None
+    if causal:
+        i = torch.arange(s_q, device="cuda")[:, None]
+        mask = torch.arange(s_kv, device="cuda")[None, :] <= i + (s_kv - s_q)
+    rep = h // h_kv
+    torch_o = F.scaled_dot_product_attention(q, k.repeat_interleave(rep, 1),
+                                             v.repeat_interleave(rep, 1), attn_mask=mask)
+    torch_o = torch_o.nan_to_num(0.0)
+    assert rel_err(o, ref_o) <= 2 * rel_err(torch_o, ref_o) + 1e-6
