@@ -1,29 +1,35 @@
-"""Flash attention forward on the GPU against the fp32 reference (issue 5, work in progress:
-the Ampere-path FlashAttention-2 kernel; both paths run it until the Hopper kernel exists)."""
+"""Flash attention forward on the GPU against the fp32 reference (issue 5, work in progress),
+both paths."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+import cute_kernels as ck
 from cute_kernels.ops.attention import _attention, attention_reference
 
 pytestmark = pytest.mark.gpu
+PATHS = ["hopper", "ampere"] if (torch.cuda.is_available()
+                                 and torch.cuda.get_device_capability() == (9, 0)) else ["ampere"]
 
 
 def rel_err(x, ref):
     return ((x.float() - ref).norm() / ref.norm()).item()
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("s_q, s_kv, h, h_kv", [(1, 1, 2, 2), (17, 17, 4, 2), (1000, 1000, 2, 1),
                                                 (128, 4097, 2, 2), (300, 77, 2, 2)])
-def test_matches_reference(d, causal, s_q, s_kv, h, h_kv):
+def test_matches_reference(path, d, causal, s_q, s_kv, h, h_kv):
     b = 2
     q = torch.randn(b, s_q, h, d, device="cuda").bfloat16().transpose(1, 2)  # strided view
     k = torch.randn(b, h_kv, s_kv, d, device="cuda").bfloat16()
     v = torch.randn(b, h_kv, s_kv, d, device="cuda").bfloat16()
-    o, lse = _attention(q, k, v, causal=causal)
+    with ck.force_path(path):
+        poisoned = torch.full((b, h, s_q, d), float("nan"), device="cuda").bfloat16()
+        o, lse = _attention(q, k, v, causal=causal, out=poisoned)
     ref_o, ref_lse = attention_reference(q, k, v, causal=causal)
     visible = torch.isfinite(ref_lse)
     assert torch.equal(torch.isfinite(lse), visible)

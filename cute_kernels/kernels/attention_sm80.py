@@ -17,7 +17,14 @@ from cutlass import Float32, Int32
 from cutlass.cute.nvgpu import warp
 
 from .gemm_sm80 import BYTES_PER_VEC, g2s_copy, smem_operand_atom
-from .online_softmax import LOG2E, acc_as_a_operand, acc_mn_view, softmax_finish, softmax_step
+from .online_softmax import (
+    LOG2E,
+    acc_as_a_operand,
+    acc_mn_view,
+    apply_mask,
+    softmax_finish,
+    softmax_step,
+)
 
 
 class AttentionSm80:
@@ -155,7 +162,7 @@ class AttentionSm80:
             if needs_mask:
                 cS = thr_mma.partition_C(cute.local_tile(
                     cute.make_identity_tensor((s_q, s_kv)), (BM, BN), (m_block, n)))
-                self._mask(acc_S, cS, s_q, s_kv)
+                apply_mask(acc_S, cS, s_q, s_kv, self.causal)
             if step == 0:
                 softmax_step(acc_S, acc_O, row_max, row_sum, scale_log2, True)
             else:
@@ -196,18 +203,6 @@ class AttentionSm80:
                 cute.copy(lds_a, tAs[None, None, kb + 1], tAr_v[None, None, kb + 1])
                 cute.copy(lds_b, tBs[None, None, kb + 1], tBr_v[None, None, kb + 1])
             cute.gemm(tiled_mma, acc, tAr[None, None, kb], tBr[None, None, kb], acc)
-
-    @cute.jit
-    def _mask(self, acc_S, tScS, s_q, s_kv):
-        """-inf for keys past ``s_kv`` and, causal, keys past ``i + s_kv - s_q``."""
-        s_mn, c_mn = acc_mn_view(acc_S), acc_mn_view(tScS)
-        for r in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
-            limit = s_kv
-            if cutlass.const_expr(self.causal):
-                limit = cutlass.min(s_kv, c_mn[r, 0][0] + 1 + s_kv - s_q)
-            for c in cutlass.range_constexpr(cute.size(s_mn, mode=[1])):
-                if c_mn[r, c][1] >= limit:
-                    s_mn[r, c] = -Float32.inf
 
     @cute.jit
     def _store(self, acc_O, lse, thr_mma, tiled_mma, sQ, mO, mLSE, batch, head, m_block, tidx):

@@ -19,22 +19,34 @@ LN2 = math.log(2.0)
 
 
 def acc_mn_view(acc: cute.Tensor) -> cute.Tensor:
-    """((2, 2), MMA_M, MMA_N) mma.sync accumulators as ((2, MMA_M), (2, MMA_N)) = (row, col)."""
+    """mma accumulators as (row, col) of one thread: mma.sync ((2, 2), MMA_M, MMA_N) ->
+    ((2, MMA_M), (2, MMA_N)); wgmma ((2, 2, N / 8), MMA_M, MMA_N) -> ((2, MMA_M),
+    (2, N / 8, MMA_N)). Mode 0's second entry is the row pair (r, r + 8)."""
     flat = cute.make_layout(acc.layout.shape)
+    s0, d0 = flat.shape[0], flat.stride[0]
     mn = cute.make_layout(
-        ((flat.shape[0][1], flat.shape[1]), (flat.shape[0][0], flat.shape[2])),
-        stride=((flat.stride[0][1], flat.stride[1]), (flat.stride[0][0], flat.stride[2])))
+        ((s0[1], flat.shape[1]), (s0[0], *s0[2:], flat.shape[2])),
+        stride=((d0[1], flat.stride[1]), (d0[0], *d0[2:], flat.stride[2])))
     return cute.make_tensor(acc.iterator, cute.composition(acc.layout, mn))
 
 
 def acc_as_a_operand(acc: cute.Tensor) -> cute.Tensor:
-    """The (converted) S accumulators reused as the A operand of the P @ V mma: two n8 C
-    tiles side by side are one k16 A tile, ((2, 2), MMA_M, MMA_N) -> ((2, 2, 2), MMA_M,
-    MMA_N / 2), with no data movement."""
-    div = cute.logical_divide(acc.layout, (None, None, 2))
-    layout = cute.make_layout(
-        ((div.shape[0], div.shape[2][0]), div.shape[1], div.shape[2][1]),
-        stride=((div.stride[0], div.stride[2][0]), div.stride[1], div.stride[2][1]))
+    """The (converted) S accumulators reused as the A operand of the P @ V mma, with no data
+    movement: two n8 column groups of C are one k16 block of A.
+    mma.sync ((2, 2), MMA_M, MMA_N) -> ((2, 2, 2), MMA_M, MMA_N / 2);
+    wgmma ((2, 2, N / 8), MMA_M, MMA_N) -> ((2, 2, 2), MMA_M, (N / 16, MMA_N))."""
+    if cutlass.const_expr(cute.rank(acc.layout.shape[0]) == 3):
+        div = cute.logical_divide(acc.layout, ((None, None, 2), None, None))
+        layout = cute.make_layout(
+            ((div.shape[0][0], div.shape[0][1], div.shape[0][2][0]), div.shape[1],
+             (div.shape[0][2][1], div.shape[2])),
+            stride=((div.stride[0][0], div.stride[0][1], div.stride[0][2][0]), div.stride[1],
+                    (div.stride[0][2][1], div.stride[2])))
+    else:
+        div = cute.logical_divide(acc.layout, (None, None, 2))
+        layout = cute.make_layout(
+            ((div.shape[0], div.shape[2][0]), div.shape[1], div.shape[2][1]),
+            stride=((div.stride[0], div.stride[2][0]), div.stride[1], div.stride[2][1]))
     return cute.make_tensor(acc.iterator, layout)
 
 
@@ -90,3 +102,18 @@ def softmax_finish(acc_O: cute.Tensor, row_max: cute.Tensor, row_sum: cute.Tenso
         o_mn[r, None] = o_mn[r, None].load() * inv
         lse[r] = -Float32.inf if empty else (
             row_max[r] * scale_log2 + cute.math.log2(total, fastmath=True)) * Float32(LN2)
+
+
+@cute.jit
+def apply_mask(acc_S: cute.Tensor, tScS: cute.Tensor, s_q, s_kv, causal: cutlass.Constexpr):
+    """-inf for keys past ``s_kv`` and, causal (bottom-right), keys past ``i + s_kv - s_q``;
+    ``tScS`` holds each score's (query, key) coordinate in the same fragment layout."""
+    s_mn, c_mn = acc_mn_view(acc_S), acc_mn_view(tScS)
+    for r in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
+        limit = s_kv
+        if cutlass.const_expr(causal):
+            limit = cutlass.min(s_kv, c_mn[r, 0][0] + 1 + s_kv - s_q)
+        for c in cutlass.range_constexpr(cute.size(s_mn, mode=[1])):
+            if c_mn[r, c][1] >= limit:
+                s_mn[r, c] = -Float32.inf
+

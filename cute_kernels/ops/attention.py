@@ -119,7 +119,6 @@ def make_build(path: str, dtype, head_dim: int, causal: bool):
     import cutlass
     from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_tensor
 
-    from ..kernels.attention_sm80 import AttentionSm80
     from ..runtime.bridge import cutlass_dtype, env_stream, sym
     from ..runtime.compile import Build
 
@@ -129,15 +128,17 @@ def make_build(path: str, dtype, head_dim: int, causal: bool):
 
     lse = make_fake_compact_tensor(cutlass.Float32, (sym(), sym(), sym()),
                                    stride_order=(2, 1, 0), assumed_align=4)
-    # the Hopper kernel (TMA + WGMMA, warp-specialized) is not written yet: both paths run
-    # the FlashAttention-2 mma.sync kernel for now
-    kernel = AttentionSm80(head_dim, causal)
+    if path == "hopper":
+        from ..kernels.attention_sm90 import AttentionSm90 as Kernel
+    else:
+        from ..kernels.attention_sm80 import AttentionSm80 as Kernel
+    kernel = Kernel(head_dim, causal)
     return Build(kernel, (bhsd(), bhsd(), bhsd(), bhsd(), lse, cutlass.Float32(1.0),
                           env_stream()))
 
 
-def _attention(q, k, v, *, causal: bool = False, scale: float | None = None):
-    """Private until it has run on a GPU (issue 5): (o, lse) from the Ampere-path kernel."""
+def _attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=None):
+    """Private until it has run on a GPU (issue 5): (o, lse) from the path's kernel."""
     from ..runtime.bridge import kernel_for
     from ..runtime.validate import check_cuda
 
@@ -147,7 +148,13 @@ def _attention(q, k, v, *, causal: bool = False, scale: float | None = None):
         if t.data_ptr() % 16:
             raise ValueError(f"{name} must start on a 16-byte boundary")
     b, h, s_q, d = q.shape
-    o = torch.empty(b, s_q, h, d, dtype=q.dtype, device=q.device).transpose(1, 2)
+    if out is None:
+        o = torch.empty(b, s_q, h, d, dtype=q.dtype, device=q.device).transpose(1, 2)
+    else:
+        o = out
+        if o.shape != q.shape or o.dtype != q.dtype or o.stride(-1) != 1 or o.data_ptr() % 16:
+            raise ValueError(f"out must be a {q.dtype} tensor shaped like q {tuple(q.shape)} "
+                             f"with a unit-stride, 16-byte aligned head dim")
     lse = torch.empty(b, h, s_q, dtype=torch.float32, device=q.device)
     key = ("attention", q.dtype, d, bool(causal))
     kernel = kernel_for(q.device, key, lambda path, target: make_build(path, q.dtype, d,

@@ -1,0 +1,293 @@
+"""Hopper-path flash attention forward: TMA, WGMMA, warp specialization, online softmax.
+
+Tensors as in attention_sm80.py: q (B, H, S_q, D), k/v (B, H_kv, S_kv, D), o like q, lse
+(B, H, S_q) fp32; unit-stride head dim. Causal masks bottom-right aligned.
+
+WORK IN PROGRESS: compiles for sm_90a; not yet run on a GPU. No softmax/MMA overlap yet.
+"""
+
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass import Float32, Int32
+from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
+from cutlass.tensor_utils import LayoutEnum
+
+from .online_softmax import (
+    LOG2E,
+    acc_as_a_operand,
+    acc_mn_view,
+    apply_mask,
+    softmax_finish,
+    softmax_step,
+)
+
+
+def _sdhb(t: cute.Tensor) -> cute.Tensor:
+    """(B, H, S, D) -> the (S, D, H, B) view TMA tiles over (tile mode first)."""
+    return cute.make_tensor(t.iterator, cute.select(t.layout, mode=[2, 3, 1, 0]))
+
+
+def _dshb(t: cute.Tensor) -> cute.Tensor:
+    """(B, H, S, D) -> (D, S, H, B): V as the MN-major B operand of O += P V."""
+    return cute.make_tensor(t.iterator, cute.select(t.layout, mode=[3, 2, 1, 0]))
+
+
+class AttentionSm90:
+    """Warp-specialized flash attention, one CTA per (128-query block, head, batch).
+
+    Warp roles: warpgroup 0 is the producer (``setmaxnreg`` 40; warp 0 issues TMA: Q once,
+    then K and V tiles); warpgroups 1 and 2 are consumers (``setmaxnreg`` 232), each owning
+    64 query rows: S = Q K^T by WGMMA from smem, online softmax in registers (exp2, scale
+    folded), P kept in registers as the A operand of O += P V (WGMMA, V from smem).
+    Pipeline: Q in a one-stage barrier; K and V each in a ``stages``-deep ``PipelineTmaAsync``
+    ring; key blocks run last to first so the masked ones come first.
+    Shared memory (D = 128, 128-key tiles, 2 stages): Q 32 KiB + K 64 KiB + V 64 KiB.
+    Epilogue: O normalised, converted, written to Q's smem and stored by TMA (which clips
+    rows past S_q); lse written by the first thread of each quad.
+    """
+
+    def __init__(self, head_dim: int, causal: bool, block_m: int = 128, block_n: int = 128,
+                 stages: int = 2):
+        self.head_dim, self.causal = head_dim, causal
+        self.block_m, self.block_n, self.stages = block_m, block_n, stages
+        self.consumer_wgs = 2
+        self.threads = 128 * (1 + self.consumer_wgs)
+        self.producer_regs, self.consumer_regs = 40, 232
+        self.epi_barrier_id = 1
+
+    @cute.jit
+    def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
+                 mLSE: cute.Tensor, scale: Float32, stream):
+        dtype = mQ.element_type
+        BM, BN, D = self.block_m, self.block_n, self.head_dim
+        qk_mma = sm90_utils.make_trivial_tiled_mma(
+            dtype, dtype, OperandMajorMode.K, OperandMajorMode.K, Float32,
+            (self.consumer_wgs, 1, 1), tiler_mn=(64, BN))
+        pv_mma = sm90_utils.make_trivial_tiled_mma(
+            dtype, dtype, OperandMajorMode.K, OperandMajorMode.MN, Float32,
+            (self.consumer_wgs, 1, 1), tiler_mn=(64, D), a_source=warpgroup.OperandSource.RMEM)
+        sQ_layout = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, (BM, BN, D), dtype, 1)
+        sK_layout = sm90_utils.make_smem_layout_b(LayoutEnum.ROW_MAJOR, (BM, BN, D), dtype,
+                                                  self.stages)
+        sV_layout = sm90_utils.make_smem_layout_b(LayoutEnum.COL_MAJOR, (BM, D, BN), dtype,
+                                                  self.stages)
+        g2s = cpasync.CopyBulkTensorTileG2SOp()
+        tma_q, tQ = cpasync.make_tiled_tma_atom(g2s, _sdhb(mQ),
+                                                cute.slice_(sQ_layout, (None, None, 0)), (BM, D))
+        tma_k, tK = cpasync.make_tiled_tma_atom(g2s, _sdhb(mK),
+                                                cute.slice_(sK_layout, (None, None, 0)), (BN, D))
+        tma_v, tV = cpasync.make_tiled_tma_atom(g2s, _dshb(mV),
+                                                cute.slice_(sV_layout, (None, None, 0)), (D, BN))
+        tma_o, tO = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileS2GOp(), _sdhb(mO),
+                                                cute.slice_(sQ_layout, (None, None, 0)), (BM, D))
+
+        @cute.struct
+        class SharedStorage:
+            mbar: cute.struct.MemRange[cutlass.Int64, 2 + 4 * self.stages]
+            sQ: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sQ_layout)], 1024]
+            sK: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sK_layout)], 1024]
+            sV: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sV_layout)], 1024]
+
+        self.storage_cls = SharedStorage
+        grid = (cute.ceil_div(mQ.shape[2], BM), mQ.shape[1], mQ.shape[0])
+        self.kernel(qk_mma, pv_mma, tma_q, tQ, tma_k, tK, tma_v, tV, tma_o, tO, mLSE,
+                    mQ.shape[2], mK.shape[2], mQ.shape[1] // mK.shape[1],
+                    scale * Float32(LOG2E), sQ_layout, sK_layout, sV_layout).launch(
+            grid=grid, block=(self.threads, 1, 1), stream=stream)
+
+    @cute.kernel
+    def kernel(self, qk_mma: cute.TiledMma, pv_mma: cute.TiledMma, tma_q: cute.CopyAtom,
+               tQ: cute.Tensor, tma_k: cute.CopyAtom, tK: cute.Tensor, tma_v: cute.CopyAtom,
+               tV: cute.Tensor, tma_o: cute.CopyAtom, tO: cute.Tensor, mLSE: cute.Tensor,
+               s_q: Int32, s_kv: Int32, q_per_kv: Int32, scale_log2: Float32,
+               sQ_layout: cute.ComposedLayout, sK_layout: cute.ComposedLayout,
+               sV_layout: cute.ComposedLayout):
+        BM, BN, D = self.block_m, self.block_n, self.head_dim
+        tidx, _, _ = cute.arch.thread_idx()
+        m_block, head, batch = cute.arch.block_idx()
+        kv_head = head // q_per_kv
+        warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        wg = warp // 4
+        if warp == 0:
+            for atom in (tma_q, tma_k, tma_v, tma_o):
+                cpasync.prefetch_descriptor(atom)
+
+        storage = cutlass.memory.SmemAllocator().allocate(self.storage_cls)
+        sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
+        sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
+        sV = storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
+        consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.consumer_wgs * 4)
+        producer = pipeline.CooperativeGroup(pipeline.Agent.Thread)
+        bar = storage.mbar.data_ptr()
+        q_pipe = pipeline.PipelineTmaAsync.create(
+            barrier_storage=bar, num_stages=1, producer_group=producer, consumer_group=consumers,
+            tx_count=cute.size_in_bytes(sQ.element_type, cute.slice_(sQ_layout, (None, None, 0))),
+            cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)))
+        k_pipe = pipeline.PipelineTmaAsync.create(
+            barrier_storage=bar + 2, num_stages=self.stages, producer_group=producer,
+            consumer_group=consumers,
+            tx_count=cute.size_in_bytes(sK.element_type, cute.slice_(sK_layout, (None, None, 0))),
+            cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)))
+        v_pipe = pipeline.PipelineTmaAsync.create(
+            barrier_storage=bar + 2 + 2 * self.stages, num_stages=self.stages,
+            producer_group=producer, consumer_group=consumers,
+            tx_count=cute.size_in_bytes(sV.element_type, cute.slice_(sV_layout, (None, None, 0))),
+            cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)))
+
+        # key blocks this query block sees (bottom-right causal)
+        n_blocks = cute.ceil_div(s_kv, BN)
+        if cutlass.const_expr(self.causal):
+            last_key = (m_block + 1) * BM - 1 + s_kv - s_q
+            n_blocks = cutlass.min(n_blocks, cutlass.max(last_key, Int32(-1)) // BN + 1)
+            if last_key < 0:
+                n_blocks = Int32(0)
+
+        if wg == 0:
+            # ---------------- producer: TMA of Q once, then K and V tiles ----------------
+            cute.arch.setmaxregister_decrease(self.producer_regs)
+            if warp == 0:
+                gQ = cute.local_tile(tQ, (BM, D), (None, None, None, None))
+                gK = cute.local_tile(tK, (BN, D), (None, None, None, None))
+                gV = cute.local_tile(tV, (D, BN), (None, None, None, None))
+                tQsQ, tQgQ = cpasync.tma_partition(tma_q, 0, cute.make_layout(1),
+                                                   cute.group_modes(sQ, 0, 2),
+                                                   cute.group_modes(gQ, 0, 2))
+                tKsK, tKgK = cpasync.tma_partition(tma_k, 0, cute.make_layout(1),
+                                                   cute.group_modes(sK, 0, 2),
+                                                   cute.group_modes(gK, 0, 2))
+                tVsV, tVgV = cpasync.tma_partition(tma_v, 0, cute.make_layout(1),
+                                                   cute.group_modes(sV, 0, 2),
+                                                   cute.group_modes(gV, 0, 2))
+                q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+                q_pipe.producer_acquire(q_state)
+                cute.copy(tma_q, tQgQ[(None, m_block, 0, head, batch)], tQsQ[(None, 0)],
+                          tma_bar_ptr=q_pipe.producer_get_barrier(q_state))
+                q_pipe.producer_commit(q_state)
+                k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer,
+                                                       self.stages)
+                v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer,
+                                                       self.stages)
+                for step in cutlass.range(n_blocks, unroll=1):
+                    n = n_blocks - 1 - step
+                    k_pipe.producer_acquire(k_state)
+                    cute.copy(tma_k, tKgK[(None, n, 0, kv_head, batch)],
+                              tKsK[(None, k_state.index)],
+                              tma_bar_ptr=k_pipe.producer_get_barrier(k_state))
+                    k_pipe.producer_commit(k_state)
+                    k_state.advance()
+                    v_pipe.producer_acquire(v_state)
+                    cute.copy(tma_v, tVgV[(None, 0, n, kv_head, batch)],
+                              tVsV[(None, v_state.index)],
+                              tma_bar_ptr=v_pipe.producer_get_barrier(v_state))
+                    v_pipe.producer_commit(v_state)
+                    v_state.advance()
+                k_pipe.producer_tail(k_state)
+                v_pipe.producer_tail(v_state)
+        else:
+            # ---------------- consumers: S = Q K^T, softmax, O += P V ----------------
+            cute.arch.setmaxregister_increase(self.consumer_regs)
+            ctid = tidx - 128
+            thr_qk = qk_mma.get_slice(ctid)
+            thr_pv = pv_mma.get_slice(ctid)
+            tSrQ = qk_mma.make_fragment_A(thr_qk.partition_A(sQ))
+            tSrK = qk_mma.make_fragment_B(thr_qk.partition_B(sK))
+            tOrV = pv_mma.make_fragment_B(thr_pv.partition_B(sV))
+            acc_O = cute.make_rmem_tensor(pv_mma.partition_shape_C((BM, D)), Float32)
+            acc_O.fill(0.0)
+            acc_S = cute.make_rmem_tensor(qk_mma.partition_shape_C((BM, BN)), Float32)
+            rows = cute.size(acc_mn_view(acc_O), mode=[0])
+            row_max = cute.make_rmem_tensor(rows, Float32)
+            row_sum = cute.make_rmem_tensor(rows, Float32)
+            row_max.fill(-Float32.inf)
+            row_sum.fill(0.0)
+            qk_blocks = cute.size(tSrQ, mode=[2])
+
+            q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
+            q_pipe.consumer_wait(q_state)
+            k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer,
+                                                   self.stages)
+            v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer,
+                                                   self.stages)
+            for step in cutlass.range(n_blocks, unroll=1):
+                n = n_blocks - 1 - step
+                k_pipe.consumer_wait(k_state)
+                qk_mma.set(warpgroup.Field.ACCUMULATE, False)
+                warpgroup.fence()
+                for kb in cutlass.range_constexpr(qk_blocks):
+                    cute.gemm(qk_mma, acc_S, tSrQ[(None, None, kb, 0)],
+                              tSrK[(None, None, kb, k_state.index)], acc_S)
+                    qk_mma.set(warpgroup.Field.ACCUMULATE, True)
+                warpgroup.commit_group()
+                warpgroup.wait_group(0)
+                k_pipe.consumer_release(k_state)
+                k_state.advance()
+
+                needs_mask = (n + 1) * BN > s_kv
+                if cutlass.const_expr(self.causal):
+                    needs_mask = needs_mask or (n + 1) * BN - 1 > m_block * BM + s_kv - s_q
+                if needs_mask:
+                    cS = thr_qk.partition_C(cute.local_tile(
+                        cute.make_identity_tensor((s_q, s_kv)), (BM, BN), (m_block, n)))
+                    apply_mask(acc_S, cS, s_q, s_kv, self.causal)
+                if step == 0:
+                    softmax_step(acc_S, acc_O, row_max, row_sum, scale_log2, True)
+                else:
+                    softmax_step(acc_S, acc_O, row_max, row_sum, scale_log2, False)
+                rP = cute.make_rmem_tensor_like(acc_S, sQ.element_type)
+                rP.store(acc_S.load().to(sQ.element_type))
+                tOrP = acc_as_a_operand(rP)
+
+                v_pipe.consumer_wait(v_state)
+                warpgroup.fence()
+                for kb in cutlass.range_constexpr(cute.size(tOrP, mode=[2])):
+                    cute.gemm(pv_mma, acc_O, tOrP[(None, None, kb)],
+                              tOrV[(None, None, kb, v_state.index)], acc_O)
+                warpgroup.commit_group()
+                warpgroup.wait_group(0)
+                v_pipe.consumer_release(v_state)
+                v_state.advance()
+
+            lse = cute.make_rmem_tensor(rows, Float32)
+            softmax_finish(acc_O, row_max, row_sum, lse, scale_log2)
+            self._store(acc_O, lse, thr_pv, pv_mma, sQ, tma_o, tO, mLSE, s_q, batch, head,
+                        m_block, ctid, warp)
+
+    @cute.jit
+    def _store(self, acc_O, lse, thr_pv, pv_mma, sQ, tma_o, tO, mLSE, s_q, batch, head,
+               m_block, ctid, warp):
+        """O through Q's smem and one TMA store (rows past S_q clipped); lse per row."""
+        BM, D = self.block_m, self.head_dim
+        dtype = sQ.element_type
+        barrier_threads = 128 * self.consumer_wgs
+        rO = cute.make_rmem_tensor_like(acc_O, dtype)
+        rO.store(acc_O.load().to(dtype))
+        sO = sQ[(None, None, 0)]
+        r2s = cute.make_tiled_copy_C(cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), dtype),
+                                     pv_mma)
+        thr_r2s = r2s.get_slice(ctid)
+        # every consumer has finished its last Q K^T (Q's smem is free)
+        cute.arch.barrier(barrier_id=self.epi_barrier_id, number_of_threads=barrier_threads)
+        cute.copy(r2s, thr_r2s.retile(rO), thr_r2s.partition_D(sO))
+        cute.arch.fence_proxy("async.shared", space="cta")
+        cute.arch.barrier(barrier_id=self.epi_barrier_id, number_of_threads=barrier_threads)
+        if warp == 4:
+            gO = cute.local_tile(tO, (BM, D), (None, None, None, None))
+            tOsO, tOgO = cpasync.tma_partition(tma_o, 0, cute.make_layout(1),
+                                               cute.group_modes(sQ, 0, 2),
+                                               cute.group_modes(gO, 0, 2))
+            with cute.arch.elect_one():
+                cute.copy(tma_o, tOsO[(None, 0)], tOgO[(None, m_block, 0, head, batch)])
+                cute.arch.cp_async_bulk_commit_group()
+                cute.arch.cp_async_bulk_wait_group(0, read=True)
+        cO = thr_pv.partition_C(cute.local_tile(cute.make_identity_tensor((s_q, D)), (BM, D),
+                                                (m_block, 0)))
+        c_mn = acc_mn_view(cO)
+        if ctid % 4 == 0:
+            for r in cutlass.range_constexpr(cute.size(lse)):
+                row = c_mn[r, 0][0]
+                if row < s_q:
+                    mLSE[batch, head, row] = lse[r]
