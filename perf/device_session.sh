@@ -31,6 +31,7 @@ if [ -z "${SKIP_PERF:-}" ]; then
   step "perf gated hopper" python perf/gated_mlp.py ${GEMM_QUICK:+--quick} --out "$OUT"
   step "perf gated ampere" python perf/gated_mlp.py --path ampere --quick --out "$OUT"
   step "accuracy gated" python perf/gated_accuracy.py --out "$OUT"
+  step "perf attention" python perf/attention.py ${GEMM_QUICK:+--quick} --out "$OUT"
   step "tuning gemm" bash -c "python perf/gemm_tuning.py --path ampere; python perf/gemm_tuning.py --path hopper"
   step "demo" python -m cute_kernels demo
 fi
