@@ -28,10 +28,11 @@ from .online_softmax import (
 
 
 class AttentionSm80:
-    """One CTA per (128-query block, head, batch), 4 warps, each owning 16-row slices.
+    """One CTA per (128-query block, head, batch); 4 warps (D = 64) or 8 (D = 128), each
+    owning 16-row slices of the query block.
 
-    Warp roles: all 4 warps load (cp.async) and compute (mma.sync); S = Q K^T and O += P V both
-    partitioned by one tiled mma (4 x 1 warps).
+    Warp roles: all warps load (cp.async) and compute (mma.sync); S = Q K^T and O += P V both
+    partitioned by one tiled mma (warps x 1).
     Pipeline: Q once; K and V one stage each — V(n) loads during S(n) = Q K(n)^T, K(n - 1) during
     the softmax and P V(n) (FlashAttention-2's schedule). Key blocks run from the last to the
     first, so the masked ones (causal diagonal, S_kv residue) come first.
@@ -39,18 +40,22 @@ class AttentionSm80:
     reuses Q's bytes.
     """
 
-    def __init__(self, head_dim: int, causal: bool, block_m: int = 128, block_n: int = 64):
+    def __init__(self, head_dim: int, causal: bool, block_m: int = 128, block_n: int = 64,
+                 warps: int | None = None):
         self.head_dim, self.causal = head_dim, causal
         self.block_m, self.block_n = block_m, block_n
-        self.threads = 128
+        # D = 128 with 4 warps needs > 255 registers per thread (O alone is 128 fp32): 8 warps
+        # halve every per-thread fragment
+        self.warps = warps or (4 if head_dim <= 64 else 8)
+        self.threads = 32 * self.warps
 
     @cute.jit
     def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
                  mLSE: cute.Tensor, scale: Float32, stream):
         dtype = mQ.element_type
         tiled_mma = cute.make_tiled_mma(
-            warp.MmaF16BF16Op(dtype, Float32, (16, 8, 16)), (4, 1, 1),
-            permutation_mnk=(64, 16, 16))
+            warp.MmaF16BF16Op(dtype, Float32, (16, 8, 16)), (self.warps, 1, 1),
+            permutation_mnk=(16 * self.warps, 16, 16))
         copy_qkv = g2s_copy(dtype, "k", self.block_n, self.head_dim, self.threads)
         grid = (cute.ceil_div(mQ.shape[2], self.block_m), mQ.shape[1], mQ.shape[0])
         self.kernel(mQ, mK, mV, mO, mLSE, scale * Float32(LOG2E), tiled_mma,

@@ -198,6 +198,8 @@ class AttentionSm90:
             tOrV = pv_mma.make_fragment_B(thr_pv.partition_B(sV))
             acc_O = cute.make_rmem_tensor(pv_mma.partition_shape_C((BM, D)), Float32)
             acc_O.fill(0.0)
+            # wgmma atoms start with scale-d = 0 (overwrite): P V must accumulate into O
+            pv_mma.set(warpgroup.Field.ACCUMULATE, True)
             acc_S = cute.make_rmem_tensor(qk_mma.partition_shape_C((BM, BN)), Float32)
             rows = cute.size(acc_mn_view(acc_O), mode=[0])
             row_max = cute.make_rmem_tensor(rows, Float32)

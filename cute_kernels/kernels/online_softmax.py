@@ -81,8 +81,9 @@ def softmax_step(acc_S: cute.Tensor, acc_O: cute.Tensor, row_max: cute.Tensor,
         if cutlass.const_expr(first):
             row_sum[r] = tile_sum
         else:
-            m_old_safe = Float32(0.0) if row_max[r] == -Float32.inf else row_max[r]
-            correction = cute.math.exp2((m_old_safe - m_safe) * scale_log2, fastmath=True)
+            # an old max of -inf (no key seen yet) gives exp2(-inf) = 0: nothing to rescale
+            # (a 0 stand-in there would overflow to inf for very negative logits: 0 * inf = NaN)
+            correction = cute.math.exp2((row_max[r] - m_safe) * scale_log2, fastmath=True)
             row_sum[r] = row_sum[r] * correction + tile_sum
             o_mn[r, None] = o_mn[r, None].load() * correction
         row_max[r] = m_new
