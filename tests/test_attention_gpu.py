@@ -61,3 +61,23 @@ def test_very_negative_logits_stay_finite(path):
     torch.testing.assert_close(lse, ref_lse, rtol=0, atol=1e-3)
     assert rel_err(o, ref_o) < 1e-2
 
+
+
+@pytest.mark.skipif("hopper" not in PATHS, reason="the column-sum kernel is Hopper-only so far")
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("s_q, s_kv", [(192, 64), (1000, 777), (17, 4097)])
+def test_colsum_matches_reference(d, s_q, s_kv):
+    from cute_kernels.ops.attention import _attention_colsum, attention_colsum_reference
+
+    q = torch.randn(2, 3, s_q, d, device="cuda").bfloat16()
+    k = torch.randn(2, 3, s_kv, d, device="cuda").bfloat16()
+    v = torch.randn(2, 3, s_kv, d, device="cuda").bfloat16()
+    # the previous step's normalisers: this step's lse, perturbed (so p_prev != p)
+    _, lse0 = attention_reference(q, k, v)
+    prev = (lse0 + 0.1 * torch.randn_like(lse0)).contiguous()
+    o, lse, colsum = _attention_colsum(q, k, v, prev)
+    ref_o, ref_lse, ref_colsum = attention_colsum_reference(q, k, v, prev)
+    torch.testing.assert_close(lse, ref_lse, rtol=0, atol=1e-3)
+    assert rel_err(o, ref_o) < 1e-2
+    assert colsum.shape == ref_colsum.shape
+    assert ((colsum - ref_colsum).abs() / ref_colsum.abs().clamp_min(1e-6)).max() < 1e-2

@@ -96,3 +96,22 @@ def _assert_no_spills(ptx: str, target: str) -> None:
                               capture_output=True, text=True, check=True).stderr
     spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", info)]
     assert spills and max(spills) == 0, info
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_attention_colsum_ptx(head_dim):
+    """The column-sum variant: three consumer warpgroups, WGMMA, TMA, the warp shuffles of its
+    row reduction, no spills."""
+    import torch
+
+    from cute_kernels.ops.attention import make_build
+    from cute_kernels.runtime.compile import compile_ptx
+
+    ptx = compile_ptx(make_build("hopper", torch.bfloat16, head_dim, False, colsum=True),
+                      "sm_90a")
+    mix = instruction_mix(ptx)
+    assert all(mix[f] > 0 for f in HOPPER), mix
+    assert ".reqntid 512" in ptx
+    assert ptx.count("shfl.sync.bfly") >= 48  # 3 steps x 16 columns + the softmax quads
+    _assert_no_spills(ptx, "sm_90a")
+

@@ -51,7 +51,9 @@ class AttentionSm80:
 
     @cute.jit
     def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
-                 mLSE: cute.Tensor, scale: Float32, stream):
+                 mLSE: cute.Tensor, mPrevLSE, mColsum, scale: Float32, stream):
+        """``mPrevLSE`` / ``mColsum`` (the column-sum variant's) must be None: the column-sum
+        variant has a Hopper kernel only so far."""
         dtype = mQ.element_type
         tiled_mma = cute.make_tiled_mma(
             warp.MmaF16BF16Op(dtype, Float32, (16, 8, 16)), (self.warps, 1, 1),

@@ -37,31 +37,41 @@ def _dshb(t: cute.Tensor) -> cute.Tensor:
 
 
 class AttentionSm90:
-    """Warp-specialized flash attention, one CTA per (128-query block, head, batch).
+    """Warp-specialized flash attention, one CTA per (query block, head, batch).
 
-    Warp roles: warpgroup 0 is the producer (``setmaxnreg`` 40; warp 0 issues TMA: Q once,
-    then K and V tiles); warpgroups 1 and 2 are consumers (``setmaxnreg`` 232), each owning
-    64 query rows: S = Q K^T by WGMMA from smem, online softmax in registers (exp2, scale
-    folded), P kept in registers as the A operand of O += P V (WGMMA, V from smem).
+    Warp roles: warpgroup 0 is the producer (``setmaxnreg`` down; warp 0 issues TMA: Q once,
+    then K and V tiles); the consumer warpgroups (``setmaxnreg`` up) own 64 query rows each:
+    S = Q K^T by WGMMA from smem, online softmax in registers (exp2, scale folded), P kept in
+    registers as the A operand of O += P V (WGMMA, V an MN-major smem operand).
+    Variants: plain — 2 consumers, 128 queries x 128 keys, registers 40 / 232; column-sum —
+    3 consumers, 192 queries (one query group) x 64 keys, registers 24 / 160, plus the column
+    sums of exp(scale s - prev_lse) reduced in registers, by shuffles and through a 2-buffer
+    smem scratch, written once per key tile.
     Pipeline: Q in a one-stage barrier; K and V each in a ``stages``-deep ``PipelineTmaAsync``
     ring; key blocks run last to first so the masked ones come first.
-    Shared memory (D = 128, 128-key tiles, 2 stages): Q 32 KiB + K 64 KiB + V 64 KiB.
+    Shared memory (D = 128, plain, 2 stages): Q 32 KiB + K 64 KiB + V 64 KiB.
     Epilogue: O normalised, converted, written to Q's smem and stored by TMA (which clips
     rows past S_q); lse written by the first thread of each quad.
     """
 
-    def __init__(self, head_dim: int, causal: bool, block_m: int = 128, block_n: int = 128,
-                 stages: int = 2):
-        self.head_dim, self.causal = head_dim, causal
-        self.block_m, self.block_n, self.stages = block_m, block_n, stages
-        self.consumer_wgs = 2
+    def __init__(self, head_dim: int, causal: bool, stages: int = 2, colsum: bool = False):
+        self.head_dim, self.causal, self.stages, self.colsum = head_dim, causal, stages, colsum
+        if colsum:
+            # one CTA = one 192-row query group (three consumer warpgroups), so its column
+            # sums are complete in the CTA and written once per key tile, without atomics
+            if causal:
+                raise ValueError("the column-sum variant is non-causal")
+            self.consumer_wgs, self.block_m, self.block_n = 3, 192, 64
+            self.producer_regs, self.consumer_regs = 24, 160
+        else:
+            self.consumer_wgs, self.block_m, self.block_n = 2, 128, 128
+            self.producer_regs, self.consumer_regs = 40, 232
         self.threads = 128 * (1 + self.consumer_wgs)
-        self.producer_regs, self.consumer_regs = 40, 232
-        self.epi_barrier_id = 1
+        self.epi_barrier_id, self.colsum_barrier_id = 1, 2
 
     @cute.jit
     def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
-                 mLSE: cute.Tensor, scale: Float32, stream):
+                 mLSE: cute.Tensor, mPrevLSE, mColsum, scale: Float32, stream):
         dtype = mQ.element_type
         BM, BN, D = self.block_m, self.block_n, self.head_dim
         qk_mma = sm90_utils.make_trivial_tiled_mma(
@@ -91,10 +101,13 @@ class AttentionSm90:
             sQ: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sQ_layout)], 1024]
             sK: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sK_layout)], 1024]
             sV: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sV_layout)], 1024]
+            # column-sum partials: (key, consumer warp, 2 buffers)
+            sCol: cute.struct.MemRange[Float32, BN * self.consumer_wgs * 4 * 2]
 
         self.storage_cls = SharedStorage
         grid = (cute.ceil_div(mQ.shape[2], BM), mQ.shape[1], mQ.shape[0])
         self.kernel(qk_mma, pv_mma, tma_q, tQ, tma_k, tK, tma_v, tV, tma_o, tO, mLSE,
+                    mPrevLSE, mColsum,
                     mQ.shape[2], mK.shape[2], mQ.shape[1] // mK.shape[1],
                     scale * Float32(LOG2E), sQ_layout, sK_layout, sV_layout).launch(
             grid=grid, block=(self.threads, 1, 1), stream=stream)
@@ -103,6 +116,7 @@ class AttentionSm90:
     def kernel(self, qk_mma: cute.TiledMma, pv_mma: cute.TiledMma, tma_q: cute.CopyAtom,
                tQ: cute.Tensor, tma_k: cute.CopyAtom, tK: cute.Tensor, tma_v: cute.CopyAtom,
                tV: cute.Tensor, tma_o: cute.CopyAtom, tO: cute.Tensor, mLSE: cute.Tensor,
+               mPrevLSE, mColsum,
                s_q: Int32, s_kv: Int32, q_per_kv: Int32, scale_log2: Float32,
                sQ_layout: cute.ComposedLayout, sK_layout: cute.ComposedLayout,
                sV_layout: cute.ComposedLayout):
@@ -208,6 +222,17 @@ class AttentionSm90:
             row_sum.fill(0.0)
             qk_blocks = cute.size(tSrQ, mode=[2])
 
+            if cutlass.const_expr(self.colsum):
+                # previous-step normalisers of this thread's rows, in log2 units (+inf past S_q)
+                c_rows = acc_mn_view(thr_qk.partition_C(cute.local_tile(
+                    cute.make_identity_tensor((s_q, s_kv)), (BM, BN), (m_block, 0))))
+                prev_l2 = cute.make_rmem_tensor(cute.size(c_rows, mode=[0]), Float32)
+                for r in cutlass.range_constexpr(cute.size(prev_l2)):
+                    prev_l2[r] = Float32.inf
+                    if c_rows[r, 0][0] < s_q:
+                        prev_l2[r] = mPrevLSE[batch, head, c_rows[r, 0][0]] * Float32(LOG2E)
+                sCol = cute.make_tensor(storage.sCol.data_ptr(),
+                                        cute.make_layout((BN, self.consumer_wgs * 4, 2)))
             q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
             q_pipe.consumer_wait(q_state)
             k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer,
@@ -239,6 +264,9 @@ class AttentionSm90:
                     softmax_step(acc_S, acc_O, row_max, row_sum, scale_log2, True)
                 else:
                     softmax_step(acc_S, acc_O, row_max, row_sum, scale_log2, False)
+                if cutlass.const_expr(self.colsum):
+                    self._colsum(acc_S, row_max, prev_l2, scale_log2, thr_qk, sCol, mColsum,
+                                 batch, head, m_block, n, s_kv, ctid, step)
                 rP = cute.make_rmem_tensor_like(acc_S, sQ.element_type)
                 rP.store(acc_S.load().to(sQ.element_type))
                 tOrP = acc_as_a_operand(rP)
@@ -257,6 +285,42 @@ class AttentionSm90:
             softmax_finish(acc_O, row_max, row_sum, lse, scale_log2)
             self._store(acc_O, lse, thr_pv, pv_mma, sQ, tma_o, tO, mLSE, s_q, batch, head,
                         m_block, ctid, warp)
+
+    @cute.jit
+    def _colsum(self, acc_S, row_max, prev_l2, scale_log2, thr_qk, sCol, mColsum, batch, head,
+                m_block, n, s_kv, ctid, step):
+        """colsum[b, h, m_block, key] = sum over the CTA's rows of exp(scale s - prev_lse):
+        the softmax numerators ``p = exp2((s - m) * scale_log2)`` times one factor per row,
+        ``exp2(m * scale_log2 - prev_lse * log2 e)``; then rows are summed in registers, across
+        the warp's 8 row groups by shuffles, and across the consumer warps through smem."""
+        BN = self.block_n
+        s_mn = acc_mn_view(acc_S)
+        cols = cute.size(s_mn, mode=[1])
+        part = cute.make_rmem_tensor(cols, Float32)
+        part.fill(0.0)
+        for r in cutlass.range_constexpr(cute.size(row_max)):
+            m_safe = Float32(0.0) if row_max[r] == -Float32.inf else row_max[r]
+            factor = cute.math.exp2(m_safe * scale_log2 - prev_l2[r], fastmath=True)
+            for c in cutlass.range_constexpr(cols):
+                part[c] = part[c] + s_mn[r, c] * factor
+        for c in cutlass.range_constexpr(cols):
+            for i in cutlass.range_constexpr(3):
+                part[c] = part[c] + cute.arch.shuffle_sync_bfly(part[c], offset=4 << i)
+        buf = step % 2
+        lane, cwarp = ctid % 32, ctid // 32
+        c_local = acc_mn_view(thr_qk.partition_C(cute.make_identity_tensor((self.block_m, BN))))
+        if lane < 4:
+            for c in cutlass.range_constexpr(cols):
+                sCol[c_local[0, c][1], cwarp, buf] = part[c]
+        cute.arch.barrier(barrier_id=self.colsum_barrier_id,
+                          number_of_threads=128 * self.consumer_wgs)
+        if ctid < BN:
+            total = Float32(0.0)
+            for w in cutlass.range_constexpr(self.consumer_wgs * 4):
+                total = total + sCol[ctid, w, buf]
+            key = n * BN + ctid
+            if key < s_kv:
+                mColsum[batch, head, m_block, key] = total
 
     @cute.jit
     def _store(self, acc_O, lse, thr_pv, pv_mma, sQ, tma_o, tO, mLSE, s_q, batch, head,

@@ -113,9 +113,10 @@ def attention_colsum_reference(q, k, v, prev_lse, *, group: int = 192,
     return o, lse, padded.view(b, h, groups, group, s_kv).sum(dim=3)
 
 
-def make_build(path: str, dtype, head_dim: int, causal: bool):
+def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = False):
     """The attention kernel of ``path`` against symbolic (B, H, S, D) tensors (unit-stride head
-    dim, other strides multiples of 8 elements) and a compact fp32 lse."""
+    dim, other strides multiples of 8 elements), a compact fp32 lse and, for the column-sum
+    variant, compact fp32 prev_lse (B, H, S_q) and colsum (B, H, G, S_kv)."""
     import cutlass
     from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_tensor
 
@@ -126,15 +127,24 @@ def make_build(path: str, dtype, head_dim: int, causal: bool):
         return make_fake_tensor(cutlass_dtype(dtype), (sym(), sym(), sym(), head_dim),
                                 (sym(8), sym(8), sym(8), 1), assumed_align=16)
 
-    lse = make_fake_compact_tensor(cutlass.Float32, (sym(), sym(), sym()),
-                                   stride_order=(2, 1, 0), assumed_align=4)
+    def f32(rank):
+        return make_fake_compact_tensor(cutlass.Float32, tuple(sym() for _ in range(rank)),
+                                        stride_order=tuple(range(rank - 1, -1, -1)),
+                                        assumed_align=4)
+
     if path == "hopper":
-        from ..kernels.attention_sm90 import AttentionSm90 as Kernel
+        from ..kernels.attention_sm90 import AttentionSm90
+
+        kernel = AttentionSm90(head_dim, causal, colsum=colsum)
     else:
-        from ..kernels.attention_sm80 import AttentionSm80 as Kernel
-    kernel = Kernel(head_dim, causal)
-    return Build(kernel, (bhsd(), bhsd(), bhsd(), bhsd(), lse, cutlass.Float32(1.0),
-                          env_stream()))
+        if colsum:
+            raise NotImplementedError("attention_colsum has a Hopper kernel only so far")
+        from ..kernels.attention_sm80 import AttentionSm80
+
+        kernel = AttentionSm80(head_dim, causal)
+    extra = (f32(3), f32(4)) if colsum else (None, None)
+    return Build(kernel, (bhsd(), bhsd(), bhsd(), bhsd(), f32(3), *extra,
+                          cutlass.Float32(1.0), env_stream()))
 
 
 def _attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=None):
@@ -159,5 +169,29 @@ def _attention(q, k, v, *, causal: bool = False, scale: float | None = None, out
     key = ("attention", q.dtype, d, bool(causal))
     kernel = kernel_for(q.device, key, lambda path, target: make_build(path, q.dtype, d,
                                                                       bool(causal)))
-    kernel(q, k, v, o, lse, scale)
+    kernel(q, k, v, o, lse, None, None, scale)
     return o, lse
+
+
+def _attention_colsum(q, k, v, prev_lse, *, group: int = 192, scale: float | None = None):
+    """Private until it has run on a GPU (issue 5): (o, lse, colsum) from the Hopper kernel;
+    the kernel's query tile is the group, so ``group`` must be 192."""
+    from ..runtime.bridge import kernel_for
+    from ..runtime.validate import check_cuda
+
+    scale = validate_attention(q, k, v, scale)
+    validate_colsum(q, prev_lse, group)
+    if group != 192:
+        raise ValueError(f"group must be 192 (the column-sum kernel's query tile), got {group}")
+    for name, t in (("q", q), ("k", k), ("v", v), ("prev_lse", prev_lse)):
+        check_cuda(name, t)
+    b, h, s_q, d = q.shape
+    o = torch.empty(b, s_q, h, d, dtype=q.dtype, device=q.device).transpose(1, 2)
+    lse = torch.empty(b, h, s_q, dtype=torch.float32, device=q.device)
+    colsum = torch.empty(b, h, -(-s_q // group), k.shape[2], dtype=torch.float32,
+                         device=q.device)
+    key = ("attention_colsum", q.dtype, d)
+    kernel = kernel_for(q.device, key, lambda path, target: make_build(path, q.dtype, d, False,
+                                                                      colsum=True))
+    kernel(q, k, v, o, lse, prev_lse.contiguous(), colsum, scale)
+    return o, lse, colsum
