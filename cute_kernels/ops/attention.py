@@ -147,22 +147,29 @@ def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = Fal
                           cutlass.Float32(1.0), env_stream()))
 
 
+def _check_device_args(**tensors) -> None:
+    """On one CUDA device; q/k/v 16-byte aligned (TMA descriptors and 16-byte vector loads)."""
+    from ..runtime.validate import check_cuda, check_same_device
+
+    for name, t in tensors.items():
+        check_cuda(name, t)
+        if name in ("q", "k", "v", "out") and t.data_ptr() % 16:
+            raise ValueError(f"{name} must start on a 16-byte boundary")
+    check_same_device(**tensors)
+
+
 def _attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=None):
     """Private until it has run on a GPU (issue 5): (o, lse) from the path's kernel."""
     from ..runtime.bridge import kernel_for
-    from ..runtime.validate import check_cuda
 
     scale = validate_attention(q, k, v, scale)
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        check_cuda(name, t)
-        if t.data_ptr() % 16:
-            raise ValueError(f"{name} must start on a 16-byte boundary")
+    _check_device_args(q=q, k=k, v=v, **({"out": out} if out is not None else {}))
     b, h, s_q, d = q.shape
     if out is None:
         o = torch.empty(b, s_q, h, d, dtype=q.dtype, device=q.device).transpose(1, 2)
     else:
         o = out
-        if o.shape != q.shape or o.dtype != q.dtype or o.stride(-1) != 1 or o.data_ptr() % 16:
+        if o.shape != q.shape or o.dtype != q.dtype or o.stride(-1) != 1:
             raise ValueError(f"out must be a {q.dtype} tensor shaped like q {tuple(q.shape)} "
                              f"with a unit-stride, 16-byte aligned head dim")
     lse = torch.empty(b, h, s_q, dtype=torch.float32, device=q.device)
@@ -175,16 +182,15 @@ def _attention(q, k, v, *, causal: bool = False, scale: float | None = None, out
 
 def _attention_colsum(q, k, v, prev_lse, *, group: int = 192, scale: float | None = None):
     """Private until it has run on a GPU (issue 5): (o, lse, colsum) from the Hopper kernel;
-    the kernel's query tile is the group, so ``group`` must be 192."""
+    the kernel's query tile is the group, so ``group`` must be 192. A prev_lse far (~88) below
+    a row's scaled logits overflows fp32 in exp(scale s - prev_lse), as in the reference."""
     from ..runtime.bridge import kernel_for
-    from ..runtime.validate import check_cuda
 
     scale = validate_attention(q, k, v, scale)
     validate_colsum(q, prev_lse, group)
     if group != 192:
         raise ValueError(f"group must be 192 (the column-sum kernel's query tile), got {group}")
-    for name, t in (("q", q), ("k", k), ("v", v), ("prev_lse", prev_lse)):
-        check_cuda(name, t)
+    _check_device_args(q=q, k=k, v=v, prev_lse=prev_lse)
     b, h, s_q, d = q.shape
     o = torch.empty(b, s_q, h, d, dtype=q.dtype, device=q.device).transpose(1, 2)
     lse = torch.empty(b, h, s_q, dtype=torch.float32, device=q.device)
