@@ -10,11 +10,10 @@ from __future__ import annotations
 import argparse
 
 import torch
-import torch.nn.functional as F
 
 import cute_kernels as ck
 from cute_kernels.bench import format_table
-from cute_kernels.ops.attention import _attention, attention_reference
+from cute_kernels.ops.attention import _attention, attention_reference, torch_attention
 
 SHAPES = [  # (S_q, S_kv, H, H_kv, D, causal)
     (128, 128, 2, 2, 64, False), (1, 1, 2, 2, 128, False), (17, 17, 4, 2, 64, True),
@@ -46,14 +45,7 @@ def main() -> None:
                          str(err).splitlines()[0][:60], "", ""])
             continue
         ref_o, ref_lse = attention_reference(q, k, v, causal=causal)
-        mask = None
-        if causal:
-            i = torch.arange(s_q, device="cuda")[:, None]
-            mask = torch.arange(s_kv, device="cuda")[None, :] <= i + (s_kv - s_q)
-        rep = h // h_kv
-        torch_o = F.scaled_dot_product_attention(q, k.repeat_interleave(rep, 1),
-                                                 v.repeat_interleave(rep, 1),
-                                                 attn_mask=mask).nan_to_num(0.0)
+        torch_o = torch_attention(q, k, v, causal=causal)
         finite = torch.isfinite(ref_lse)
         lse_err = (lse[finite] - ref_lse[finite]).abs().max().item() if finite.any() else 0.0
         rows.append([f"{s_q}x{s_kv} h{h}/{h_kv} d{d} c{int(causal)}",

@@ -72,3 +72,13 @@ def test_argument_rules():
     # (B, S, H, D) storage through transpose(1, 2) is accepted without a copy
     qs = torch.randn(2, 33, 4, 64).bfloat16().transpose(1, 2)
     assert validate_attention(qs, k, v) == pytest.approx(1 / 8)
+
+
+@pytest.mark.parametrize("s_q, s_kv, causal", [(33, 33, False), (5, 9, True), (9, 5, True)])
+def test_torch_baseline_uses_the_same_conventions(s_q, s_kv, causal):
+    from cute_kernels.ops.attention import torch_attention
+
+    q, k, v = qkv(s_q=s_q, s_kv=s_kv, dtype=torch.float32)
+    ref, _ = attention_reference(q, k, v, causal=causal)
+    torch.testing.assert_close(torch_attention(q, k, v, causal=causal), ref, rtol=1e-4,
+                               atol=1e-4)

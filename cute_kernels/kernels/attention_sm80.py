@@ -16,14 +16,13 @@ import cutlass.memory
 from cutlass import Float32, Int32
 from cutlass.cute.nvgpu import warp
 
-from .gemm_sm80 import BYTES_PER_VEC, g2s_copy, smem_operand_atom
+from .gemm_sm80 import BYTES_PER_VEC, g2s_copy, in_bounds_predicate, smem_operand_atom
 from .online_softmax import (
     LOG2E,
     acc_as_a_operand,
     acc_mn_view,
-    apply_mask,
+    mask_and_softmax,
     softmax_finish,
-    softmax_step,
 )
 
 
@@ -162,18 +161,8 @@ class AttentionSm80:
                                 tKVcKV[None, None, None, n - 1], s_kv)
             cute.arch.cp_async_commit_group()
 
-            # masks: keys past s_kv, and (causal) keys after the row's diagonal
-            needs_mask = (n + 1) * BN > s_kv
-            if cutlass.const_expr(self.causal):
-                needs_mask = needs_mask or (n + 1) * BN - 1 > m_block * BM + s_kv - s_q
-            if needs_mask:
-                cS = thr_mma.partition_C(cute.local_tile(
-                    cute.make_identity_tensor((s_q, s_kv)), (BM, BN), (m_block, n)))
-                apply_mask(acc_S, cS, s_q, s_kv, self.causal)
-            if step == 0:
-                softmax_step(acc_S, acc_O, row_max, row_sum, scale_log2, True)
-            else:
-                softmax_step(acc_S, acc_O, row_max, row_sum, scale_log2, False)
+            mask_and_softmax(acc_S, acc_O, row_max, row_sum, scale_log2, thr_mma, m_block, n,
+                             (BM, BN), s_q, s_kv, self.causal, step == 0)
 
             rP = cute.make_rmem_tensor_like(acc_S, dtype)
             rP.store(acc_S.load().to(dtype))
@@ -192,12 +181,8 @@ class AttentionSm80:
     @cute.jit
     def _load_rows(self, tiled_copy, tXgX, tXsX, tXcX, rows):
         """cp.async one (block, D) tile, rows past ``rows`` zero-filled (D is whole)."""
-        pred = cute.make_rmem_tensor((1, cute.size(tXgX, mode=[1]), cute.size(tXgX, mode=[2])),
-                                     cutlass.Boolean)
-        for i in cutlass.range_constexpr(cute.size(tXgX, mode=[1])):
-            for j in cutlass.range_constexpr(cute.size(tXgX, mode=[2])):
-                pred[0, i, j] = tXcX[(0, 0), i, j][0] < rows
-        cute.copy(tiled_copy, tXgX, tXsX, pred=pred)
+        cute.copy(tiled_copy, tXgX, tXsX,
+                  pred=in_bounds_predicate(tXcX, (rows, self.head_dim)))
 
     @cute.jit
     def _smem_gemm(self, tiled_mma, acc, lds_a, tAs, tAr_v, tAr, lds_b, tBs, tBr_v, tBr):
@@ -246,9 +231,4 @@ class AttentionSm80:
                             thr_s2g.partition_D(cOg))
         tSrO = cute.make_rmem_tensor_like(tSsO)
         cute.autovec_copy(tSsO, tSrO)
-        pred = cute.make_rmem_tensor((1, cute.size(tSgO, mode=[1]), cute.size(tSgO, mode=[2])),
-                                     cutlass.Boolean)
-        for i in cutlass.range_constexpr(cute.size(tSgO, mode=[1])):
-            for j in cutlass.range_constexpr(cute.size(tSgO, mode=[2])):
-                pred[0, i, j] = tScO[(0, 0), i, j][0] < s_q
-        cute.copy(s2g, tSrO, tSgO, pred=pred)
+        cute.copy(s2g, tSrO, tSgO, pred=in_bounds_predicate(tScO, (s_q, D)))

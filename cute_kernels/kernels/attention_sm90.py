@@ -20,9 +20,8 @@ from .online_softmax import (
     LOG2E,
     acc_as_a_operand,
     acc_mn_view,
-    apply_mask,
+    mask_and_softmax,
     softmax_finish,
-    softmax_step,
 )
 
 
@@ -253,17 +252,8 @@ class AttentionSm90:
                 k_pipe.consumer_release(k_state)
                 k_state.advance()
 
-                needs_mask = (n + 1) * BN > s_kv
-                if cutlass.const_expr(self.causal):
-                    needs_mask = needs_mask or (n + 1) * BN - 1 > m_block * BM + s_kv - s_q
-                if needs_mask:
-                    cS = thr_qk.partition_C(cute.local_tile(
-                        cute.make_identity_tensor((s_q, s_kv)), (BM, BN), (m_block, n)))
-                    apply_mask(acc_S, cS, s_q, s_kv, self.causal)
-                if step == 0:
-                    softmax_step(acc_S, acc_O, row_max, row_sum, scale_log2, True)
-                else:
-                    softmax_step(acc_S, acc_O, row_max, row_sum, scale_log2, False)
+                mask_and_softmax(acc_S, acc_O, row_max, row_sum, scale_log2, thr_qk, m_block, n,
+                                 (BM, BN), s_q, s_kv, self.causal, step == 0)
                 if cutlass.const_expr(self.colsum):
                     self._colsum(acc_S, row_max, prev_l2, scale_log2, thr_qk, sCol, mColsum,
                                  batch, head, m_block, n, s_kv, ctid, step)

@@ -57,6 +57,19 @@ def g2s_copy(dtype, major: str, rows: int, tile_k: int, threads: int):
     return cute.make_tiled_copy_tv(atom, thr, val)
 
 
+@cute.jit
+def in_bounds_predicate(tXcX: cute.Tensor, shape) -> cute.Tensor:
+    """One predicate per copy vector of a partitioned (vector, rest_r, rest_c) coordinate
+    tensor: is the vector's first element inside ``shape``? (Vectors never straddle the edge:
+    the bounded dims are multiples of the vector, or whole.)"""
+    rest_r, rest_c = cute.size(tXcX, mode=[1]), cute.size(tXcX, mode=[2])
+    pred = cute.make_rmem_tensor((1, rest_r, rest_c), cutlass.Boolean)
+    for i in cutlass.range_constexpr(rest_r):
+        for j in cutlass.range_constexpr(rest_c):
+            pred[0, i, j] = cute.elem_less(tXcX[(0, 0), i, j], shape)
+    return pred
+
+
 class GemmSm80:
     """mma.sync GEMM, one CTA per (tile_m x tile_n) output tile of one batch.
 
@@ -234,21 +247,12 @@ class GemmSm80:
         tSsC, tSgC, tScC = thr_s.partition_S(sC), thr_s.partition_D(gC), thr_s.partition_D(cC)
         tSrC = cute.make_rmem_tensor_like(tSsC)
         cute.autovec_copy(tSsC, tSrC)
-        pred = cute.make_rmem_tensor((1, cute.size(tSgC, mode=[1]), cute.size(tSgC, mode=[2])),
-                                     cutlass.Boolean)
-        for i in cutlass.range_constexpr(cute.size(tSgC, mode=[1])):
-            for j in cutlass.range_constexpr(cute.size(tSgC, mode=[2])):
-                pred[0, i, j] = cute.elem_less(tScC[(0, 0), i, j], mC_l.shape)
-        cute.copy(s2g, tSrC, tSgC, pred=pred)
+        cute.copy(s2g, tSrC, tSgC, pred=in_bounds_predicate(tScC, mC_l.shape))
 
     @cute.jit
     def _copy_predicated(self, tiled_copy, tXgX, tXsX, tXcX, shape, kt, stage):
         """cp.async one k-tile with a predicate per 16-byte vector: inside the problem in both
         (row, k). K % 8 == 0 and N % 8 == 0 make each vector wholly in or out; vectors outside
         are zero-filled, so they add nothing to the accumulators."""
-        rest_r, rest_k = cute.size(tXgX, mode=[1]), cute.size(tXgX, mode=[2])
-        pred = cute.make_rmem_tensor((1, rest_r, rest_k), cutlass.Boolean)
-        for i in cutlass.range_constexpr(rest_r):
-            for j in cutlass.range_constexpr(rest_k):
-                pred[0, i, j] = cute.elem_less(tXcX[(0, 0), i, j, kt], shape)
+        pred = in_bounds_predicate(tXcX[None, None, None, kt], shape)
         cute.copy(tiled_copy, tXgX[None, None, None, kt], tXsX[None, None, None, stage], pred=pred)

@@ -118,3 +118,23 @@ def apply_mask(acc_S: cute.Tensor, tScS: cute.Tensor, s_q, s_kv, causal: cutlass
             if c_mn[r, c][1] >= limit:
                 s_mn[r, c] = -Float32.inf
 
+
+@cute.jit
+def mask_and_softmax(acc_S, acc_O, row_max, row_sum, scale_log2, thr_mma, m_block, n, block_mn,
+                     s_q, s_kv, causal: cutlass.Constexpr, first):
+    """One key block of the online softmax: mask it if it holds keys past ``s_kv`` or (causal)
+    past the diagonal of the query block's first row, then fold it in (``first``: the first
+    key block of the row, at run time)."""
+    bm, bn = block_mn
+    needs_mask = (n + 1) * bn > s_kv
+    if cutlass.const_expr(causal):
+        needs_mask = needs_mask or (n + 1) * bn - 1 > m_block * bm + s_kv - s_q
+    if needs_mask:
+        tScS = thr_mma.partition_C(cute.local_tile(cute.make_identity_tensor((s_q, s_kv)),
+                                                   (bm, bn), (m_block, n)))
+        apply_mask(acc_S, tScS, s_q, s_kv, causal)
+    if first:
+        softmax_step(acc_S, acc_O, row_max, row_sum, scale_log2, True)
+    else:
+        softmax_step(acc_S, acc_O, row_max, row_sum, scale_log2, False)
+

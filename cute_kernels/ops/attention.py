@@ -97,6 +97,20 @@ def attention_reference(q, k, v, *, causal: bool = False, scale: float | None = 
     return o, lse
 
 
+def torch_attention(q, k, v, *, causal: bool = False) -> torch.Tensor:
+    """torch's own SDPA in the inputs' dtype under the same (GQA, bottom-right causal, o = 0
+    for rows with no key) conventions: the accuracy baseline of the tests."""
+    mask = None
+    if causal:
+        s_q, s_kv = q.shape[-2], k.shape[-2]
+        i = torch.arange(s_q, device=q.device)[:, None]
+        mask = torch.arange(s_kv, device=q.device)[None, :] <= i + (s_kv - s_q)
+    rep = q.shape[1] // k.shape[1]
+    o = torch.nn.functional.scaled_dot_product_attention(
+        q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), attn_mask=mask)
+    return o.nan_to_num(0.0)
+
+
 def attention_colsum_reference(q, k, v, prev_lse, *, group: int = 192,
                                scale: float | None = None):
     """(o, lse, colsum): ``colsum[b, h, g, j] = sum_{i in query group g}
