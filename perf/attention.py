@@ -51,6 +51,10 @@ def contenders(path, causal):
         with force_path(path):
             return _attention(s[0], s[1], s[2], causal=causal)
 
+    def ours_overlap(s):
+        with force_path(path):
+            return _attention(s[0], s[1], s[2], causal=causal, overlap=True)
+
     def sdpa(backend):
         def run(s):
             with sdpa_kernel(backend):
@@ -63,7 +67,9 @@ def contenders(path, causal):
             masks[seq] = create_block_mask(lambda b, h, q, k: q >= k, None, None, seq, seq)
         return flex(s[0], s[1], s[2], block_mask=masks.get(seq) if causal else None)
 
-    return {"cute": ours, "SDPA-cuDNN": sdpa(SDPBackend.CUDNN_ATTENTION),
+    hopper = path == "hopper" or (path is None and torch.cuda.get_device_capability() == (9, 0))
+    extra = {"cute-overlap": ours_overlap} if hopper else {}
+    return {"cute": ours, **extra, "SDPA-cuDNN": sdpa(SDPBackend.CUDNN_ATTENTION),
             "SDPA-flash": sdpa(SDPBackend.FLASH_ATTENTION), "FlexAttention": flex_run}
 
 
@@ -97,15 +103,15 @@ def main() -> None:
         return r.work["flops"] / (r.timings[n].median_ms * 1e-3) / 1e12 if n in r.timings \
             else float("nan")
 
-    names = ["cute", "SDPA-cuDNN", "SDPA-flash", "FlexAttention"]
+    names = ["cute", "cute-overlap", "SDPA-cuDNN", "SDPA-flash", "FlexAttention"]
     table = [[r.label, r.timings["cute"].median_ms, *(tf(r, n) for n in names),
               tf(r, "cute") / tf(r, "SDPA-cuDNN"), tf(r, "cute") / tf(r, "SDPA-flash")]
              for r in rows]
     commit = os.environ.get("CK_COMMIT", "unknown")
     print(f"{device_name()} | path {args.path or 'native'} | commit {commit} | "
           f"{datetime.date.today()}\n")
-    print(format_table(["shape", "ms", "TFLOP/s", "cuDNN", "flash", "Flex", "vs cuDNN",
-                        "vs flash"], table))
+    print(format_table(["shape", "ms", "TFLOP/s", "overlap", "cuDNN", "flash", "Flex",
+                        "vs cuDNN", "vs flash"], table))
     stem = f"attention_{args.path or 'native'}"
     save_results(args.out, stem, {"device": device_name(), "commit": commit, "rows": table,
                                   "timings": rows, "date": str(datetime.date.today())})

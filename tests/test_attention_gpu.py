@@ -10,25 +10,27 @@ from cute_kernels.ops.attention import _attention, attention_reference, torch_at
 pytestmark = pytest.mark.gpu
 PATHS = ["hopper", "ampere"] if (torch.cuda.is_available()
                                  and torch.cuda.get_device_capability() == (9, 0)) else ["ampere"]
+# (path, Hopper softmax/MMA overlap)
+VARIANTS = [(p, False) for p in PATHS] + ([("hopper", True)] if "hopper" in PATHS else [])
 
 
 def rel_err(x, ref):
     return ((x.float() - ref).norm() / ref.norm()).item()
 
 
-@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("path, overlap", VARIANTS)
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("s_q, s_kv, h, h_kv", [(1, 1, 2, 2), (17, 17, 4, 2), (1000, 1000, 2, 1),
                                                 (128, 4097, 2, 2), (300, 77, 2, 2)])
-def test_matches_reference(path, d, causal, s_q, s_kv, h, h_kv):
+def test_matches_reference(path, overlap, d, causal, s_q, s_kv, h, h_kv):
     b = 2
     q = torch.randn(b, s_q, h, d, device="cuda").bfloat16().transpose(1, 2)  # strided view
     k = torch.randn(b, h_kv, s_kv, d, device="cuda").bfloat16()
     v = torch.randn(b, h_kv, s_kv, d, device="cuda").bfloat16()
     with ck.force_path(path):
         poisoned = torch.full((b, h, s_q, d), float("nan"), device="cuda").bfloat16()
-        o, lse = _attention(q, k, v, causal=causal, out=poisoned)
+        o, lse = _attention(q, k, v, causal=causal, out=poisoned, overlap=overlap)
     ref_o, ref_lse = attention_reference(q, k, v, causal=causal)
     visible = torch.isfinite(ref_lse)
     assert torch.equal(torch.isfinite(lse), visible)
@@ -38,15 +40,15 @@ def test_matches_reference(path, d, causal, s_q, s_kv, h, h_kv):
     assert rel_err(o, ref_o) <= 2 * rel_err(torch_o, ref_o) + 1e-6
 
 
-@pytest.mark.parametrize("path", PATHS)
-def test_very_negative_logits_stay_finite(path):
+@pytest.mark.parametrize("path, overlap", VARIANTS)
+def test_very_negative_logits_stay_finite(path, overlap):
     """Causal rows whose first key block is fully masked, then all logits near -96: the
     online rescale must not turn 0 * inf into NaN."""
     q = torch.ones(1, 2, 256, 64, device="cuda").bfloat16()
     k = torch.full((1, 2, 256, 64), -12.0, device="cuda").bfloat16()
     v = torch.randn(1, 2, 256, 64, device="cuda").bfloat16()
     with ck.force_path(path):
-        o, lse = _attention(q, k, v, causal=True)
+        o, lse = _attention(q, k, v, causal=True, overlap=overlap)
     ref_o, ref_lse = attention_reference(q, k, v, causal=True)
     assert torch.isfinite(o).all() and torch.isfinite(lse).all()
     torch.testing.assert_close(lse, ref_lse, rtol=0, atol=1e-3)

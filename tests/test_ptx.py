@@ -115,3 +115,17 @@ def test_attention_colsum_ptx(head_dim):
     assert ptx.count("shfl.sync.bfly") >= 48  # 3 steps x 16 columns + the softmax quads
     _assert_no_spills(ptx, "sm_90a")
 
+
+@pytest.mark.parametrize("head_dim, causal", [(64, False), (128, True)])
+def test_attention_overlap_ptx(head_dim, causal):
+    """The softmax/MMA overlap variant keeps one WGMMA group in flight (wait_group 1)."""
+    import torch
+
+    from cute_kernels.ops.attention import make_build
+    from cute_kernels.runtime.compile import compile_ptx
+
+    ptx = compile_ptx(make_build("hopper", torch.bfloat16, head_dim, causal, overlap=True),
+                      "sm_90a")
+    assert "wgmma.wait_group.sync.aligned \t1;" in ptx
+    assert all(instruction_mix(ptx)[f] > 0 for f in HOPPER)
+

@@ -21,6 +21,7 @@ from .online_softmax import (
     acc_as_a_operand,
     acc_mn_view,
     mask_and_softmax,
+    rescale_rows,
     softmax_finish,
 )
 
@@ -53,8 +54,12 @@ class AttentionSm90:
     rows past S_q); lse written by the first thread of each quad.
     """
 
-    def __init__(self, head_dim: int, causal: bool, stages: int = 2, colsum: bool = False):
+    def __init__(self, head_dim: int, causal: bool, stages: int = 2, colsum: bool = False,
+                 overlap: bool = False):
         self.head_dim, self.causal, self.stages, self.colsum = head_dim, causal, stages, colsum
+        # overlap: the softmax of S(n) runs while O += P(n + 1) V(n + 1) is on the tensor cores
+        # (intra-warpgroup pipelining); off until measured on a GPU
+        self.overlap = overlap
         if colsum:
             # one CTA = one 192-row query group (three consumer warpgroups), so its column
             # sums are complete in the CTA and written once per key tile, without atomics
@@ -211,15 +216,15 @@ class AttentionSm90:
             tOrV = pv_mma.make_fragment_B(thr_pv.partition_B(sV))
             acc_O = cute.make_rmem_tensor(pv_mma.partition_shape_C((BM, D)), Float32)
             acc_O.fill(0.0)
-            # wgmma atoms start with scale-d = 0 (overwrite): P V must accumulate into O
+            # wgmma atoms start with scale-d = 0 (overwrite): both MMAs accumulate (S from zeros)
             pv_mma.set(warpgroup.Field.ACCUMULATE, True)
+            qk_mma.set(warpgroup.Field.ACCUMULATE, True)
             acc_S = cute.make_rmem_tensor(qk_mma.partition_shape_C((BM, BN)), Float32)
             rows = cute.size(acc_mn_view(acc_O), mode=[0])
             row_max = cute.make_rmem_tensor(rows, Float32)
             row_sum = cute.make_rmem_tensor(rows, Float32)
             row_max.fill(-Float32.inf)
             row_sum.fill(0.0)
-            qk_blocks = cute.size(tSrQ, mode=[2])
 
             if cutlass.const_expr(self.colsum):
                 # previous-step normalisers of this thread's rows, in log2 units (+inf past S_q)
@@ -238,43 +243,97 @@ class AttentionSm90:
                                                    self.stages)
             v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer,
                                                    self.stages)
-            for step in cutlass.range(n_blocks, unroll=1):
-                n = n_blocks - 1 - step
-                k_pipe.consumer_wait(k_state)
-                qk_mma.set(warpgroup.Field.ACCUMULATE, False)
-                warpgroup.fence()
-                for kb in cutlass.range_constexpr(qk_blocks):
-                    cute.gemm(qk_mma, acc_S, tSrQ[(None, None, kb, 0)],
-                              tSrK[(None, None, kb, k_state.index)], acc_S)
-                    qk_mma.set(warpgroup.Field.ACCUMULATE, True)
-                warpgroup.commit_group()
-                warpgroup.wait_group(0)
-                k_pipe.consumer_release(k_state)
-                k_state.advance()
-
-                mask_and_softmax(acc_S, acc_O, row_max, row_sum, scale_log2, thr_qk, m_block, n,
-                                 (BM, BN), s_q, s_kv, self.causal, step == 0)
-                if cutlass.const_expr(self.colsum):
-                    self._colsum(acc_S, row_max, prev_l2, scale_log2, thr_qk, sCol, mColsum,
-                                 batch, head, m_block, n, s_kv, ctid, step)
-                rP = cute.make_rmem_tensor_like(acc_S, sQ.element_type)
-                rP.store(acc_S.load().to(sQ.element_type))
-                tOrP = acc_as_a_operand(rP)
-
-                v_pipe.consumer_wait(v_state)
-                warpgroup.fence()
-                for kb in cutlass.range_constexpr(cute.size(tOrP, mode=[2])):
-                    cute.gemm(pv_mma, acc_O, tOrP[(None, None, kb)],
-                              tOrV[(None, None, kb, v_state.index)], acc_O)
-                warpgroup.commit_group()
-                warpgroup.wait_group(0)
-                v_pipe.consumer_release(v_state)
-                v_state.advance()
+            rP = cute.make_rmem_tensor_like(acc_S, sQ.element_type)
+            tOrP = acc_as_a_operand(rP)
+            ctx = (qk_mma, pv_mma, tSrQ, tSrK, tOrV, acc_S, acc_O, tOrP, k_pipe, v_pipe)
+            soft = (row_max, row_sum, scale_log2, thr_qk, m_block, (BM, BN), s_q, s_kv)
+            col = None
+            if cutlass.const_expr(self.colsum):
+                col = (prev_l2, sCol, mColsum, batch, head, ctid)
+            if cutlass.const_expr(not self.overlap):
+                for step in cutlass.range(n_blocks, unroll=1):
+                    n = n_blocks - 1 - step
+                    self._qk(ctx, k_state, True)
+                    k_state.advance()
+                    self._softmax(ctx, soft, col, n, step, step == 0, None)
+                    rP.store(acc_S.load().to(sQ.element_type))
+                    self._pv(ctx, v_state, True)
+                    v_state.advance()
+            else:
+                # S(n) = Q K(n)^T and O += P(n + 1) V(n + 1) in flight together; the softmax of
+                # S(n) runs while the P V wgmmas do, and O's rescale waits for them
+                correction = cute.make_rmem_tensor(rows, Float32)
+                if n_blocks > 0:
+                    self._qk(ctx, k_state, True)
+                    k_state.advance()
+                    self._softmax(ctx, soft, col, n_blocks - 1, 0, True, None)
+                    rP.store(acc_S.load().to(sQ.element_type))
+                for step in cutlass.range(1, n_blocks, unroll=1):
+                    n = n_blocks - 1 - step
+                    self._qk(ctx, k_state, False)
+                    self._pv(ctx, v_state, False)
+                    warpgroup.wait_group(1)  # groups retire in order: S(n) is ready
+                    k_pipe.consumer_release(k_state)
+                    k_state.advance()
+                    self._softmax(ctx, soft, col, n, step, False, correction)
+                    warpgroup.wait_group(0)
+                    v_pipe.consumer_release(v_state)
+                    v_state.advance()
+                    rescale_rows(acc_O, correction)
+                    rP.store(acc_S.load().to(sQ.element_type))
+                if n_blocks > 0:
+                    self._pv(ctx, v_state, True)
+                    v_state.advance()
 
             lse = cute.make_rmem_tensor(rows, Float32)
             softmax_finish(acc_O, row_max, row_sum, lse, scale_log2)
             self._store(acc_O, lse, thr_pv, pv_mma, sQ, tma_o, tO, mLSE, s_q, batch, head,
                         m_block, ctid, warp)
+
+    @cute.jit
+    def _qk(self, ctx, k_state, wait: cutlass.Constexpr):
+        """Issue S = Q K^T for the K stage ``k_state`` (one commit group); with ``wait``, also
+        retire it and free the stage."""
+        qk_mma, _, tSrQ, tSrK, _, acc_S, _, _, k_pipe, _ = ctx
+        k_pipe.consumer_wait(k_state)
+        # the MMA accumulates (set once in the kernel body: a helper cannot rebind the atom's
+        # field across the staged loop), so S starts from zeros
+        acc_S.fill(0.0)
+        warpgroup.fence()
+        for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
+            cute.gemm(qk_mma, acc_S, tSrQ[(None, None, kb, 0)],
+                      tSrK[(None, None, kb, k_state.index)], acc_S)
+        warpgroup.commit_group()
+        if cutlass.const_expr(wait):
+            warpgroup.wait_group(0)
+            k_pipe.consumer_release(k_state)
+
+    @cute.jit
+    def _pv(self, ctx, v_state, wait: cutlass.Constexpr):
+        """Issue O += P V for the V stage ``v_state`` (one commit group); with ``wait``, also
+        retire it and free the stage."""
+        _, pv_mma, _, _, tOrV, _, acc_O, tOrP, _, v_pipe = ctx
+        v_pipe.consumer_wait(v_state)
+        warpgroup.fence()
+        for kb in cutlass.range_constexpr(cute.size(tOrP, mode=[2])):
+            cute.gemm(pv_mma, acc_O, tOrP[(None, None, kb)],
+                      tOrV[(None, None, kb, v_state.index)], acc_O)
+        warpgroup.commit_group()
+        if cutlass.const_expr(wait):
+            warpgroup.wait_group(0)
+            v_pipe.consumer_release(v_state)
+
+    @cute.jit
+    def _softmax(self, ctx, soft, col, n, step, first, correction):
+        """Mask + online softmax of S (and the column sums, in that variant)."""
+        acc_S, acc_O = ctx[5], ctx[6]
+        row_max, row_sum, scale_log2, thr_qk, m_block, block_mn, s_q, s_kv = soft
+        mask_and_softmax(acc_S, acc_O, row_max, row_sum, scale_log2, thr_qk, m_block, n,
+                         block_mn, s_q, s_kv, self.causal, first, correction)
+        if cutlass.const_expr(self.colsum):
+            prev_l2, sCol, mColsum, batch, head, ctid = col
+            self._colsum(acc_S, row_max, prev_l2, scale_log2, thr_qk, sCol, mColsum, batch,
+                         head, m_block, n, s_kv, ctid, step)
 
     @cute.jit
     def _colsum(self, acc_S, row_max, prev_l2, scale_log2, thr_qk, sCol, mColsum, batch, head,

@@ -64,10 +64,14 @@ def quad_allreduce(val: Float32, is_max: cutlass.Constexpr) -> Float32:
 
 @cute.jit
 def softmax_step(acc_S: cute.Tensor, acc_O: cute.Tensor, row_max: cute.Tensor,
-                 row_sum: cute.Tensor, scale_log2: Float32, first: cutlass.Constexpr):
+                 row_sum: cute.Tensor, scale_log2: Float32, first: cutlass.Constexpr,
+                 correction=None):
     """Fold one (masked) score tile into the running (max, sum) of each row: rescale O by
     exp2((m_old - m_new) * scale_log2) and turn the scores into unnormalised probabilities.
-    Rows whose scores are all -inf so far keep max -inf and contribute nothing."""
+    Rows whose scores are all -inf so far keep max -inf and contribute nothing.
+    With ``correction`` (a per-row tensor) the rescale factors are stored there instead of
+    applied, for a caller whose O is still being accumulated by an in-flight MMA
+    (``rescale_rows`` applies them later)."""
     s_mn, o_mn = acc_mn_view(acc_S), acc_mn_view(acc_O)
     for r in cutlass.range_constexpr(cute.size(row_max)):
         row = s_mn[r, None].load()
@@ -80,14 +84,27 @@ def softmax_step(acc_S: cute.Tensor, acc_O: cute.Tensor, row_max: cute.Tensor,
         tile_sum = p.reduce(cute.ReductionOp.ADD, Float32(0.0), 0)
         if cutlass.const_expr(first):
             row_sum[r] = tile_sum
+            if cutlass.const_expr(correction is not None):
+                correction[r] = Float32(0.0)  # O holds nothing yet
         else:
             # an old max of -inf (no key seen yet) gives exp2(-inf) = 0: nothing to rescale
             # (a 0 stand-in there would overflow to inf for very negative logits: 0 * inf = NaN)
-            correction = cute.math.exp2((row_max[r] - m_safe) * scale_log2, fastmath=True)
-            row_sum[r] = row_sum[r] * correction + tile_sum
-            o_mn[r, None] = o_mn[r, None].load() * correction
+            factor = cute.math.exp2((row_max[r] - m_safe) * scale_log2, fastmath=True)
+            row_sum[r] = row_sum[r] * factor + tile_sum
+            if cutlass.const_expr(correction is not None):
+                correction[r] = factor
+            else:
+                o_mn[r, None] = o_mn[r, None].load() * factor
         row_max[r] = m_new
         s_mn[r, None] = p
+
+
+@cute.jit
+def rescale_rows(acc_O: cute.Tensor, correction: cute.Tensor):
+    """O[r, :] *= correction[r] (the deferred rescale of ``softmax_step``)."""
+    o_mn = acc_mn_view(acc_O)
+    for r in cutlass.range_constexpr(cute.size(correction)):
+        o_mn[r, None] = o_mn[r, None].load() * correction[r]
 
 
 @cute.jit
@@ -121,10 +138,10 @@ def apply_mask(acc_S: cute.Tensor, tScS: cute.Tensor, s_q, s_kv, causal: cutlass
 
 @cute.jit
 def mask_and_softmax(acc_S, acc_O, row_max, row_sum, scale_log2, thr_mma, m_block, n, block_mn,
-                     s_q, s_kv, causal: cutlass.Constexpr, first):
+                     s_q, s_kv, causal: cutlass.Constexpr, first, correction=None):
     """One key block of the online softmax: mask it if it holds keys past ``s_kv`` or (causal)
     past the diagonal of the query block's first row, then fold it in (``first``: the first
-    key block of the row, at run time)."""
+    key block of the row, at run time; ``correction``: see ``softmax_step``)."""
     bm, bn = block_mn
     needs_mask = (n + 1) * bn > s_kv
     if cutlass.const_expr(causal):
@@ -134,7 +151,6 @@ def mask_and_softmax(acc_S, acc_O, row_max, row_sum, scale_log2, thr_mma, m_bloc
                                                    (bm, bn), (m_block, n)))
         apply_mask(acc_S, tScS, s_q, s_kv, causal)
     if first:
-        softmax_step(acc_S, acc_O, row_max, row_sum, scale_log2, True)
+        softmax_step(acc_S, acc_O, row_max, row_sum, scale_log2, True, correction)
     else:
-        softmax_step(acc_S, acc_O, row_max, row_sum, scale_log2, False)
-
+        softmax_step(acc_S, acc_O, row_max, row_sum, scale_log2, False, correction)

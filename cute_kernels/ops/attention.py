@@ -127,7 +127,8 @@ def attention_colsum_reference(q, k, v, prev_lse, *, group: int = 192,
     return o, lse, padded.view(b, h, groups, group, s_kv).sum(dim=3)
 
 
-def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = False):
+def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = False,
+               overlap: bool = False):
     """The attention kernel of ``path`` against symbolic (B, H, S, D) tensors (unit-stride head
     dim, other strides multiples of 8 elements), a compact fp32 lse and, for the column-sum
     variant, compact fp32 prev_lse (B, H, S_q) and colsum (B, H, G, S_kv)."""
@@ -149,7 +150,7 @@ def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = Fal
     if path == "hopper":
         from ..kernels.attention_sm90 import AttentionSm90
 
-        kernel = AttentionSm90(head_dim, causal, colsum=colsum)
+        kernel = AttentionSm90(head_dim, causal, colsum=colsum, overlap=overlap)
     else:
         if colsum:
             raise NotImplementedError("attention_colsum has a Hopper kernel only so far")
@@ -172,8 +173,10 @@ def _check_device_args(**tensors) -> None:
     check_same_device(**tensors)
 
 
-def _attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=None):
-    """Private until it has run on a GPU (issue 5): (o, lse) from the path's kernel."""
+def _attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=None,
+               overlap: bool = False):
+    """Private until it has run on a GPU (issue 5): (o, lse) from the path's kernel.
+    ``overlap``: the Hopper kernel's softmax/MMA overlap (to be measured)."""
     from ..runtime.bridge import kernel_for
 
     scale = validate_attention(q, k, v, scale)
@@ -188,8 +191,8 @@ def _attention(q, k, v, *, causal: bool = False, scale: float | None = None, out
                              f"with a unit-stride, 16-byte aligned head dim")
     lse = torch.empty(b, h, s_q, dtype=torch.float32, device=q.device)
     key = ("attention", q.dtype, d, bool(causal))
-    kernel = kernel_for(q.device, key, lambda path, target: make_build(path, q.dtype, d,
-                                                                      bool(causal)))
+    kernel = kernel_for(q.device, key, lambda path, target: make_build(
+        path, q.dtype, d, bool(causal), overlap=overlap), hopper_key=(bool(overlap),))
     kernel(q, k, v, o, lse, None, None, scale)
     return o, lse
 
