@@ -22,10 +22,14 @@ from cute_kernels.runtime.compile import Build, compile_build
 CONFIGS = {
     "ampere": [dict(tile=(128, 128, 32), stages=3), dict(tile=(128, 128, 64), stages=3),
                dict(tile=(128, 128, 32), stages=4)],
-    "hopper": [dict(tile=(128, 256, 64)), dict(tile=(128, 256, 64), cluster_m=2),
-               dict(tile=(128, 256, 64), group_m=8), dict(tile=(128, 256, 64), group_m=32),
-               dict(tile=(128, 256, 64), group_m=32, cluster_m=2)],
+    "hopper": [dict(tile=(128, 256, 64), cluster_m=1), dict(tile=(128, 256, 64), cluster_m=2),
+               dict(tile=(128, 256, 64), cluster_m=2, cluster_n=2),
+               dict(tile=(128, 256, 64), cluster_m=2, group_m=32)],
 }
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
 
 
 def parse_configs(text: str) -> list[dict]:
@@ -60,9 +64,9 @@ def main() -> None:
                              fake_mkl(torch.bfloat16, "k"), None, cutlass.Int32(1), env_stream()))
         fn = compile_build(build, target)
         tm, tn = cfg.get("tile", (128, 128))[:2]
-        cm = cfg.get("cluster_m", 1)
-        tiles_m = -(-m // tm)
-        grid = persistent_grid(-(-tiles_m // cm) * cm * -(-n // tn), sms, cluster_size=cm)
+        cm, cn = cfg.get("cluster_m", 2), cfg.get("cluster_n", 1)
+        units = cdiv(cdiv(m, tm), cm) * cdiv(cdiv(n, tn), cn)
+        grid = persistent_grid(units * cm * cn, sms, cluster_size=cm * cn)
         c.fill_(float("nan"))
         fn(a.unsqueeze(-1), b.unsqueeze(-1), c.unsqueeze(-1), None, grid)
         name = ",".join(f"{key}={val}" for key, val in cfg.items())
