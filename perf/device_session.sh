@@ -33,6 +33,8 @@ if [ -z "${SKIP_PERF:-}" ]; then
   step "accuracy gated" python perf/gated_accuracy.py --out "$OUT"
   step "perf attention" python perf/attention.py ${GEMM_QUICK:+--quick} --out "$OUT"
   step "tuning gemm" bash -c "python perf/gemm_tuning.py --path ampere; python perf/gemm_tuning.py --path hopper"
+  # the long-K regime where the gated MLP's 405B/64k shape still trails (2x1 vs 2x2 clusters)
+  step "tuning gemm long-K" python perf/gemm_tuning.py --path hopper --shape 16384,106496,16384 --rounds 4
   step "demo" python -m cute_kernels demo
 fi
 exit $status
