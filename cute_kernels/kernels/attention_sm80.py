@@ -23,6 +23,7 @@ from .online_softmax import (
     acc_mn_view,
     mask_and_softmax,
     softmax_finish,
+    store_lse,
 )
 
 
@@ -208,15 +209,7 @@ class AttentionSm80:
                                      tiled_mma)
         thr_r2s = r2s.get_slice(tidx)
         cute.copy(r2s, thr_r2s.retile(rO), thr_r2s.partition_D(sQ))
-        # lse: the first thread of each quad owns its rows
-        cO = thr_mma.partition_C(cute.local_tile(cute.make_identity_tensor((s_q, D)), (BM, D),
-                                                 (m_block, 0)))
-        c_mn = acc_mn_view(cO)
-        if tidx % 4 == 0:
-            for r in cutlass.range_constexpr(cute.size(lse)):
-                row = c_mn[r, 0][0]
-                if row < s_q:
-                    mLSE[batch, head, row] = lse[r]
+        store_lse(lse, thr_mma, mLSE, batch, head, m_block, (BM, D), s_q, tidx)
         cute.arch.sync_threads()
         per_vec = BYTES_PER_VEC // (dtype.width // 8)
         chunks = D // per_vec

@@ -23,6 +23,7 @@ from .online_softmax import (
     mask_and_softmax,
     rescale_rows,
     softmax_finish,
+    store_lse,
 )
 
 
@@ -398,11 +399,4 @@ class AttentionSm90:
                 cute.copy(tma_o, tOsO[(None, 0)], tOgO[(None, m_block, 0, head, batch)])
                 cute.arch.cp_async_bulk_commit_group()
                 cute.arch.cp_async_bulk_wait_group(0, read=True)
-        cO = thr_pv.partition_C(cute.local_tile(cute.make_identity_tensor((s_q, D)), (BM, D),
-                                                (m_block, 0)))
-        c_mn = acc_mn_view(cO)
-        if ctid % 4 == 0:
-            for r in cutlass.range_constexpr(cute.size(lse)):
-                row = c_mn[r, 0][0]
-                if row < s_q:
-                    mLSE[batch, head, row] = lse[r]
+        store_lse(lse, thr_pv, mLSE, batch, head, m_block, (BM, D), s_q, ctid)

@@ -154,3 +154,18 @@ def mask_and_softmax(acc_S, acc_O, row_max, row_sum, scale_log2, thr_mma, m_bloc
         softmax_step(acc_S, acc_O, row_max, row_sum, scale_log2, True, correction)
     else:
         softmax_step(acc_S, acc_O, row_max, row_sum, scale_log2, False, correction)
+
+
+@cute.jit
+def store_lse(lse: cute.Tensor, thr_mma, mLSE: cute.Tensor, batch, head, m_block,
+              block_md, s_q, tid):
+    """Write each row's lse once: the first thread of each mma quad owns its rows; rows past
+    ``s_q`` are skipped. ``thr_mma`` is the slice that partitions O ((block_m, D) tile)."""
+    c_mn = acc_mn_view(thr_mma.partition_C(cute.local_tile(
+        cute.make_identity_tensor((s_q, block_md[1])), block_md, (m_block, 0))))
+    if tid % 4 == 0:
+        for r in cutlass.range_constexpr(cute.size(lse)):
+            row = c_mn[r, 0][0]
+            if row < s_q:
+                mLSE[batch, head, row] = lse[r]
+
