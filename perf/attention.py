@@ -42,7 +42,7 @@ def contenders(path, causal):
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     from cute_kernels import force_path
-    from cute_kernels.ops.attention import _attention
+    from cute_kernels.ops.attention import _attention, _attention_colsum
 
     flex = torch.compile(flex_attention, dynamic=False)
     masks = {}
@@ -67,8 +67,13 @@ def contenders(path, causal):
             masks[seq] = create_block_mask(lambda b, h, q, k: q >= k, None, None, seq, seq)
         return flex(s[0], s[1], s[2], block_mask=masks.get(seq) if causal else None)
 
+    def ours_colsum(s):  # s[3]: the previous step's lse (this step's, computed once)
+        return _attention_colsum(s[0], s[1], s[2], s[3])
+
     hopper = path == "hopper" or (path is None and torch.cuda.get_device_capability() == (9, 0))
     extra = {"cute-overlap": ours_overlap} if hopper else {}
+    if hopper and not causal:
+        extra["cute-colsum"] = ours_colsum
     return {"cute": ours, **extra, "SDPA-cuDNN": sdpa(SDPBackend.CUDNN_ATTENTION),
             "SDPA-flash": sdpa(SDPBackend.FLASH_ATTENTION), "FlexAttention": flex_run}
 
@@ -84,11 +89,14 @@ def main() -> None:
         per_set = 3 * b * h * s * d * 2
         sets = [tuple(torch.randn(b, h, s, d, device="cuda").bfloat16() for _ in range(3))
                 for _ in range(input_sets_needed(per_set))]
+        if not causal:  # the column-sum variant's prev_lse: this step's own lse
+            from cute_kernels.ops.attention import _attention
+            sets = [(*st, _attention(*st)[1]) for st in sets]
         fns = contenders(args.path, causal)
         for name in list(fns):  # a backend that cannot run this shape is left out, not fatal
             try:
                 fns[name](sets[0])
-            except RuntimeError as err:
+            except (RuntimeError, ValueError) as err:
                 print(f"skip {name} at {b}x{h}x{s}x{d}: {str(err).splitlines()[0]}")
                 del fns[name]
         flops = 4.0 * b * h * s * s * d / (2 if causal else 1)
@@ -103,15 +111,19 @@ def main() -> None:
         return r.work["flops"] / (r.timings[n].median_ms * 1e-3) / 1e12 if n in r.timings \
             else float("nan")
 
+    def colsum_cost(r):  # colsum time / plain time (bar: <= 1.3)
+        return r.timings["cute-colsum"].median_ms / r.timings["cute"].median_ms \
+            if "cute-colsum" in r.timings else float("nan")
+
     names = ["cute", "cute-overlap", "SDPA-cuDNN", "SDPA-flash", "FlexAttention"]
     table = [[r.label, r.timings["cute"].median_ms, *(tf(r, n) for n in names),
-              tf(r, "cute") / tf(r, "SDPA-cuDNN"), tf(r, "cute") / tf(r, "SDPA-flash")]
-             for r in rows]
+              tf(r, "cute") / tf(r, "SDPA-cuDNN"), tf(r, "cute") / tf(r, "SDPA-flash"),
+              colsum_cost(r)] for r in rows]
     commit = os.environ.get("CK_COMMIT", "unknown")
     print(f"{device_name()} | path {args.path or 'native'} | commit {commit} | "
           f"{datetime.date.today()}\n")
     print(format_table(["shape", "ms", "TFLOP/s", "overlap", "cuDNN", "flash", "Flex",
-                        "vs cuDNN", "vs flash"], table))
+                        "vs cuDNN", "vs flash", "colsum/plain"], table))
     stem = f"attention_{args.path or 'native'}"
     save_results(args.out, stem, {"device": device_name(), "commit": commit, "rows": table,
                                   "timings": rows, "date": str(datetime.date.today())})

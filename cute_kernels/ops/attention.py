@@ -108,6 +108,8 @@ def torch_attention(q, k, v, *, causal: bool = False) -> torch.Tensor:
     rep = q.shape[1] // k.shape[1]
     o = torch.nn.functional.scaled_dot_product_attention(
         q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), attn_mask=mask)
+    if mask is not None:  # some SDPA backends average over fully masked rows instead of NaN
+        o = o.masked_fill(~mask.any(-1)[:, None], 0.0)
     return o.nan_to_num(0.0)
 
 
