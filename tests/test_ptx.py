@@ -75,6 +75,8 @@ def test_attention_ptx(path, target, families, head_dim, causal):
     assert "ld.local" not in ptx and "st.local" not in ptx
     # the softmax exponentials of one score tile (first and later key blocks)
     assert ptx.count("ex2.approx") >= 64
+    if path == "ampere":  # O leaves the swizzled smem in 16-byte vectors (an element swizzle
+        assert "ld.shared.v4" in ptx  # applied to byte addresses misaligned it: 8-byte loads)
     _assert_no_spills(ptx, target)
 
 
@@ -100,10 +102,15 @@ def _assert_no_spills(ptx: str, target: str) -> None:
 
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_attention_colsum_ptx(head_dim):
-    """The column-sum variant: three consumer warpgroups, WGMMA, TMA, the warp shuffles of its
-    row reduction, no spills."""
+    """The column-sum variant: three consumer warpgroups, WGMMA, TMA, the shuffle
+    reduce-scatter of its row sums (C / 2, C / 4, C / 8 shuffles at lane offsets 16, 8, 4 for
+    C columns per thread), no named barrier between consumers per key tile, no spills."""
+    import collections
+    import re
+
     import torch
 
+    from cute_kernels.kernels.attention_sm90 import AttentionSm90
     from cute_kernels.ops.attention import make_build
     from cute_kernels.runtime.compile import compile_ptx
 
@@ -112,7 +119,12 @@ def test_attention_colsum_ptx(head_dim):
     mix = instruction_mix(ptx)
     assert all(mix[f] > 0 for f in HOPPER), mix
     assert ".reqntid 512" in ptx
-    assert ptx.count("shfl.sync.bfly") >= 48  # 3 steps x 16 columns + the softmax quads
+    cols = AttentionSm90(head_dim, False, colsum=True).block_n // 4
+    offsets = collections.Counter(
+        re.findall(r"shfl\.sync\.bfly\.b32\s+%r\d+,\s*%r\d+,\s*(\d+),", ptx))
+    assert (offsets["16"], offsets["8"], offsets["4"]) == (cols // 2, cols // 4, cols // 8)
+    # barrier 0: set-up; barrier 1: the epilogue's (Q's smem reused for O), twice
+    assert sorted(set(re.findall(r"bar\.sync\s+(\d+)", ptx))) == ["0", "1"]
     _assert_no_spills(ptx, "sm_90a")
 
 

@@ -85,9 +85,11 @@ class AttentionSm80:
             sV: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sKV_layout)], 1024]
 
         storage = cutlass.memory.SmemAllocator().allocate(SharedStorage)
-        sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
-        sK = storage.sK.get_tensor(sKV_layout.outer, swizzle=sKV_layout.inner)
-        sV = storage.sV.get_tensor(sKV_layout.outer, swizzle=sKV_layout.inner)
+        # the swizzles are in elements, so they stay in the layout (a pointer swizzle would act
+        # on byte addresses)
+        sQ = cute.make_tensor(storage.sQ.data_ptr(), sQ_layout)
+        sK = cute.make_tensor(storage.sK.data_ptr(), sKV_layout)
+        sV = cute.make_tensor(storage.sV.data_ptr(), sKV_layout)
         sVt = cute.composition(sV, cute.make_layout((D, BN), stride=(BN, 1)))  # (D, keys)
 
         # ---- this block's tiles and coordinates ----

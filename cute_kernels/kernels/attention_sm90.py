@@ -3,7 +3,6 @@
 Tensors as in attention_sm80.py: q (B, H, S_q, D), k/v (B, H_kv, S_kv, D), o like q, lse
 (B, H, S_q) fp32; unit-stride head dim. Causal masks bottom-right aligned.
 
-WORK IN PROGRESS: compiles for sm_90a; not yet run on a GPU. No softmax/MMA overlap yet.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ from cutlass import Float32, Int32
 from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
+from .column_sums import reduce_scatter_rows, tile_column, weighted_column_sums
 from .online_softmax import (
     LOG2E,
     acc_as_a_operand,
@@ -44,35 +44,52 @@ class AttentionSm90:
     then K and V tiles); the consumer warpgroups (``setmaxnreg`` up) own 64 query rows each:
     S = Q K^T by WGMMA from smem, online softmax in registers (exp2, scale folded), P kept in
     registers as the A operand of O += P V (WGMMA, V an MN-major smem operand).
-    Variants: plain — 2 consumers, 128 queries x 128 keys, registers 40 / 232; column-sum —
-    3 consumers, 192 queries (one query group) x 64 keys, registers 24 / 160, plus the column
-    sums of exp(scale s - prev_lse) reduced in registers, by shuffles and through a 2-buffer
-    smem scratch, written once per key tile.
+    Tiles: ``block_m`` = 64 x consumers (128: registers 40 / 232; 192: 32 / 160) by
+    ``block_n`` keys.
+    Column-sum variant: one CTA is one 192-row query group (three consumers). Each consumer
+    warp sums exp(scale s - prev_lse) over its 16 rows in registers and by a shuffle
+    reduce-scatter (column_sums.py), and hands its partial row to warp 1 of the producer
+    warpgroup through a ``COLSUM_STAGES``-deep smem ring (``PipelineAsync``); warp 1 adds the
+    12 partials and writes each key tile's column sums once, without atomics and without
+    making the consumers wait for each other.
     Pipeline: Q in a one-stage barrier; K and V each in a ``stages``-deep ``PipelineTmaAsync``
     ring; key blocks run last to first so the masked ones come first.
-    Shared memory (D = 128, plain, 2 stages): Q 32 KiB + K 64 KiB + V 64 KiB.
+    Shared memory (D = 128, 128 x 128, 2 stages): Q 32 KiB + K 64 KiB + V 64 KiB; column sums
+    add COLSUM_STAGES x 12 x block_n x 4 B.
     Epilogue: O normalised, converted, written to Q's smem and stored by TMA (which clips
     rows past S_q); lse written by the first thread of each quad.
     """
 
+    COLSUM_STAGES = 4
+    REGISTERS = {2: (40, 232), 3: (32, 160)}  # consumers -> (producer, consumer) per thread
+
     def __init__(self, head_dim: int, causal: bool, stages: int = 2, colsum: bool = False,
-                 overlap: bool = False):
+                 overlap: bool = False, block_m: int | None = None,
+                 block_n: int | None = None):
         self.head_dim, self.causal, self.stages, self.colsum = head_dim, causal, stages, colsum
         # overlap: the softmax of S(n) runs while O += P(n + 1) V(n + 1) is on the tensor cores
-        # (intra-warpgroup pipelining); off until measured on a GPU
+        # (intra-warpgroup pipelining)
         self.overlap = overlap
         if colsum:
-            # one CTA = one 192-row query group (three consumer warpgroups), so its column
-            # sums are complete in the CTA and written once per key tile, without atomics
+            # one CTA = one 192-row query group, so its column sums are complete in the CTA
             if causal:
                 raise ValueError("the column-sum variant is non-causal")
-            self.consumer_wgs, self.block_m, self.block_n = 3, 192, 64
-            self.producer_regs, self.consumer_regs = 24, 160
-        else:
-            self.consumer_wgs, self.block_m, self.block_n = 2, 128, 128
-            self.producer_regs, self.consumer_regs = 40, 232
+            block_m = block_m or 192
+            if block_m != 192:
+                raise ValueError("the column-sum variant's query tile is its 192-row group")
+            # S, O and P of 64 rows must fit 160 registers per thread
+            block_n = block_n or (64 if head_dim > 64 else 128)
+        self.block_m, self.block_n = block_m or 128, block_n or 128
+        if self.block_m // 64 not in self.REGISTERS or self.block_m % 64:
+            raise ValueError(f"block_m must be 128 or 192, got {self.block_m}")
+        # the column-sum reduce-scatter needs block_n / 4 columns per thread divisible by 8
+        if self.block_n % (32 if colsum else 16) or not 32 <= self.block_n <= 256:
+            raise ValueError(f"block_n must be a multiple of {32 if colsum else 16} in "
+                             f"[32, 256], got {self.block_n}")
+        self.consumer_wgs = self.block_m // 64
+        self.producer_regs, self.consumer_regs = self.REGISTERS[self.consumer_wgs]
         self.threads = 128 * (1 + self.consumer_wgs)
-        self.epi_barrier_id, self.colsum_barrier_id = 1, 2
+        self.epi_barrier_id = 1
 
     @cute.jit
     def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
@@ -102,12 +119,14 @@ class AttentionSm90:
 
         @cute.struct
         class SharedStorage:
-            mbar: cute.struct.MemRange[cutlass.Int64, 2 + 4 * self.stages]
+            mbar: cute.struct.MemRange[cutlass.Int64,
+                                       2 + 4 * self.stages + 2 * self.COLSUM_STAGES]
             sQ: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sQ_layout)], 1024]
             sK: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sK_layout)], 1024]
             sV: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sV_layout)], 1024]
-            # column-sum partials: (key, consumer warp, 2 buffers)
-            sCol: cute.struct.MemRange[Float32, BN * self.consumer_wgs * 4 * 2]
+            # column-sum partials: (key, consumer warp, stage)
+            sCol: cute.struct.MemRange[
+                Float32, BN * self.consumer_wgs * 4 * self.COLSUM_STAGES if self.colsum else 1]
 
         self.storage_cls = SharedStorage
         grid = (cute.ceil_div(mQ.shape[2], BM), mQ.shape[1], mQ.shape[0])
@@ -156,6 +175,16 @@ class AttentionSm90:
             producer_group=producer, consumer_group=consumers,
             tx_count=cute.size_in_bytes(sV.element_type, cute.slice_(sV_layout, (None, None, 0))),
             cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)))
+        col_pipe, sCol = None, None
+        if cutlass.const_expr(self.colsum):
+            # consumer warps (one arrival each) -> the column-sum writer warp
+            col_pipe = pipeline.PipelineAsync.create(
+                barrier_storage=bar + 2 + 4 * self.stages, num_stages=self.COLSUM_STAGES,
+                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
+                                                         self.consumer_wgs * 4),
+                consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread))
+            sCol = cute.make_tensor(storage.sCol.data_ptr(), cute.make_layout(
+                (BN, self.consumer_wgs * 4, self.COLSUM_STAGES)))
 
         # key blocks this query block sees (bottom-right causal)
         n_blocks = cute.ceil_div(s_kv, BN)
@@ -206,6 +235,10 @@ class AttentionSm90:
                     v_state.advance()
                 k_pipe.producer_tail(k_state)
                 v_pipe.producer_tail(v_state)
+            if cutlass.const_expr(self.colsum):
+                if warp == 1:
+                    self._colsum_writer(col_pipe, sCol, mColsum, n_blocks, s_kv, batch, head,
+                                        m_block, tidx % 32)
         else:
             # ---------------- consumers: S = Q K^T, softmax, O += P V ----------------
             cute.arch.setmaxregister_increase(self.consumer_regs)
@@ -236,8 +269,6 @@ class AttentionSm90:
                     prev_l2[r] = Float32.inf
                     if c_rows[r, 0][0] < s_q:
                         prev_l2[r] = mPrevLSE[batch, head, c_rows[r, 0][0]] * Float32(LOG2E)
-                sCol = cute.make_tensor(storage.sCol.data_ptr(),
-                                        cute.make_layout((BN, self.consumer_wgs * 4, 2)))
             q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
             q_pipe.consumer_wait(q_state)
             k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer,
@@ -249,14 +280,18 @@ class AttentionSm90:
             ctx = (qk_mma, pv_mma, tSrQ, tSrK, tOrV, acc_S, acc_O, tOrP, k_pipe, v_pipe)
             soft = (row_max, row_sum, scale_log2, thr_qk, m_block, (BM, BN), s_q, s_kv)
             col = None
+            col_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer,
+                                                     self.COLSUM_STAGES)
             if cutlass.const_expr(self.colsum):
-                col = (prev_l2, sCol, mColsum, batch, head, ctid)
+                col = (prev_l2, sCol, col_pipe, ctid)
             if cutlass.const_expr(not self.overlap):
                 for step in cutlass.range(n_blocks, unroll=1):
                     n = n_blocks - 1 - step
                     self._qk(ctx, k_state, True)
                     k_state.advance()
-                    self._softmax(ctx, soft, col, n, step, step == 0, None)
+                    self._softmax(ctx, soft, col, col_state, n, step == 0, None)
+                    if cutlass.const_expr(self.colsum):
+                        col_state.advance()
                     rP.store(acc_S.load().to(sQ.element_type))
                     self._pv(ctx, v_state, True)
                     v_state.advance()
@@ -267,7 +302,9 @@ class AttentionSm90:
                 if n_blocks > 0:
                     self._qk(ctx, k_state, True)
                     k_state.advance()
-                    self._softmax(ctx, soft, col, n_blocks - 1, 0, True, None)
+                    self._softmax(ctx, soft, col, col_state, n_blocks - 1, True, None)
+                    if cutlass.const_expr(self.colsum):
+                        col_state.advance()
                     rP.store(acc_S.load().to(sQ.element_type))
                 for step in cutlass.range(1, n_blocks, unroll=1):
                     n = n_blocks - 1 - step
@@ -276,7 +313,9 @@ class AttentionSm90:
                     warpgroup.wait_group(1)  # groups retire in order: S(n) is ready
                     k_pipe.consumer_release(k_state)
                     k_state.advance()
-                    self._softmax(ctx, soft, col, n, step, False, correction)
+                    self._softmax(ctx, soft, col, col_state, n, False, correction)
+                    if cutlass.const_expr(self.colsum):
+                        col_state.advance()
                     warpgroup.wait_group(0)
                     v_pipe.consumer_release(v_state)
                     v_state.advance()
@@ -325,52 +364,62 @@ class AttentionSm90:
             v_pipe.consumer_release(v_state)
 
     @cute.jit
-    def _softmax(self, ctx, soft, col, n, step, first, correction):
+    def _softmax(self, ctx, soft, col, col_state, n, first, correction):
         """Mask + online softmax of S (and the column sums, in that variant)."""
         acc_S, acc_O = ctx[5], ctx[6]
         row_max, row_sum, scale_log2, thr_qk, m_block, block_mn, s_q, s_kv = soft
         mask_and_softmax(acc_S, acc_O, row_max, row_sum, scale_log2, thr_qk, m_block, n,
                          block_mn, s_q, s_kv, self.causal, first, correction)
         if cutlass.const_expr(self.colsum):
-            prev_l2, sCol, mColsum, batch, head, ctid = col
-            self._colsum(acc_S, row_max, prev_l2, scale_log2, thr_qk, sCol, mColsum, batch,
-                         head, m_block, n, s_kv, ctid, step)
+            prev_l2, sCol, col_pipe, ctid = col
+            self._colsum_partial(acc_S, row_max, prev_l2, scale_log2, thr_qk, sCol, col_pipe,
+                                 col_state, ctid)
 
     @cute.jit
-    def _colsum(self, acc_S, row_max, prev_l2, scale_log2, thr_qk, sCol, mColsum, batch, head,
-                m_block, n, s_kv, ctid, step):
-        """colsum[b, h, m_block, key] = sum over the CTA's rows of exp(scale s - prev_lse):
-        the softmax numerators ``p = exp2((s - m) * scale_log2)`` times one factor per row,
-        ``exp2(m * scale_log2 - prev_lse * log2 e)``; then rows are summed in registers, across
-        the warp's 8 row groups by shuffles, and across the consumer warps through smem."""
-        BN = self.block_n
-        s_mn = acc_mn_view(acc_S)
-        cols = cute.size(s_mn, mode=[1])
-        part = cute.make_rmem_tensor(cols, Float32)
-        part.fill(0.0)
+    def _colsum_partial(self, acc_S, row_max, prev_l2, scale_log2, thr_qk, sCol, col_pipe,
+                        col_state, ctid):
+        """This warp's share of one key tile's column sums: exp(scale s - prev_lse) is the
+        softmax numerator ``p = exp2((s - m) * scale_log2)`` times one factor per row,
+        ``exp2(m * scale_log2 - prev_lse * log2 e)``; summed over the warp's rows and handed
+        to the writer warp through the smem ring."""
+        factors = cute.make_rmem_tensor(cute.size(row_max), Float32)
         for r in cutlass.range_constexpr(cute.size(row_max)):
             m_safe = Float32(0.0) if row_max[r] == -Float32.inf else row_max[r]
-            factor = cute.math.exp2(m_safe * scale_log2 - prev_l2[r], fastmath=True)
-            for c in cutlass.range_constexpr(cols):
-                part[c] = part[c] + s_mn[r, c] * factor
-        for c in cutlass.range_constexpr(cols):
-            for i in cutlass.range_constexpr(3):
-                part[c] = part[c] + cute.arch.shuffle_sync_bfly(part[c], offset=4 << i)
-        buf = step % 2
-        lane, cwarp = ctid % 32, ctid // 32
-        c_local = acc_mn_view(thr_qk.partition_C(cute.make_identity_tensor((self.block_m, BN))))
-        if lane < 4:
-            for c in cutlass.range_constexpr(cols):
-                sCol[c_local[0, c][1], cwarp, buf] = part[c]
-        cute.arch.barrier(barrier_id=self.colsum_barrier_id,
-                          number_of_threads=128 * self.consumer_wgs)
-        if ctid < BN:
-            total = Float32(0.0)
-            for w in cutlass.range_constexpr(self.consumer_wgs * 4):
-                total = total + sCol[ctid, w, buf]
-            key = n * BN + ctid
-            if key < s_kv:
-                mColsum[batch, head, m_block, key] = total
+            factors[r] = cute.math.exp2(m_safe * scale_log2 - prev_l2[r], fastmath=True)
+        part = weighted_column_sums(acc_S, factors)
+        lane = ctid % 32
+        first = reduce_scatter_rows(part, lane)
+        lane_col0 = acc_mn_view(thr_qk.partition_C(
+            cute.make_identity_tensor((self.block_m, self.block_n))))[0, 0][1]
+        col_pipe.producer_acquire(col_state)
+        for i in cutlass.range_constexpr(cute.size(part) // 8):
+            sCol[tile_column(first + i, lane_col0), ctid // 32, col_state.index] = part[i]
+        cute.arch.sync_warp()  # the warp's smem writes are ordered before lane 0's arrival
+        if lane == 0:
+            col_pipe.producer_commit(col_state)
+
+    @cute.jit
+    def _colsum_writer(self, col_pipe, sCol, mColsum, n_blocks, s_kv, batch, head, m_block,
+                       lane):
+        """Warp 1: per key tile, add the consumer warps' partials and write the tile's column
+        sums (coalesced, columns past ``s_kv`` skipped)."""
+        BN = self.block_n
+        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer,
+                                             self.COLSUM_STAGES)
+        for step in cutlass.range(n_blocks, unroll=1):
+            n = n_blocks - 1 - step
+            col_pipe.consumer_wait(state)
+            for j in cutlass.range_constexpr(BN // 32):
+                c = lane + 32 * j
+                total = sCol[c, 0, state.index]
+                for w in cutlass.range_constexpr(1, self.consumer_wgs * 4):
+                    total = total + sCol[c, w, state.index]
+                if n * BN + c < s_kv:
+                    mColsum[batch, head, m_block, n * BN + c] = total
+            cute.arch.sync_warp()  # every lane has read the stage before it is handed back
+            if lane == 0:
+                col_pipe.consumer_release(state)
+            state.advance()
 
     @cute.jit
     def _store(self, acc_O, lse, thr_pv, pv_mma, sQ, tma_o, tO, mLSE, s_q, batch, head,

@@ -1,0 +1,85 @@
+"""Compare configurations of the Hopper attention kernel against SDPA-cuDNN in one run.
+
+    python perf/attention_tuning.py [--shape B,H,S,D] [--causal]
+        [--configs "[dict(block_m=128, block_n=176, overlap=True)]"]
+
+Each config is AttentionSm90's keyword arguments (colsum=True times the column-sum variant with
+prev_lse = this step's lse). The error column is o's relative error against cuDNN's output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import cutlass
+import torch
+import torch.nn.functional as F
+from gemm_tuning import parse_configs  # perf/ is the script's directory
+
+from cute_kernels.bench import bench_interleaved, format_table, input_sets_needed
+from cute_kernels.kernels.attention_sm90 import AttentionSm90
+from cute_kernels.ops.attention import make_build
+from cute_kernels.runtime.compile import Build, compile_build
+
+CONFIGS = ("[dict(), dict(overlap=True), dict(block_n=176, overlap=True), "
+           "dict(block_m=192, block_n=128), dict(block_m=192, block_n=128, overlap=True), "
+           "dict(colsum=True), dict(colsum=True, overlap=True)]")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--shape", default="2,16,16384,128", help="B,H,S,D")
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--configs", default=CONFIGS)
+    ap.add_argument("--rounds", type=int, default=8)
+    args = ap.parse_args()
+    b, h, s, d = (int(v) for v in args.shape.split(","))
+    sets = [tuple(torch.randn(b, h, s, d, device="cuda").bfloat16() for _ in range(3))
+            for _ in range(input_sets_needed(3 * b * h * s * d * 2))]
+    scale = 1.0 / math.sqrt(d)
+    o = torch.empty(b, h, s, d, dtype=torch.bfloat16, device="cuda")
+    lse = torch.empty(b, h, s, dtype=torch.float32, device="cuda")
+    colsum = torch.empty(b, h, -(-s // 192), s, dtype=torch.float32, device="cuda")
+    ref = F.scaled_dot_product_attention(*sets[0], is_causal=args.causal).float()
+    fake = make_build("hopper", torch.bfloat16, d, args.causal, colsum=True).args
+    plain_fake = make_build("hopper", torch.bfloat16, d, args.causal).args
+    fns, errs, prev = {}, {}, {}
+    for cfg in parse_configs(args.configs):
+        name = ",".join(f"{k}={v}" for k, v in cfg.items()) or "default"
+        try:
+            kern = AttentionSm90(d, args.causal, **cfg)
+            fn = compile_build(Build(kern, fake if cfg.get("colsum") else plain_fake), "sm_90a")
+        except Exception as err:  # report and go on: a config may not fit
+            print(f"skip {name}: {str(err).splitlines()[0][:100]}")
+            continue
+        if cfg.get("colsum"):
+            if not prev:  # prev_lse per input set: that set's own lse, from the plain kernel
+                plain = compile_build(Build(AttentionSm90(d, False), plain_fake), "sm_90a")
+                for st in sets:
+                    plain(*st, o, lse, None, None, scale)
+                    prev[id(st[0])] = lse.clone()
+
+            def run(st, fn=fn):
+                fn(*st, o, lse, prev[id(st[0])], colsum, scale)
+        else:
+            def run(st, fn=fn):
+                fn(*st, o, lse, None, None, scale)
+        o.fill_(float("nan"))
+        run(sets[0])
+        errs[name] = ((o.float() - ref).norm() / ref.norm()).item()
+        fns[name] = run
+    fns["SDPA-cuDNN"] = lambda st: F.scaled_dot_product_attention(*st, is_causal=args.causal)
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.CUDNN_ATTENTION):
+        t = bench_interleaved(fns, sets, rounds=args.rounds, warmup=2)
+    flops = 4.0 * b * h * s * s * d / (2 if args.causal else 1)
+    base = t["SDPA-cuDNN"].median_ms
+    rows = [[n, v.median_ms, flops / v.median_ms / 1e9, base / v.median_ms,
+             f"{errs.get(n, 0.0):.1e}"] for n, v in t.items()]
+    print(f"B{b} H{h} S{s} D{d}{' causal' if args.causal else ''} "
+          f"(cutlass-dsl {cutlass.__version__})")
+    print(format_table(["config", "ms", "TFLOP/s", "vs cuDNN", "err vs cuDNN"], rows))
+
+
+if __name__ == "__main__":
+    main()
