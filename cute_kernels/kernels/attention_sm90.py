@@ -49,9 +49,11 @@ class AttentionSm90:
     Column-sum variant: one CTA is one 192-row query group (three consumers). Each consumer
     warp sums exp(scale s - prev_lse) over its 16 rows in registers and by a shuffle
     reduce-scatter (column_sums.py), and hands its partial row to warp 1 of the producer
-    warpgroup through a ``COLSUM_STAGES``-deep smem ring (``PipelineAsync``); warp 1 adds the
-    12 partials and writes each key tile's column sums once, without atomics and without
-    making the consumers wait for each other.
+    warpgroup through a ``COLSUM_STAGES``-deep smem ring (``PipelineAsync``); warp 1 (or warps
+    1 to ``colsum_writers``) adds the partials and writes each key tile's column sums once,
+    without atomics and without making the consumers wait for each other. ``colsum_rounds``
+    < 3 stops the shuffles early and leaves more partials (2^(3 - rounds) per warp) to the
+    writers: consumer ALU traded for shared-memory traffic.
     Pipeline: Q in a one-stage barrier; K and V each in a ``stages``-deep ``PipelineTmaAsync``
     ring; key blocks run last to first so the masked ones come first.
     Shared memory (D = 128, 128 x 128, 2 stages): Q 32 KiB + K 64 KiB + V 64 KiB; column sums
@@ -65,7 +67,7 @@ class AttentionSm90:
 
     def __init__(self, head_dim: int, causal: bool, stages: int = 2, colsum: bool = False,
                  overlap: bool = False, block_m: int | None = None,
-                 block_n: int | None = None):
+                 block_n: int | None = None, colsum_rounds: int = 3, colsum_writers: int = 1):
         self.head_dim, self.causal, self.stages, self.colsum = head_dim, causal, stages, colsum
         # overlap: the softmax of S(n) runs while O += P(n + 1) V(n + 1) is on the tensor cores
         # (intra-warpgroup pipelining)
@@ -86,7 +88,13 @@ class AttentionSm90:
         if self.block_n % (32 if colsum else 16) or not 32 <= self.block_n <= 256:
             raise ValueError(f"block_n must be a multiple of {32 if colsum else 16} in "
                              f"[32, 256], got {self.block_n}")
+        # column sums: shuffle rounds per consumer warp (3: one partial per warp and column;
+        # fewer leave 2^(3 - rounds) partials for the writer warps to add)
+        if colsum_rounds not in (1, 2, 3) or colsum_writers not in (1, 2, 3):
+            raise ValueError("colsum_rounds and colsum_writers must be 1, 2 or 3")
+        self.colsum_rounds, self.colsum_writers = colsum_rounds, colsum_writers
         self.consumer_wgs = self.block_m // 64
+        self.colsum_partials = self.consumer_wgs * 4 << (3 - colsum_rounds)
         self.producer_regs, self.consumer_regs = self.REGISTERS[self.consumer_wgs]
         self.threads = 128 * (1 + self.consumer_wgs)
         self.epi_barrier_id = 1
@@ -126,7 +134,7 @@ class AttentionSm90:
             sV: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sV_layout)], 1024]
             # column-sum partials: (key, consumer warp, stage)
             sCol: cute.struct.MemRange[
-                Float32, BN * self.consumer_wgs * 4 * self.COLSUM_STAGES if self.colsum else 1]
+                Float32, BN * self.colsum_partials * self.COLSUM_STAGES if self.colsum else 1]
 
         self.storage_cls = SharedStorage
         grid = (cute.ceil_div(mQ.shape[2], BM), mQ.shape[1], mQ.shape[0])
@@ -182,9 +190,10 @@ class AttentionSm90:
                 barrier_storage=bar + 2 + 4 * self.stages, num_stages=self.COLSUM_STAGES,
                 producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
                                                          self.consumer_wgs * 4),
-                consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread))
+                consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
+                                                         self.colsum_writers))
             sCol = cute.make_tensor(storage.sCol.data_ptr(), cute.make_layout(
-                (BN, self.consumer_wgs * 4, self.COLSUM_STAGES)))
+                (BN, self.colsum_partials, self.COLSUM_STAGES)))
 
         # key blocks this query block sees (bottom-right causal)
         n_blocks = cute.ceil_div(s_kv, BN)
@@ -236,9 +245,9 @@ class AttentionSm90:
                 k_pipe.producer_tail(k_state)
                 v_pipe.producer_tail(v_state)
             if cutlass.const_expr(self.colsum):
-                if warp == 1:
+                if warp >= 1 and warp <= self.colsum_writers:
                     self._colsum_writer(col_pipe, sCol, mColsum, n_blocks, s_kv, batch, head,
-                                        m_block, tidx % 32)
+                                        m_block, tidx % 32, warp - 1)
         else:
             # ---------------- consumers: S = Q K^T, softmax, O += P V ----------------
             cute.arch.setmaxregister_increase(self.consumer_regs)
@@ -388,21 +397,25 @@ class AttentionSm90:
             factors[r] = cute.math.exp2(m_safe * scale_log2 - prev_l2[r], fastmath=True)
         part = weighted_column_sums(acc_S, factors)
         lane = ctid % 32
-        first = reduce_scatter_rows(part, lane)
+        first = reduce_scatter_rows(part, lane, self.colsum_rounds)
         lane_col0 = acc_mn_view(thr_qk.partition_C(
             cute.make_identity_tensor((self.block_m, self.block_n))))[0, 0][1]
         col_pipe.producer_acquire(col_state)
-        for i in cutlass.range_constexpr(cute.size(part) // 8):
-            sCol[tile_column(first + i, lane_col0), ctid // 32, col_state.index] = part[i]
+        # lanes that differ only in the lane bits not reduced hold partials of the same columns
+        spread = 1 << (3 - self.colsum_rounds)
+        slot = (ctid // 32) * spread + (lane >> 2) % spread
+        for i in cutlass.range_constexpr(cute.size(part) >> self.colsum_rounds):
+            sCol[tile_column(first + i, lane_col0), slot, col_state.index] = part[i]
         cute.arch.sync_warp()  # the warp's smem writes are ordered before lane 0's arrival
         if lane == 0:
             col_pipe.producer_commit(col_state)
 
     @cute.jit
     def _colsum_writer(self, col_pipe, sCol, mColsum, n_blocks, s_kv, batch, head, m_block,
-                       lane):
-        """Warp 1: per key tile, add the consumer warps' partials and write the tile's column
-        sums (coalesced, columns past ``s_kv`` skipped)."""
+                       lane, writer):
+        """Writer warp ``writer`` (warps 1, 2, ...): per key tile, add the consumer warps'
+        partials of its 32-column chunks and write them (coalesced, columns past ``s_kv``
+        skipped)."""
         BN = self.block_n
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer,
                                              self.COLSUM_STAGES)
@@ -410,12 +423,13 @@ class AttentionSm90:
             n = n_blocks - 1 - step
             col_pipe.consumer_wait(state)
             for j in cutlass.range_constexpr(BN // 32):
-                c = lane + 32 * j
-                total = sCol[c, 0, state.index]
-                for w in cutlass.range_constexpr(1, self.consumer_wgs * 4):
-                    total = total + sCol[c, w, state.index]
-                if n * BN + c < s_kv:
-                    mColsum[batch, head, m_block, n * BN + c] = total
+                if j % self.colsum_writers == writer:
+                    c = lane + 32 * j
+                    total = sCol[c, 0, state.index]
+                    for w in cutlass.range_constexpr(1, self.colsum_partials):
+                        total = total + sCol[c, w, state.index]
+                    if n * BN + c < s_kv:
+                        mColsum[batch, head, m_block, n * BN + c] = total
             cute.arch.sync_warp()  # every lane has read the stage before it is handed back
             if lane == 0:
                 col_pipe.consumer_release(state)

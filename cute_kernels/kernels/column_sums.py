@@ -36,13 +36,15 @@ def weighted_column_sums(acc_S: cute.Tensor, factors: cute.Tensor) -> cute.Tenso
 
 
 @cute.jit
-def reduce_scatter_rows(part: cute.Tensor, lane: Int32) -> Int32:
-    """Sum ``part`` over the 8 lanes sharing ``lane % 4`` (see the module docstring). Afterwards
-    ``part[0 : C / 8]`` holds the warp's sums of local columns ``first + i``; returns ``first``
-    (a multiple of C / 8)."""
+def reduce_scatter_rows(part: cute.Tensor, lane: Int32, rounds: cutlass.Constexpr = 3):
+    """Sum ``part`` over the lanes sharing ``lane % 4`` (see the module docstring), in
+    ``rounds`` halving steps over lane bits 4, 3, 2. Afterwards ``part[0 : C >> rounds]`` holds
+    sums of local columns ``first + i``, over 2^rounds lanes; returns ``first``. With fewer than
+    3 rounds, 2^(3 - rounds) lanes (those differing in the lane bits left) hold partial sums
+    of the same columns."""
     half = cute.size(part)
     first = Int32(0)
-    for bit in cutlass.range_constexpr(3):
+    for bit in cutlass.range_constexpr(rounds):
         offset = 16 >> bit
         half = half // 2
         upper = (lane & offset) != 0
