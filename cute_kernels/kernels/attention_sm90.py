@@ -298,11 +298,18 @@ class AttentionSm90:
                     n = n_blocks - 1 - step
                     self._qk(ctx, k_state, True)
                     k_state.advance()
-                    self._softmax(ctx, soft, col, col_state, n, step == 0, None)
-                    if cutlass.const_expr(self.colsum):
-                        col_state.advance()
+                    self._softmax(ctx, soft, None, col_state, n, step == 0, None)
                     rP.store(acc_S.load().to(sQ.element_type))
-                    self._pv(ctx, v_state, True)
+                    if cutlass.const_expr(self.colsum):
+                        # the column sums (from S, still in registers) run under O += P V
+                        self._pv(ctx, v_state, False)
+                        self._colsum_partial(acc_S, row_max, prev_l2, scale_log2, thr_qk, sCol,
+                                             col_pipe, col_state, ctid)
+                        col_state.advance()
+                        warpgroup.wait_group(0)
+                        v_pipe.consumer_release(v_state)
+                    else:
+                        self._pv(ctx, v_state, True)
                     v_state.advance()
             else:
                 # S(n) = Q K(n)^T and O += P(n + 1) V(n + 1) in flight together; the softmax of
@@ -379,7 +386,7 @@ class AttentionSm90:
         row_max, row_sum, scale_log2, thr_qk, m_block, block_mn, s_q, s_kv = soft
         mask_and_softmax(acc_S, acc_O, row_max, row_sum, scale_log2, thr_qk, m_block, n,
                          block_mn, s_q, s_kv, self.causal, first, correction)
-        if cutlass.const_expr(self.colsum):
+        if cutlass.const_expr(col is not None):
             prev_l2, sCol, col_pipe, ctid = col
             self._colsum_partial(acc_S, row_max, prev_l2, scale_log2, thr_qk, sCol, col_pipe,
                                  col_state, ctid)
