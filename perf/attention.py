@@ -16,6 +16,7 @@ import os
 import torch
 import torch.nn.functional as F
 
+import cute_kernels as ck
 from cute_kernels.bench import (
     Row,
     bench_interleaved,
@@ -41,19 +42,14 @@ def contenders(path, causal):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-    from cute_kernels import force_path
-    from cute_kernels.ops.attention import _attention, _attention_colsum
+    from cute_kernels import attention, attention_colsum, force_path
 
     flex = torch.compile(flex_attention, dynamic=False)
     masks = {}
 
     def ours(s):
         with force_path(path):
-            return _attention(s[0], s[1], s[2], causal=causal)
-
-    def ours_overlap(s):
-        with force_path(path):
-            return _attention(s[0], s[1], s[2], causal=causal, overlap=True)
+            return attention(s[0], s[1], s[2], causal=causal)
 
     def sdpa(backend):
         def run(s):
@@ -68,12 +64,10 @@ def contenders(path, causal):
         return flex(s[0], s[1], s[2], block_mask=masks.get(seq) if causal else None)
 
     def ours_colsum(s):  # s[3]: the previous step's lse (this step's, computed once)
-        return _attention_colsum(s[0], s[1], s[2], s[3])
+        with force_path(path):
+            return attention_colsum(s[0], s[1], s[2], s[3])
 
-    hopper = path == "hopper" or (path is None and torch.cuda.get_device_capability() == (9, 0))
-    extra = {"cute-overlap": ours_overlap} if hopper else {}
-    if hopper and not causal:
-        extra["cute-colsum"] = ours_colsum
+    extra = {} if causal else {"cute-colsum": ours_colsum}
     return {"cute": ours, **extra, "SDPA-cuDNN": sdpa(SDPBackend.CUDNN_ATTENTION),
             "SDPA-flash": sdpa(SDPBackend.FLASH_ATTENTION), "FlexAttention": flex_run}
 
@@ -90,8 +84,7 @@ def main() -> None:
         sets = [tuple(torch.randn(b, h, s, d, device="cuda").bfloat16() for _ in range(3))
                 for _ in range(input_sets_needed(per_set))]
         if not causal:  # the column-sum variant's prev_lse: this step's own lse
-            from cute_kernels.ops.attention import _attention
-            sets = [(*st, _attention(*st)[1]) for st in sets]
+            sets = [(*st, ck.attention(*st, return_lse=True)[1]) for st in sets]
         fns = contenders(args.path, causal)
         for name in list(fns):  # a backend that cannot run this shape is left out, not fatal
             try:
@@ -115,14 +108,14 @@ def main() -> None:
         return r.timings["cute-colsum"].median_ms / r.timings["cute"].median_ms \
             if "cute-colsum" in r.timings else float("nan")
 
-    names = ["cute", "cute-overlap", "SDPA-cuDNN", "SDPA-flash", "FlexAttention"]
+    names = ["cute", "SDPA-cuDNN", "SDPA-flash", "FlexAttention"]
     table = [[r.label, r.timings["cute"].median_ms, *(tf(r, n) for n in names),
               tf(r, "cute") / tf(r, "SDPA-cuDNN"), tf(r, "cute") / tf(r, "SDPA-flash"),
               colsum_cost(r)] for r in rows]
     commit = os.environ.get("CK_COMMIT", "unknown")
     print(f"{device_name()} | path {args.path or 'native'} | commit {commit} | "
           f"{datetime.date.today()}\n")
-    print(format_table(["shape", "ms", "TFLOP/s", "overlap", "cuDNN", "flash", "Flex",
+    print(format_table(["shape", "ms", "TFLOP/s", "cuDNN", "flash", "Flex",
                         "vs cuDNN", "vs flash", "colsum/plain"], table))
     stem = f"attention_{args.path or 'native'}"
     save_results(args.out, stem, {"device": device_name(), "commit": commit, "rows": table,

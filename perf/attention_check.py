@@ -13,7 +13,7 @@ import torch
 
 import cute_kernels as ck
 from cute_kernels.bench import format_table
-from cute_kernels.ops.attention import _attention, attention_reference, torch_attention
+from cute_kernels.ops.attention import attention_reference, torch_attention
 
 SHAPES = [  # (S_q, S_kv, H, H_kv, D, causal)
     (128, 128, 2, 2, 64, False), (1, 1, 2, 2, 128, False), (17, 17, 4, 2, 64, True),
@@ -38,7 +38,7 @@ def main() -> None:
         out = torch.full((2, h, s_q, d), float("nan"), device="cuda").bfloat16()
         try:
             with ck.force_path(args.path):
-                o, lse = _attention(q, k, v, causal=causal, out=out)
+                o, lse = ck.attention(q, k, v, causal=causal, return_lse=True, out=out)
             torch.cuda.synchronize()
         except Exception as err:  # report and go on: this script is for diagnosis
             rows.append([f"{s_q}x{s_kv} h{h}/{h_kv} d{d} c{int(causal)}", "ERROR",

@@ -1,6 +1,6 @@
 """Run one attention configuration once (for compute-sanitizer):
 
-    python perf/attention_probe.py PATH S_Q S_KV H H_KV D CAUSAL [colsum|overlap]
+    python perf/attention_probe.py PATH S_Q S_KV H H_KV D CAUSAL [colsum]
 """
 
 import sys
@@ -8,7 +8,6 @@ import sys
 import torch
 
 import cute_kernels as ck
-from cute_kernels.ops.attention import _attention, _attention_colsum
 
 path = sys.argv[1]
 s_q, s_kv, h, h_kv, d = (int(v) for v in sys.argv[2:7])
@@ -20,8 +19,8 @@ v = torch.randn(2, h_kv, s_kv, d, device="cuda").bfloat16()
 with ck.force_path(path):
     if variant == "colsum":
         prev = torch.randn(2, h, s_q, device="cuda") + 8
-        outs = _attention_colsum(q, k, v, prev)
+        outs = ck.attention_colsum(q, k, v, prev)
     else:
-        outs = _attention(q, k, v, causal=causal, overlap=variant == "overlap")
+        outs = ck.attention(q, k, v, causal=causal, return_lse=True)
 torch.cuda.synchronize()
 print("ok", [tuple(t.shape) for t in outs])

@@ -1,76 +1,141 @@
-"""Flash attention forward on the GPU against the fp32 reference (issue 5, work in progress),
-both paths."""
+"""Flash attention forward and its column-sum variant on the GPU against fp32 references,
+both paths (the Ampere kernels run forced on Hopper)."""
 
 import pytest
 import torch
 
 import cute_kernels as ck
-from cute_kernels.ops.attention import _attention, attention_reference, torch_attention
+from cute_kernels.ops.attention import (
+    _attention,
+    attention_colsum_reference,
+    attention_reference,
+    torch_attention,
+)
 
 pytestmark = pytest.mark.gpu
-PATHS = ["hopper", "ampere"] if (torch.cuda.is_available()
-                                 and torch.cuda.get_device_capability() == (9, 0)) else ["ampere"]
-# (path, Hopper softmax/MMA overlap)
-VARIANTS = [(p, False) for p in PATHS] + ([("hopper", True)] if "hopper" in PATHS else [])
+HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+PATHS = ["hopper", "ampere"] if HOPPER else ["ampere"]
 
 
 def rel_err(x, ref):
     return ((x.float() - ref).norm() / ref.norm()).item()
 
 
-@pytest.mark.parametrize("path, overlap", VARIANTS)
-@pytest.mark.parametrize("d", [64, 128])
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("s_q, s_kv, h, h_kv", [(1, 1, 2, 2), (17, 17, 4, 2), (1000, 1000, 2, 1),
-                                                (128, 4097, 2, 2), (300, 77, 2, 2)])
-def test_matches_reference(path, overlap, d, causal, s_q, s_kv, h, h_kv):
-    b = 2
-    q = torch.randn(b, s_q, h, d, device="cuda").bfloat16().transpose(1, 2)  # strided view
-    k = torch.randn(b, h_kv, s_kv, d, device="cuda").bfloat16()
-    v = torch.randn(b, h_kv, s_kv, d, device="cuda").bfloat16()
-    with ck.force_path(path):
-        poisoned = torch.full((b, h, s_q, d), float("nan"), device="cuda").bfloat16()
-        o, lse = _attention(q, k, v, causal=causal, out=poisoned, overlap=overlap)
+def qkv(b, h, h_kv, s_q, s_kv, d, dtype=torch.bfloat16):
+    q = torch.randn(b, s_q, h, d, device="cuda").to(dtype).transpose(1, 2)  # strided view
+    k = torch.randn(b, h_kv, s_kv, d, device="cuda").to(dtype)
+    v = torch.randn(b, h_kv, s_kv, d, device="cuda").to(dtype)
+    return q, k, v
+
+
+def check(o, lse, q, k, v, causal):
     ref_o, ref_lse = attention_reference(q, k, v, causal=causal)
     visible = torch.isfinite(ref_lse)
     assert torch.equal(torch.isfinite(lse), visible)
     torch.testing.assert_close(lse[visible], ref_lse[visible], rtol=0, atol=1e-3)
     assert not torch.isnan(o).any()
-    torch_o = torch_attention(q, k, v, causal=causal)  # torch's bf16, same conventions
+    torch_o = torch_attention(q, k, v, causal=causal)  # torch's own, same conventions
     assert rel_err(o, ref_o) <= 2 * rel_err(torch_o, ref_o) + 1e-6
 
 
-@pytest.mark.parametrize("path, overlap", VARIANTS)
-def test_very_negative_logits_stay_finite(path, overlap):
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("s_q, s_kv, h, h_kv", [(1, 1, 2, 2), (17, 17, 4, 2), (1000, 1000, 2, 1),
+                                                (128, 4097, 2, 2), (300, 77, 2, 2),
+                                                (4097, 1000, 1, 1)])
+def test_matches_reference(path, d, causal, s_q, s_kv, h, h_kv):
+    q, k, v = qkv(2, h, h_kv, s_q, s_kv, d)
+    poisoned = torch.full_like(q, float("nan"))
+    with ck.force_path(path):
+        o, lse = ck.attention(q, k, v, causal=causal, return_lse=True, out=poisoned)
+    assert o is poisoned
+    check(o, lse, q, k, v, causal)
+
+
+# the Hopper kernel's other code paths (the defaults cover overlap at D = 128 and the
+# sequential loop at D = 64, on 128- and 192-row tiles)
+CONFIGS = [dict(), dict(overlap=True), dict(block_m=192), dict(block_m=192, block_n=64),
+           dict(block_n=176, overlap=True)]
+
+
+@pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("config", CONFIGS, ids=str)
+@pytest.mark.parametrize("d, causal", [(64, True), (128, False)])
+def test_hopper_configs(config, d, causal):
+    q, k, v = qkv(1, 2, 1, 1000, 1111, d)
+    poisoned = torch.full_like(q, float("nan"))
+    o, lse = _attention(q, k, v, causal=causal, out=poisoned, config=config)
+    check(o, lse, q, k, v, causal)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_default_output_is_fresh_fp16_and_scaled(path):
+    q, k, v = qkv(1, 4, 4, 333, 500, 64, torch.float16)
+    with ck.force_path(path):
+        o = ck.attention(q, k, v, scale=0.3)
+    assert o.dtype == torch.float16 and o.shape == q.shape
+    ref_o, _ = attention_reference(q, k, v, scale=0.3)
+    assert rel_err(o, ref_o) < 5e-3
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_very_negative_logits_stay_finite(path):
     """Causal rows whose first key block is fully masked, then all logits near -96: the
     online rescale must not turn 0 * inf into NaN."""
     q = torch.ones(1, 2, 256, 64, device="cuda").bfloat16()
     k = torch.full((1, 2, 256, 64), -12.0, device="cuda").bfloat16()
     v = torch.randn(1, 2, 256, 64, device="cuda").bfloat16()
     with ck.force_path(path):
-        o, lse = _attention(q, k, v, causal=True, overlap=overlap)
+        o, lse = ck.attention(q, k, v, causal=True, return_lse=True)
     ref_o, ref_lse = attention_reference(q, k, v, causal=True)
     assert torch.isfinite(o).all() and torch.isfinite(lse).all()
     torch.testing.assert_close(lse, ref_lse, rtol=0, atol=1e-3)
     assert rel_err(o, ref_o) < 1e-2
 
 
+@pytest.mark.skipif(not HOPPER, reason="torch.compile of the custom op is checked on Hopper")
+def test_torch_compile():
+    q, k, v = qkv(1, 2, 2, 300, 300, 128)
+    fn = torch.compile(lambda q, k, v: ck.attention(q, k, v, causal=True) * 2, fullgraph=True)
+    ref_o, _ = attention_reference(q, k, v, causal=True)
+    assert rel_err(fn(q, k, v) / 2, ref_o) < 1e-2
 
-@pytest.mark.skipif("hopper" not in PATHS, reason="the column-sum kernel is Hopper-only so far")
+
+def test_rejects_grad():
+    q, k, v = qkv(1, 1, 1, 8, 8, 64)
+    q.requires_grad_(True)
+    with pytest.raises(NotImplementedError, match="no backward"):
+        ck.attention(q, k, v)
+    with torch.no_grad():
+        ck.attention(q, k, v)
+
+
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("d", [64, 128])
-@pytest.mark.parametrize("s_q, s_kv", [(192, 64), (1000, 777), (17, 4097)])
-def test_colsum_matches_reference(d, s_q, s_kv):
-    from cute_kernels.ops.attention import _attention_colsum, attention_colsum_reference
-
-    q = torch.randn(2, 3, s_q, d, device="cuda").bfloat16()
-    k = torch.randn(2, 3, s_kv, d, device="cuda").bfloat16()
-    v = torch.randn(2, 3, s_kv, d, device="cuda").bfloat16()
+@pytest.mark.parametrize("group", [192, 128])
+@pytest.mark.parametrize("s_q, s_kv, h, h_kv", [(192, 64, 3, 3), (1000, 777, 2, 1),
+                                                (17, 4097, 2, 2)])
+def test_colsum_matches_reference(path, d, group, s_q, s_kv, h, h_kv):
+    q, k, v = qkv(2, h, h_kv, s_q, s_kv, d)
     # the previous step's normalisers: this step's lse, perturbed (so p_prev != p)
     _, lse0 = attention_reference(q, k, v)
-    prev = (lse0 + 0.1 * torch.randn_like(lse0)).contiguous()
-    o, lse, colsum = _attention_colsum(q, k, v, prev)
-    ref_o, ref_lse, ref_colsum = attention_colsum_reference(q, k, v, prev)
+    prev = lse0 + 0.1 * torch.randn_like(lse0)
+    with ck.force_path(path):
+        o, lse, colsum = ck.attention_colsum(q, k, v, prev, group=group)
+    ref_o, ref_lse, ref_colsum = attention_colsum_reference(q, k, v, prev, group=group)
     torch.testing.assert_close(lse, ref_lse, rtol=0, atol=1e-3)
-    assert rel_err(o, ref_o) < 1e-2
+    assert rel_err(o, ref_o) <= 2 * rel_err(torch_attention(q, k, v), ref_o) + 1e-6
     assert colsum.shape == ref_colsum.shape
     assert ((colsum - ref_colsum).abs() / ref_colsum.abs().clamp_min(1e-6)).max() < 1e-2
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_colsum_is_deterministic(path):
+    """The Ampere kernel adds two partial sums per element onto zeros: order-free."""
+    q, k, v = qkv(1, 2, 2, 1000, 999, 64)
+    prev = attention_reference(q, k, v)[1]
+    with ck.force_path(path):
+        first = ck.attention_colsum(q, k, v, prev)[2]
+        again = ck.attention_colsum(q, k, v, prev)[2]
+    assert torch.equal(first, again)

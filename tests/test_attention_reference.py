@@ -46,13 +46,13 @@ def test_causal_is_bottom_right_aligned():
 
 
 def test_colsum_is_grouped_column_sums_of_previous_step_probabilities():
-    q, k, v = qkv(s_q=200, s_kv=50)
+    q, k, v = qkv(s_q=400, s_kv=50)
     _, lse = attention_reference(q, k, v)
-    o, lse2, colsum = attention_colsum_reference(q, k, v, lse, group=64)
+    o, lse2, colsum = attention_colsum_reference(q, k, v, lse, group=128)
     assert colsum.shape == (2, 4, 4, 50)
     # with the same step's lse, each query row's probabilities sum to 1: groups sum to rows
-    torch.testing.assert_close(colsum.sum(-1)[:, :, :3], torch.full((2, 4, 3), 64.0))
-    torch.testing.assert_close(colsum.sum(-1)[:, :, 3], torch.full((2, 4), 8.0))
+    torch.testing.assert_close(colsum.sum(-1)[:, :, :3], torch.full((2, 4, 3), 128.0))
+    torch.testing.assert_close(colsum.sum(-1)[:, :, 3], torch.full((2, 4), 16.0))
     torch.testing.assert_close(lse2, lse)
 
 
@@ -82,3 +82,33 @@ def test_torch_baseline_uses_the_same_conventions(s_q, s_kv, causal):
     ref, _ = attention_reference(q, k, v, causal=causal)
     ours = torch_attention(q.float(), k.float(), v.float(), causal=causal)
     torch.testing.assert_close(ours, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_public_api_rejects_bad_input_before_launch():
+    """Each rule names its argument; CPU tensors pass the shape rules and stop at the device
+    check, so nothing compiles or launches."""
+    import cute_kernels as ck
+
+    q, k, v = qkv()
+    with pytest.raises(TypeError, match="q"):
+        ck.attention(q.float(), k.float(), v.float())
+    with pytest.raises(TypeError, match="causal must be a bool"):
+        ck.attention(q, k, v, causal=1)
+    with pytest.raises(ValueError, match="CUDA|cuda"):
+        ck.attention(q, k, v)
+    prev = torch.zeros(q.shape[:3])
+    with pytest.raises(ValueError, match="group must be one of"):
+        ck.attention_colsum(q, k, v, prev, group=64)
+    with pytest.raises(ValueError, match="prev_lse must have shape"):
+        ck.attention_colsum(q, k, v, prev[:, :, :-1])
+    with pytest.raises(TypeError, match="prev_lse"):
+        ck.attention_colsum(q, k, v, prev.double())
+
+
+def test_out_must_not_alias_the_inputs():
+    from cute_kernels.runtime.validate import check_no_overlap
+
+    buf = torch.empty(4, 64)
+    check_no_overlap("out", buf[:2], buf[2:])
+    with pytest.raises(ValueError, match="out must not overlap"):
+        check_no_overlap("out", buf[1:3], buf[2:])

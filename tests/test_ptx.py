@@ -77,10 +77,13 @@ def test_attention_ptx(path, target, families, head_dim, causal):
     assert ptx.count("ex2.approx") >= 64
     if path == "ampere":  # O leaves the swizzled smem in 16-byte vectors (an element swizzle
         assert "ld.shared.v4" in ptx  # applied to byte addresses misaligned it: 8-byte loads)
-    _assert_no_spills(ptx, target)
+    # the causal D = 128 Hopper default (softmax/MMA overlap) spills 20 bytes; measured 1.2x
+    # faster than the sequential loop, which does not spill (perf/RESULTS.md)
+    _assert_no_spills(ptx, target, allowed=32 if (path, head_dim, causal) == ("hopper", 128, True)
+                      else 0)
 
 
-def _assert_no_spills(ptx: str, target: str) -> None:
+def _assert_no_spills(ptx: str, target: str, allowed: int = 0) -> None:
     """Register spills appear only after ptxas; check them where a ptxas is installed."""
     import re
     import shutil
@@ -97,7 +100,7 @@ def _assert_no_spills(ptx: str, target: str) -> None:
         info = subprocess.run([ptxas, f"-arch={target}", "-v", src, "-o", f"{tmp}/k.cubin"],
                               capture_output=True, text=True, check=True).stderr
     spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", info)]
-    assert spills and max(spills) == 0, info
+    assert spills and max(spills) <= allowed, info
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])
@@ -111,7 +114,7 @@ def test_attention_colsum_ptx(head_dim):
     import torch
 
     from cute_kernels.kernels.attention_sm90 import AttentionSm90
-    from cute_kernels.ops.attention import make_build
+    from cute_kernels.ops.attention import hopper_config, make_build
     from cute_kernels.runtime.compile import compile_ptx
 
     ptx = compile_ptx(make_build("hopper", torch.bfloat16, head_dim, False, colsum=True),
@@ -119,13 +122,32 @@ def test_attention_colsum_ptx(head_dim):
     mix = instruction_mix(ptx)
     assert all(mix[f] > 0 for f in HOPPER), mix
     assert ".reqntid 512" in ptx
-    cols = AttentionSm90(head_dim, False, colsum=True).block_n // 4
+    kernel = AttentionSm90(head_dim, False, **hopper_config(head_dim, False, colsum=True))
+    cols, rounds = kernel.block_n // 4, kernel.colsum_rounds
     offsets = collections.Counter(
         re.findall(r"shfl\.sync\.bfly\.b32\s+%r\d+,\s*%r\d+,\s*(\d+),", ptx))
-    assert (offsets["16"], offsets["8"], offsets["4"]) == (cols // 2, cols // 4, cols // 8)
+    expected = [cols >> (i + 1) if i < rounds else 0 for i in range(3)]
+    assert [offsets["16"], offsets["8"], offsets["4"]] == expected
     # barrier 0: set-up; barrier 1: the epilogue's (Q's smem reused for O), twice
     assert sorted(set(re.findall(r"bar\.sync\s+(\d+)", ptx))) == ["0", "1"]
     _assert_no_spills(ptx, "sm_90a")
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_attention_colsum_ampere_ptx(head_dim):
+    """The Ampere column-sum variant: mma.sync and cp.async as the plain kernel, one fp32
+    atomic add per (group, key) and thread, the shuffle reduce-scatter, no spills."""
+    import torch
+
+    from cute_kernels.ops.attention import make_build
+    from cute_kernels.runtime.compile import compile_ptx
+
+    ptx = compile_ptx(make_build("ampere", torch.bfloat16, head_dim, False, colsum=True),
+                      "sm_80")
+    assert all(instruction_mix(ptx)[f] > 0 for f in AMPERE)
+    assert ptx.count("atom.global.add.f32") == 1
+    assert ptx.count("shfl.sync.bfly") >= 2 * (64 // 4) * 7 // 8  # two group slots
+    _assert_no_spills(ptx, "sm_80")
 
 
 @pytest.mark.parametrize("head_dim, causal", [(64, False), (128, True)])
@@ -136,7 +158,8 @@ def test_attention_overlap_ptx(head_dim, causal):
     from cute_kernels.ops.attention import make_build
     from cute_kernels.runtime.compile import compile_ptx
 
-    ptx = compile_ptx(make_build("hopper", torch.bfloat16, head_dim, causal, overlap=True),
+    ptx = compile_ptx(make_build("hopper", torch.bfloat16, head_dim, causal,
+                                 config=dict(overlap=True)),
                       "sm_90a")
     assert "wgmma.wait_group.sync.aligned \t1;" in ptx
     assert all(instruction_mix(ptx)[f] > 0 for f in HOPPER)

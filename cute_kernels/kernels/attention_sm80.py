@@ -5,7 +5,6 @@ Tensors: q (B, H, S_q, D), k/v (B, H_kv, S_kv, D), o like q, lse (B, H, S_q) fp3
 with a unit-stride head dim. GQA: query head h reads kv head h // (H / H_kv). Causal masks are
 bottom-right aligned (ops/attention.py).
 
-WORK IN PROGRESS: compiles for sm_80 and sm_90a; not yet run on a GPU.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ import cutlass.memory
 from cutlass import Float32, Int32
 from cutlass.cute.nvgpu import warp
 
+from .column_sums import reduce_scatter_rows, tile_column, weighted_column_sums
 from .gemm_sm80 import BYTES_PER_VEC, g2s_copy, in_bounds_predicate, smem_operand_atom
 from .online_softmax import (
     LOG2E,
@@ -38,11 +38,23 @@ class AttentionSm80:
     first, so the masked ones (causal diagonal, S_kv residue) come first.
     Shared memory: (128 + 2 x 64) x D x 2 B = 32 KiB (D = 64) / 64 KiB (D = 128); the O tile
     reuses Q's bytes.
+    Column-sum variant (``colsum``, non-causal): after each key block's softmax every warp sums
+    exp(scale s - prev_lse) over its rows (column_sums.py), per query group its rows belong to
+    (a 128-row block spans at most two ``group``-row groups); the warps' partials meet in smem
+    (2 x warps x 64 fp32) and are added to the zero-initialised output with one atomic add per
+    (group, key). At most two blocks add to one element (group <= 256), and fp32 addition of
+    two terms onto zero is commutative, so the result does not depend on their order.
     """
 
     def __init__(self, head_dim: int, causal: bool, block_m: int = 128, block_n: int = 64,
-                 warps: int | None = None):
+                 warps: int | None = None, colsum: bool = False, group: int = 192):
         self.head_dim, self.causal = head_dim, causal
+        if colsum and causal:
+            raise ValueError("the column-sum variant is non-causal")
+        if colsum and (group % 16 or not block_m <= 2 * group):
+            raise ValueError(f"group must be a multiple of 16 of at least block_m / 2, got "
+                             f"{group}")
+        self.colsum, self.group = colsum, group
         self.block_m, self.block_n = block_m, block_n
         # D = 128 with 4 warps needs > 255 registers per thread (O alone is 128 fp32): 8 warps
         # halve every per-thread fragment
@@ -52,21 +64,21 @@ class AttentionSm80:
     @cute.jit
     def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
                  mLSE: cute.Tensor, mPrevLSE, mColsum, scale: Float32, stream):
-        """``mPrevLSE`` / ``mColsum`` (the column-sum variant's) must be None: the column-sum
-        variant has a Hopper kernel only so far."""
+        """``mPrevLSE`` (B, H, S_q) and ``mColsum`` (B, H, groups, S_kv), both compact fp32,
+        the latter zero-filled: the column-sum variant's (None otherwise)."""
         dtype = mQ.element_type
         tiled_mma = cute.make_tiled_mma(
             warp.MmaF16BF16Op(dtype, Float32, (16, 8, 16)), (self.warps, 1, 1),
             permutation_mnk=(16 * self.warps, 16, 16))
         copy_qkv = g2s_copy(dtype, "k", self.block_n, self.head_dim, self.threads)
         grid = (cute.ceil_div(mQ.shape[2], self.block_m), mQ.shape[1], mQ.shape[0])
-        self.kernel(mQ, mK, mV, mO, mLSE, scale * Float32(LOG2E), tiled_mma,
+        self.kernel(mQ, mK, mV, mO, mLSE, mPrevLSE, mColsum, scale * Float32(LOG2E), tiled_mma,
                     copy_qkv).launch(grid=grid, block=(self.threads, 1, 1), stream=stream)
 
     @cute.kernel
     def kernel(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
-               mLSE: cute.Tensor, scale_log2: Float32, tiled_mma: cute.TiledMma,
-               copy_qkv: cute.TiledCopy):
+               mLSE: cute.Tensor, mPrevLSE, mColsum, scale_log2: Float32,
+               tiled_mma: cute.TiledMma, copy_qkv: cute.TiledCopy):
         tidx, _, _ = cute.arch.thread_idx()
         m_block, head, batch = cute.arch.block_idx()
         dtype = mQ.element_type
@@ -83,6 +95,8 @@ class AttentionSm80:
             sQ: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sQ_layout)], 1024]
             sK: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sKV_layout)], 1024]
             sV: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sKV_layout)], 1024]
+            # column-sum partials: (key, warp, group slot)
+            sCol: cute.struct.MemRange[Float32, BN * self.warps * 2 if self.colsum else 1]
 
         storage = cutlass.memory.SmemAllocator().allocate(SharedStorage)
         # the swizzles are in elements, so they stay in the layout (a pointer swizzle would act
@@ -136,6 +150,10 @@ class AttentionSm80:
         row_sum = cute.make_rmem_tensor(rows, Float32)
         row_max.fill(-Float32.inf)
         row_sum.fill(0.0)
+        col = None
+        if cutlass.const_expr(self.colsum):
+            col = self._colsum_setup(thr_mma, mPrevLSE, storage, batch, head, m_block, s_q,
+                                     s_kv, rows)
 
         # ---- prologue: Q and the last key block's K ----
         self._load_rows(copy_qkv, tQgQ, tQsQ, tQcQ, s_q)
@@ -166,6 +184,9 @@ class AttentionSm80:
 
             mask_and_softmax(acc_S, acc_O, row_max, row_sum, scale_log2, thr_mma, m_block, n,
                              (BM, BN), s_q, s_kv, self.causal, step == 0)
+            if cutlass.const_expr(self.colsum):
+                self._colsum(acc_S, row_max, scale_log2, col, thr_mma, mColsum, batch, head, n,
+                             s_kv, tidx)
 
             rP = cute.make_rmem_tensor_like(acc_S, dtype)
             rP.store(acc_S.load().to(dtype))
@@ -180,6 +201,61 @@ class AttentionSm80:
         lse = cute.make_rmem_tensor(rows, Float32)
         softmax_finish(acc_O, row_max, row_sum, lse, scale_log2)
         self._store(acc_O, lse, thr_mma, tiled_mma, sQ, mO, mLSE, batch, head, m_block, tidx)
+
+    @cute.jit
+    def _colsum_setup(self, thr_mma, mPrevLSE, storage, batch, head, m_block, s_q, s_kv, rows):
+        """Per thread row: its previous-step normaliser in log2 units (+inf past S_q: no
+        contribution) and its group slot (0: the block's first group, 1: the next)."""
+        BM, BN = self.block_m, self.block_n
+        c_rows = acc_mn_view(thr_mma.partition_C(cute.local_tile(
+            cute.make_identity_tensor((s_q, s_kv)), (BM, BN), (m_block, 0))))
+        prev_l2 = cute.make_rmem_tensor(rows, Float32)
+        slot = cute.make_rmem_tensor(rows, Int32)
+        first_group = (m_block * BM) // self.group
+        for r in cutlass.range_constexpr(rows):
+            row = c_rows[r, 0][0]
+            prev_l2[r] = Float32.inf
+            if row < s_q:
+                prev_l2[r] = mPrevLSE[batch, head, row] * Float32(LOG2E)
+            slot[r] = row // self.group - first_group
+        last_group = (cutlass.min((m_block + 1) * BM, s_q) - 1) // self.group
+        sCol = cute.make_tensor(storage.sCol.data_ptr(), cute.make_layout((BN, self.warps, 2)))
+        return prev_l2, slot, first_group, last_group - first_group + 1, sCol
+
+    @cute.jit
+    def _colsum(self, acc_S, row_max, scale_log2, col, thr_mma, mColsum, batch, head, n, s_kv,
+                tidx):
+        """This key block's column sums, per group slot: exp(scale s - prev_lse) is the softmax
+        numerator times ``exp2(m * scale_log2 - prev_lse * log2 e)`` per row; summed over each
+        warp's rows (shuffle reduce-scatter), then over the warps through smem, then one
+        atomic add per (group, key)."""
+        BN = self.block_n
+        prev_l2, slot, first_group, slots, sCol = col
+        lane, warp_i = tidx % 32, tidx // 32
+        lane_col0 = acc_mn_view(thr_mma.partition_C(
+            cute.make_identity_tensor((self.block_m, BN))))[0, 0][1]
+        factors = cute.make_rmem_tensor(cute.size(row_max), Float32)
+        for r in cutlass.range_constexpr(cute.size(row_max)):
+            m_safe = Float32(0.0) if row_max[r] == -Float32.inf else row_max[r]
+            factors[r] = cute.math.exp2(m_safe * scale_log2 - prev_l2[r], fastmath=True)
+        for g in cutlass.range_constexpr(2):
+            in_slot = cute.make_rmem_tensor(cute.size(row_max), Float32)
+            for r in cutlass.range_constexpr(cute.size(row_max)):
+                in_slot[r] = factors[r] if slot[r] == g else Float32(0.0)
+            part = weighted_column_sums(acc_S, in_slot)
+            first = reduce_scatter_rows(part, lane)
+            for i in cutlass.range_constexpr(cute.size(part) // 8):
+                sCol[tile_column(first + i, lane_col0), warp_i, g] = part[i]
+        cute.arch.sync_threads()
+        if tidx < slots * BN:
+            c, g = tidx % BN, tidx // BN
+            total = sCol[c, 0, g]
+            for w in cutlass.range_constexpr(1, self.warps):
+                total = total + sCol[c, w, g]
+            if n * BN + c < s_kv:
+                row = mColsum[batch, head, first_group + g, None]
+                cute.arch.atomic_add(row.iterator + (n * BN + c), total)
+        cute.arch.sync_threads()  # sCol is rewritten by the next key block
 
     @cute.jit
     def _load_rows(self, tiled_copy, tXgX, tXsX, tXcX, rows):

@@ -46,7 +46,7 @@ class AttentionSm90:
     registers as the A operand of O += P V (WGMMA, V an MN-major smem operand).
     Tiles: ``block_m`` = 64 x consumers (128: registers 40 / 232; 192: 32 / 160) by
     ``block_n`` keys.
-    Column-sum variant: one CTA is one 192-row query group (three consumers). Each consumer
+    Column-sum variant: one CTA is one query group (128 or 192 rows). Each consumer
     warp sums exp(scale s - prev_lse) over its 16 rows in registers and by a shuffle
     reduce-scatter (column_sums.py), and hands its partial row to warp 1 of the producer
     warpgroup through a ``COLSUM_STAGES``-deep smem ring (``PipelineAsync``); warp 1 (or warps
@@ -57,7 +57,8 @@ class AttentionSm90:
     Pipeline: Q in a one-stage barrier; K and V each in a ``stages``-deep ``PipelineTmaAsync``
     ring; key blocks run last to first so the masked ones come first.
     Shared memory (D = 128, 128 x 128, 2 stages): Q 32 KiB + K 64 KiB + V 64 KiB; column sums
-    add COLSUM_STAGES x 12 x block_n x 4 B.
+    add COLSUM_STAGES x partials x block_n x 4 B (partials: 4 per consumer warpgroup, doubled
+    per shuffle round skipped).
     Epilogue: O normalised, converted, written to Q's smem and stored by TMA (which clips
     rows past S_q); lse written by the first thread of each quad.
     """
@@ -73,12 +74,13 @@ class AttentionSm90:
         # (intra-warpgroup pipelining)
         self.overlap = overlap
         if colsum:
-            # one CTA = one 192-row query group, so its column sums are complete in the CTA
+            # one CTA = one query group, so its column sums are complete in the CTA
             if causal:
                 raise ValueError("the column-sum variant is non-causal")
             block_m = block_m or 192
-            if block_m != 192:
-                raise ValueError("the column-sum variant's query tile is its 192-row group")
+            if block_m not in (128, 192):
+                raise ValueError("the column-sum variant's query tile is its group: 128 or 192 "
+                                 f"rows, got {block_m}")
             # S, O and P of 64 rows must fit 160 registers per thread
             block_n = block_n or (64 if head_dim > 64 else 128)
         self.block_m, self.block_n = block_m or 128, block_n or 128

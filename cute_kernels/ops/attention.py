@@ -1,5 +1,5 @@
-"""Dense attention: argument rules and the float32 references of ``attention`` and
-``attention_colsum`` (issue 5). The kernels land next; these define what they must compute.
+"""Dense flash attention (``attention``) and its column-sum variant (``attention_colsum``):
+argument rules, float32 references, kernel configuration and the torch entry points.
 
 Layout: q (B, H, S_q, D), k and v (B, H_kv, S_kv, D) — the layout of
 ``scaled_dot_product_attention`` — with any strides whose last dim is unit-stride, so a
@@ -18,10 +18,11 @@ import math
 
 import torch
 
-from ..runtime.validate import check_tensor
+from ..runtime.validate import check_no_overlap, check_tensor
 
 IN_DTYPES = (torch.bfloat16, torch.float16)
 HEAD_DIMS = (64, 128)
+COLSUM_GROUPS = (128, 192)
 
 
 def validate_attention(q, k, v, scale=None) -> float:
@@ -67,9 +68,9 @@ def validate_colsum(q, prev_lse, group) -> None:
     check_tensor("prev_lse", prev_lse, dtypes=(torch.float32,), ndim=3, on_cuda=False)
     if tuple(prev_lse.shape) != (b, h, s_q):
         raise ValueError(f"prev_lse must have shape {(b, h, s_q)}, got {tuple(prev_lse.shape)}")
-    if isinstance(group, bool) or not isinstance(group, int) or group < 64 or group % 64:
-        raise ValueError(f"group must be a positive multiple of 64 (the kernels' query "
-                         f"sub-tile), got {group!r}")
+    if isinstance(group, bool) or not isinstance(group, int) or group not in COLSUM_GROUPS:
+        raise ValueError(f"group must be one of {COLSUM_GROUPS} (the kernels' query tile), "
+                         f"got {group!r}")
 
 
 def _expand_kv(t: torch.Tensor, heads: int) -> torch.Tensor:
@@ -129,11 +130,29 @@ def attention_colsum_reference(q, k, v, prev_lse, *, group: int = 192,
     return o, lse, padded.view(b, h, groups, group, s_kv).sum(dim=3)
 
 
+def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
+                  group: int = 192) -> dict:
+    """AttentionSm90 keyword arguments per problem class, from perf/attention_tuning.py on an
+    H100 (perf/RESULTS.md): D = 128 -> 128 x 128 tiles with softmax/MMA overlap; D = 64 ->
+    192 x 128 on three consumer warpgroups (the softmax's exp2 is the bottleneck there; a
+    third warpgroup hides it better than the overlap), 128 x 128 when causal (less masked
+    waste on the diagonal). Column sums: the query tile is the group."""
+    if colsum:
+        if group == 192 and head_dim == 128:
+            return dict(colsum=True, block_m=192, block_n=96, colsum_rounds=1,
+                        colsum_writers=3)
+        return dict(colsum=True, block_m=group, block_n=128)
+    if head_dim == 128:
+        return dict(overlap=True)
+    return dict() if causal else dict(block_m=192)
+
+
 def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = False,
-               overlap: bool = False):
+               group: int = 192, config: dict | None = None):
     """The attention kernel of ``path`` against symbolic (B, H, S, D) tensors (unit-stride head
     dim, other strides multiples of 8 elements), a compact fp32 lse and, for the column-sum
-    variant, compact fp32 prev_lse (B, H, S_q) and colsum (B, H, G, S_kv)."""
+    variant, compact fp32 prev_lse (B, H, S_q) and colsum (B, H, G, S_kv). ``config``
+    overrides the Hopper kernel's keyword arguments (tuning and tests)."""
     import cutlass
     from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_tensor
 
@@ -152,13 +171,12 @@ def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = Fal
     if path == "hopper":
         from ..kernels.attention_sm90 import AttentionSm90
 
-        kernel = AttentionSm90(head_dim, causal, colsum=colsum, overlap=overlap)
+        cfg = hopper_config(head_dim, causal, colsum, group) if config is None else config
+        kernel = AttentionSm90(head_dim, causal, **cfg)
     else:
-        if colsum:
-            raise NotImplementedError("attention_colsum has a Hopper kernel only so far")
         from ..kernels.attention_sm80 import AttentionSm80
 
-        kernel = AttentionSm80(head_dim, causal)
+        kernel = AttentionSm80(head_dim, causal, colsum=colsum, group=group)
     extra = (f32(3), f32(4)) if colsum else (None, None)
     return Build(kernel, (bhsd(), bhsd(), bhsd(), bhsd(), f32(3), *extra,
                           cutlass.Float32(1.0), env_stream()))
@@ -175,48 +193,113 @@ def _check_device_args(**tensors) -> None:
     check_same_device(**tensors)
 
 
+def _no_autograd(*tensors) -> None:
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        raise NotImplementedError(
+            "attention has no backward yet: call it under torch.no_grad() or "
+            "torch.inference_mode(), or detach q, k and v")
+
+
+def _config_key(config: dict | None) -> tuple:
+    return () if config is None else tuple(sorted(config.items()))
+
+
 def _attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=None,
-               overlap: bool = False):
-    """Private until it has run on a GPU (issue 5): (o, lse) from the path's kernel.
-    ``overlap``: the Hopper kernel's softmax/MMA overlap (to be measured)."""
+               config: dict | None = None):
+    """(o, lse) from the path's kernel; ``config``: Hopper kernel overrides (tests, tuning).
+    o takes q's memory layout (``empty_like``) unless ``out`` is given."""
     from ..runtime.bridge import kernel_for
 
     scale = validate_attention(q, k, v, scale)
     _check_device_args(q=q, k=k, v=v, **({"out": out} if out is not None else {}))
     b, h, s_q, d = q.shape
     if out is None:
-        o = torch.empty(b, s_q, h, d, dtype=q.dtype, device=q.device).transpose(1, 2)
+        o = torch.empty_like(q)
     else:
         o = out
-        if o.shape != q.shape or o.dtype != q.dtype or o.stride(-1) != 1:
+        if (not isinstance(o, torch.Tensor) or o.shape != q.shape or o.dtype != q.dtype
+                or o.stride(-1) != 1 or any((st * o.element_size()) % 16
+                                            for st in o.stride()[:-1])):
             raise ValueError(f"out must be a {q.dtype} tensor shaped like q {tuple(q.shape)} "
-                             f"with a unit-stride, 16-byte aligned head dim")
+                             f"with a unit-stride head dim and 16-byte strides")
+        check_no_overlap("out", o, q, k, v)
     lse = torch.empty(b, h, s_q, dtype=torch.float32, device=q.device)
     key = ("attention", q.dtype, d, bool(causal))
     kernel = kernel_for(q.device, key, lambda path, target: make_build(
-        path, q.dtype, d, bool(causal), overlap=overlap), hopper_key=(bool(overlap),))
+        path, q.dtype, d, bool(causal), config=config), hopper_key=_config_key(config))
     kernel(q, k, v, o, lse, None, None, scale)
     return o, lse
 
 
-def _attention_colsum(q, k, v, prev_lse, *, group: int = 192, scale: float | None = None):
-    """Private until it has run on a GPU (issue 5): (o, lse, colsum) from the Hopper kernel;
-    the kernel's query tile is the group, so ``group`` must be 192. A prev_lse far (~88) below
-    a row's scaled logits overflows fp32 in exp(scale s - prev_lse), as in the reference."""
+@torch.library.custom_op("cute_kernels::attention", mutates_args=())
+def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                  scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    return _attention(q, k, v, causal=causal, scale=scale)
+
+
+@_attention_op.register_fake
+def _(q, k, v, causal, scale):
+    b, h, s_q, _ = q.shape
+    return torch.empty_like(q), q.new_empty(b, h, s_q, dtype=torch.float32)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
+              scale: float | None = None, return_lse: bool = False,
+              out: torch.Tensor | None = None):
+    """Flash attention forward: ``softmax(scale * q k^T [+ causal mask]) v``.
+
+    q (B, H, S_q, D), k and v (B, H_kv, S_kv, D) in bf16 or fp16 (the layout of
+    ``scaled_dot_product_attention``), any strides with a unit-stride head dim, so a
+    (B, S, H, D) tensor passed as ``.transpose(1, 2)`` needs no copy. D is 64 or 128; H a
+    multiple of H_kv (GQA/MQA); any S_q, S_kv >= 1. ``scale`` defaults to 1 / sqrt(D).
+    ``causal`` masks are aligned bottom-right: query i sees key j iff j <= i + S_kv - S_q; a
+    query that sees no key gets o = 0 and lse = -inf.
+
+    Returns o (q's memory layout, or ``out``), and with ``return_lse`` also lse (B, H, S_q)
+    fp32, the natural-log log-sum-exp of each row's scaled logits. Forward only: inputs that
+    require grad raise under grad mode.
+    """
+    scale = validate_attention(q, k, v, scale)
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    _no_autograd(q, k, v)
+    if out is None:
+        o, lse = _attention_op(q, k, v, causal, scale)
+    else:
+        o, lse = _attention(q, k, v, causal=causal, scale=scale, out=out)
+    return (o, lse) if return_lse else o
+
+
+def attention_colsum(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     prev_lse: torch.Tensor, *, group: int = 192, scale: float | None = None):
+    """Non-causal attention plus the column sums that pick the important keys for the
+    column-sparse steps (docs/attention.md).
+
+    Returns ``(o, lse, colsum)``: o and lse exactly as ``attention(..., return_lse=True)``,
+    and colsum (B, H, ceil(S_q / group), S_kv) fp32 with
+    ``colsum[b, h, g, j] = sum over queries i of group g of exp(scale q_i . k_j -
+    prev_lse[b, h, i])``: probabilities under the previous step's softmax normalisers
+    ``prev_lse`` (B, H, S_q) fp32, so every tile shares one scale. ``group`` is 128 or 192
+    (the kernels' query tile). A prev_lse far (~88) below a row's scaled logits overflows fp32,
+    as it would in the float32 reference.
+    """
+    from ..runtime.arch import device_target
     from ..runtime.bridge import kernel_for
 
     scale = validate_attention(q, k, v, scale)
     validate_colsum(q, prev_lse, group)
-    if group != 192:
-        raise ValueError(f"group must be 192 (the column-sum kernel's query tile), got {group}")
     _check_device_args(q=q, k=k, v=v, prev_lse=prev_lse)
+    _no_autograd(q, k, v)
     b, h, s_q, d = q.shape
-    o = torch.empty(b, s_q, h, d, dtype=q.dtype, device=q.device).transpose(1, 2)
+    o = torch.empty_like(q)
     lse = torch.empty(b, h, s_q, dtype=torch.float32, device=q.device)
-    colsum = torch.empty(b, h, -(-s_q // group), k.shape[2], dtype=torch.float32,
-                         device=q.device)
-    key = ("attention_colsum", q.dtype, d)
-    kernel = kernel_for(q.device, key, lambda path, target: make_build(path, q.dtype, d, False,
-                                                                      colsum=True))
+    path, _ = device_target(q.device)
+    shape = (b, h, -(-s_q // group), k.shape[2])
+    # the Ampere kernel adds (at most two) partial sums per element onto zeros
+    colsum = (torch.empty if path == "hopper" else torch.zeros)(
+        shape, dtype=torch.float32, device=q.device)
+    key = ("attention_colsum", q.dtype, d, group)
+    kernel = kernel_for(q.device, key, lambda path, target: make_build(
+        path, q.dtype, d, False, colsum=True, group=group))
     kernel(q, k, v, o, lse, prev_lse.contiguous(), colsum, scale)
     return o, lse, colsum

@@ -80,3 +80,20 @@ def check_aligned(name: str, t: torch.Tensor, nbytes: int = VECTOR_BYTES) -> Non
         if s != 1 and n > 1 and (s * esize) % nbytes:
             raise ValueError(f"{name}.stride({dim}) = {s} elements = {s * esize} bytes must be a "
                              f"multiple of {nbytes} bytes (TMA/vector access)")
+
+
+def _byte_span(t: torch.Tensor) -> tuple[int, int]:
+    if t.numel() == 0:
+        return t.data_ptr(), t.data_ptr()
+    extent = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride())) + 1
+    return t.data_ptr(), t.data_ptr() + extent * t.element_size()
+
+
+def check_no_overlap(name: str, out: torch.Tensor, *inputs: torch.Tensor) -> None:
+    """``out`` must not share memory with any input: kernels read inputs after they start
+    writing, so an alias would be a silent wrong answer."""
+    lo, hi = _byte_span(out)
+    for t in inputs:
+        t_lo, t_hi = _byte_span(t)
+        if lo < t_hi and t_lo < hi:
+            raise ValueError(f"{name} must not overlap the inputs' memory")
