@@ -187,13 +187,14 @@ class AttentionSm90:
             cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)))
         col_pipe, sCol = None, None
         if cutlass.const_expr(self.colsum):
-            # consumer warps (one arrival each) -> the column-sum writer warp
+            # consumer threads -> the column-sum writer warps; every thread arrives (its own
+            # smem writes or reads are then ordered by its own arrive/wait pair)
             col_pipe = pipeline.PipelineAsync.create(
                 barrier_storage=bar + 2 + 4 * self.stages, num_stages=self.COLSUM_STAGES,
                 producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
-                                                         self.consumer_wgs * 4),
+                                                         128 * self.consumer_wgs),
                 consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
-                                                         self.colsum_writers))
+                                                         32 * self.colsum_writers))
             sCol = cute.make_tensor(storage.sCol.data_ptr(), cute.make_layout(
                 (BN, self.colsum_partials, self.COLSUM_STAGES)))
 
@@ -415,9 +416,7 @@ class AttentionSm90:
         slot = (ctid // 32) * spread + (lane >> 2) % spread
         for i in cutlass.range_constexpr(cute.size(part) >> self.colsum_rounds):
             sCol[tile_column(first + i, lane_col0), slot, col_state.index] = part[i]
-        cute.arch.sync_warp()  # the warp's smem writes are ordered before lane 0's arrival
-        if lane == 0:
-            col_pipe.producer_commit(col_state)
+        col_pipe.producer_commit(col_state)
 
     @cute.jit
     def _colsum_writer(self, col_pipe, sCol, mColsum, n_blocks, s_kv, batch, head, m_block,
@@ -439,9 +438,7 @@ class AttentionSm90:
                         total = total + sCol[c, w, state.index]
                     if n * BN + c < s_kv:
                         mColsum[batch, head, m_block, n * BN + c] = total
-            cute.arch.sync_warp()  # every lane has read the stage before it is handed back
-            if lane == 0:
-                col_pipe.consumer_release(state)
+            col_pipe.consumer_release(state)
             state.advance()
 
     @cute.jit
