@@ -44,6 +44,7 @@ def contenders(path, causal):
 
     from cute_kernels import attention, attention_colsum, force_path
 
+    torch._dynamo.reset()  # one compiled FlexAttention per shape (no recompile-limit fallback)
     flex = torch.compile(flex_attention, dynamic=False)
     masks = {}
 
