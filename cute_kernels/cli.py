@@ -145,6 +145,22 @@ def _demo_gpu() -> int:
                          row.work["peak_cute"] / row.work[f"peak_{base}"]])
     print(format_table(["op", "path", "ms", "TFLOP/s", "baseline TFLOP/s", "speedup",
                         "peak mem ratio"], rows))
+
+    from .suites import attention_rows
+
+    print()
+    rows = []
+    for path in dict.fromkeys([native, "ampere"]):
+        for row in attention_rows([(2, 16, 8192, 128, False), (2, 16, 8192, 128, True)],
+                                  path=path, rounds=6):
+            colsum = row.timings.get("cute-colsum")
+            rows.append([f"attention {row.label}", path, row.timings["cute"].median_ms,
+                         tflops(row, "cute"), tflops(row, "SDPA-cuDNN"),
+                         tflops(row, "cute") / tflops(row, "SDPA-cuDNN"),
+                         f"{colsum.median_ms / row.timings['cute'].median_ms:.2f}" if colsum
+                         else "-"])
+    print(format_table(["op", "path", "ms", "TFLOP/s", "cuDNN TFLOP/s", "vs cuDNN",
+                        "colsum / plain"], rows))
     torch.cuda.synchronize()
     _print_cache_stats()
     return 0

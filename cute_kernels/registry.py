@@ -59,10 +59,34 @@ def _gated_entry() -> KernelEntry:
                        "the interleaved weight; variants by activation", GATED_ACTIVATIONS, build)
 
 
+ATTENTION_VARIANTS = {"d64": (64, False), "d128": (128, False), "d64-causal": (64, True),
+                      "d128-causal": (128, True)}
+
+
+def _attention_entries() -> list[KernelEntry]:
+    import torch
+
+    from .ops.attention import make_build
+
+    def build(variant: str, path: str) -> Build:
+        return make_build(path, torch.bfloat16, *ATTENTION_VARIANTS[variant])
+
+    def build_colsum(variant: str, path: str) -> Build:
+        return make_build(path, torch.bfloat16, ATTENTION_VARIANTS[variant][0], False,
+                          colsum=True)
+
+    return [KernelEntry("attention", "bf16 flash attention forward (o, lse); variants by head "
+                        "dim and causal mask", tuple(ATTENTION_VARIANTS), build),
+            KernelEntry("attention_colsum", "bf16 attention + column sums of the previous "
+                        "step's probabilities per 192-query group; variants by head dim",
+                        ("d64", "d128"), build_colsum)]
+
+
 def entries() -> dict[str, KernelEntry]:
     items = [
         _gemm_entry(),
         _gated_entry(),
+        *_attention_entries(),
         _bitpack_entry("pack_mask", "bool [..., N] -> uint8 [..., ceil(N/8)], little-endian bits"),
         _bitpack_entry("unpack_mask", "uint8 [..., ceil(N/8)] -> bool [..., N]"),
     ]

@@ -164,3 +164,44 @@ def gated_mlp_rows(shapes, path: str | None = None, rounds: int = 15,
         del sets
         torch.cuda.empty_cache()
     return rows
+
+
+def attention_rows(shapes, path: str | None = None, rounds: int = 10) -> list[Row]:
+    """(B, H, S, D, causal) shapes: ours vs SDPA's cuDNN backend, interleaved, after a
+    correctness check against SDPA; non-causal rows also time ``attention_colsum``."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from . import attention, attention_colsum, force_path
+
+    rows = []
+    for b, h, s, d, causal in shapes:
+        sets = [tuple(torch.randn(b, h, s, d, device="cuda").bfloat16() for _ in range(3))
+                for _ in range(input_sets_needed(3 * b * h * s * d * 2))]
+
+        def ours(st, causal=causal):
+            with force_path(path):
+                return attention(st[0], st[1], st[2], causal=causal)
+
+        def cudnn(st, causal=causal):
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                return F.scaled_dot_product_attention(st[0], st[1], st[2], is_causal=causal)
+
+        fns = {"cute": ours, "SDPA-cuDNN": cudnn}
+        ref = cudnn(sets[0]).float()
+        err = ((ours(sets[0]).float() - ref).norm() / ref.norm()).item()
+        if err > 2e-2:
+            raise RuntimeError(f"attention {b}x{h}x{s}x{d}: ours differs from SDPA ({err:.1e})")
+        if not causal:
+            prev = {id(st[0]): attention(*st, return_lse=True)[1] for st in sets}
+
+            def colsum(st, prev=prev):
+                with force_path(path):
+                    return attention_colsum(st[0], st[1], st[2], prev[id(st[0])])
+
+            fns["cute-colsum"] = colsum
+        t = bench_interleaved(fns, sets, rounds=rounds)
+        rows.append(Row(f"B{b} H{h} S{s} D{d}{' causal' if causal else ''}", t,
+                        {"flops": 4.0 * b * h * s * s * d / (2 if causal else 1)}))
+        del sets
+    return rows

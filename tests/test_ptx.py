@@ -19,6 +19,9 @@ EXPECTED = {
        for v in ("tn", "nn", "tt", "nt")},
     **{("gated_mlp_up", v): {"sm_80": AMPERE, "sm_90a": HOPPER}
        for v in ("swiglu", "geglu", "geglu_tanh", "reglu")},
+    **{("attention", v): {"sm_80": AMPERE, "sm_90a": HOPPER}
+       for v in ("d64", "d128", "d64-causal", "d128-causal")},
+    **{("attention_colsum", v): {"sm_80": AMPERE, "sm_90a": HOPPER} for v in ("d64", "d128")},
 }
 
 
