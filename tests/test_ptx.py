@@ -132,10 +132,8 @@ def test_attention_colsum_ptx(head_dim):
     sites = 2 if kernel.overlap else 1  # the overlapped loop peels its first key block
     expected = [sites * (cols >> (i + 1)) if i < rounds else 0 for i in range(3)]
     assert [offsets["16"], offsets["8"], offsets["4"]] == expected
-    # barrier 0: set-up; 1: the epilogue's (all consumers); the column sums' named barriers
-    # span one warpgroup or the writer warps, never all consumers
-    for bar_id, count in re.findall(r"bar\.sync\s+(\d+)(?:,\s*(\d+))?;", ptx):
-        assert bar_id in ("0", "1") or int(count) <= 128, (bar_id, count)
+    # barrier 0: set-up; barrier 1: the epilogue's (Q's smem reused for O), twice
+    assert sorted(set(re.findall(r"bar\.sync\s+(\d+)", ptx))) == ["0", "1"]
     _assert_no_spills(ptx, "sm_90a")
 
 

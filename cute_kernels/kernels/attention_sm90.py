@@ -106,9 +106,7 @@ class AttentionSm90:
         self.colsum_partials = self.consumer_wgs * 4 << (3 - colsum_rounds)
         self.producer_regs, self.consumer_regs = self.REGISTERS[self.consumer_wgs]
         self.threads = 128 * (1 + self.consumer_wgs)
-        # named barriers: 1 the epilogue's; 2.. one per consumer warpgroup and one for the
-        # writer warps (column sums)
-        self.epi_barrier_id, self.colsum_barrier_id = 1, 2
+        self.epi_barrier_id = 1
 
     @cute.jit
     def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
@@ -196,13 +194,14 @@ class AttentionSm90:
             cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)))
         col_pipe, sCol = None, None
         if cutlass.const_expr(self.colsum):
-            # consumer warpgroups (one arrival each, after a named barrier) -> the column-sum
-            # writer warps (one arrival, after theirs)
+            # consumer threads -> the column-sum writer warps; every thread arrives (its own
+            # smem writes or reads are then ordered by its own arrive/wait pair)
             col_pipe = pipeline.PipelineAsync.create(
                 barrier_storage=bar + 2 + 4 * self.stages, num_stages=self.COLSUM_STAGES,
                 producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
-                                                         self.consumer_wgs),
-                consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread))
+                                                         128 * self.consumer_wgs),
+                consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
+                                                         32 * self.colsum_writers))
             sCol = cute.make_tensor(storage.sCol.data_ptr(), cute.make_layout(
                 (BN, self.colsum_partials, self.COLSUM_STAGES)))
 
@@ -426,11 +425,7 @@ class AttentionSm90:
         slot = (ctid // 32) * spread + (lane >> 2) % spread
         for i in cutlass.range_constexpr(cute.size(part) >> self.colsum_rounds):
             sCol[tile_column(first + i, lane_col0), slot, col_state.index] = part[i]
-        # one arrival per warpgroup, after a named barrier orders its threads' smem writes
-        # (256-384 arrivals on one mbarrier per key tile serialise)
-        cute.arch.barrier(barrier_id=self.colsum_barrier_id + ctid // 128, number_of_threads=128)
-        if ctid % 128 == 0:
-            col_pipe.producer_commit(col_state)
+        col_pipe.producer_commit(col_state)
 
     @cute.jit
     def _colsum_writer(self, col_pipe, sCol, mColsum, n_blocks, s_kv, batch, head, m_block,
@@ -457,10 +452,7 @@ class AttentionSm90:
                         row_out = m_block * rows_out + o
                         if n * BN + c < s_kv and row_out < mColsum.shape[2]:
                             mColsum[batch, head, row_out, n * BN + c] = total
-            cute.arch.barrier(barrier_id=self.colsum_barrier_id + self.consumer_wgs,
-                              number_of_threads=32 * self.colsum_writers)
-            if writer == 0 and lane == 0:
-                col_pipe.consumer_release(state)
+            col_pipe.consumer_release(state)
             state.advance()
 
     @cute.jit
