@@ -298,14 +298,17 @@ class AttentionSm90:
             tOrP = acc_as_a_operand(rP)
             ctx = (qk_mma, pv_mma, tSrQ, tSrK, tOrV, acc_S, acc_O, tOrP, k_pipe, v_pipe)
             soft = (row_max, row_sum, scale_log2, thr_qk, m_block, (BM, BN), s_q, s_kv)
+            col = None
             col_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer,
                                                      self.COLSUM_STAGES)
+            if cutlass.const_expr(self.colsum):
+                col = (prev_l2, sCol, col_pipe, ctid)
             if cutlass.const_expr(not self.overlap):
                 for step in cutlass.range(n_blocks, unroll=1):
                     n = n_blocks - 1 - step
                     self._qk(ctx, k_state, True)
                     k_state.advance()
-                    self._softmax(ctx, soft, n, step == 0, None)
+                    self._softmax(ctx, soft, None, col_state, n, step == 0, None)
                     rP.store(acc_S.load().to(sQ.element_type))
                     if cutlass.const_expr(self.colsum):
                         # the column sums (from S, still in registers) run under O += P V
@@ -322,39 +325,30 @@ class AttentionSm90:
                 # S(n) = Q K(n)^T and O += P(n + 1) V(n + 1) in flight together; the softmax of
                 # S(n) runs while the P V wgmmas do, and O's rescale waits for them
                 correction = cute.make_rmem_tensor(rows, Float32)
-                # column sums: of P(n + 1), while S(n) and P(n + 1) V(n + 1) are on the tensor
-                # cores (off the softmax's critical path); from P's 16-bit copy, whose row
-                # maxima are still the ones it was computed with
                 if n_blocks > 0:
                     self._qk(ctx, k_state, True)
                     k_state.advance()
-                    self._softmax(ctx, soft, n_blocks - 1, True, None)
+                    self._softmax(ctx, soft, col, col_state, n_blocks - 1, True, None)
+                    if cutlass.const_expr(self.colsum):
+                        col_state.advance()
                     rP.store(acc_S.load().to(sQ.element_type))
                 for step in cutlass.range(1, n_blocks, unroll=1):
                     n = n_blocks - 1 - step
                     self._qk(ctx, k_state, False)
                     self._pv(ctx, v_state, False)
-                    if cutlass.const_expr(self.colsum):
-                        self._colsum_partial(rP, row_max, prev_l2, scale_log2, thr_qk, sCol,
-                                             col_pipe, col_state, ctid)
-                        col_state.advance()
                     warpgroup.wait_group(1)  # groups retire in order: S(n) is ready
                     k_pipe.consumer_release(k_state)
                     k_state.advance()
-                    self._softmax(ctx, soft, n, False, correction)
+                    self._softmax(ctx, soft, col, col_state, n, False, correction)
+                    if cutlass.const_expr(self.colsum):
+                        col_state.advance()
                     warpgroup.wait_group(0)
                     v_pipe.consumer_release(v_state)
                     v_state.advance()
                     rescale_rows(acc_O, correction)
                     rP.store(acc_S.load().to(sQ.element_type))
                 if n_blocks > 0:
-                    self._pv(ctx, v_state, False)
-                    if cutlass.const_expr(self.colsum):
-                        self._colsum_partial(rP, row_max, prev_l2, scale_log2, thr_qk, sCol,
-                                             col_pipe, col_state, ctid)
-                        col_state.advance()
-                    warpgroup.wait_group(0)
-                    v_pipe.consumer_release(v_state)
+                    self._pv(ctx, v_state, True)
                     v_state.advance()
 
             lse = cute.make_rmem_tensor(rows, Float32)
@@ -396,12 +390,16 @@ class AttentionSm90:
             v_pipe.consumer_release(v_state)
 
     @cute.jit
-    def _softmax(self, ctx, soft, n, first, correction):
-        """Mask + online softmax of S."""
+    def _softmax(self, ctx, soft, col, col_state, n, first, correction):
+        """Mask + online softmax of S (and the column sums, in that variant)."""
         acc_S, acc_O = ctx[5], ctx[6]
         row_max, row_sum, scale_log2, thr_qk, m_block, block_mn, s_q, s_kv = soft
         mask_and_softmax(acc_S, acc_O, row_max, row_sum, scale_log2, thr_qk, m_block, n,
                          block_mn, s_q, s_kv, self.causal, first, correction)
+        if cutlass.const_expr(col is not None):
+            prev_l2, sCol, col_pipe, ctid = col
+            self._colsum_partial(acc_S, row_max, prev_l2, scale_log2, thr_qk, sCol, col_pipe,
+                                 col_state, ctid)
 
     @cute.jit
     def _colsum_partial(self, acc_S, row_max, prev_l2, scale_log2, thr_qk, sCol, col_pipe,

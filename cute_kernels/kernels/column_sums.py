@@ -23,15 +23,15 @@ from .online_softmax import acc_mn_view
 @cute.jit
 def weighted_column_sums(acc_S: cute.Tensor, factors: cute.Tensor) -> cute.Tensor:
     """Per thread: ``sum_r factors[r] * S[r, c]`` over its own rows, one value per local
-    column ``c`` (fp32; ``acc_S`` may be fp32 scores or the 16-bit P in the same layout)."""
+    column ``c`` (fp32)."""
     s_mn = acc_mn_view(acc_S)
     cols = cute.size(s_mn, mode=[1])
     part = cute.make_rmem_tensor(cols, Float32)
     for c in cutlass.range_constexpr(cols):
-        part[c] = Float32(s_mn[0, c]) * factors[0]
+        part[c] = s_mn[0, c] * factors[0]
     for r in cutlass.range_constexpr(1, cute.size(factors)):
         for c in cutlass.range_constexpr(cols):
-            part[c] = part[c] + Float32(s_mn[r, c]) * factors[r]
+            part[c] = part[c] + s_mn[r, c] * factors[r]
     return part
 
 
