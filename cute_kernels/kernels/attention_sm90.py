@@ -53,10 +53,7 @@ class AttentionSm90:
     1 to ``colsum_writers``) adds the partials and writes each key tile's column sums once,
     without atomics and without making the consumers wait for each other. ``colsum_rounds``
     < 3 stops the shuffles early and leaves more partials (2^(3 - rounds) per warp) to the
-    writers: consumer ALU traded for shared-memory traffic. ``colsum_slabs`` writes one row of
-    sums per consumer warpgroup (64 query rows) instead: then any tile (the fast 128 x 128
-    one with overlap) serves any group that is a multiple of 64, and the caller adds each
-    group's slabs (no atomics; a fixed-order sum of three).
+    writers: consumer ALU traded for shared-memory traffic.
     Pipeline: Q in a one-stage barrier; K and V each in a ``stages``-deep ``PipelineTmaAsync``
     ring; key blocks run last to first so the masked ones come first.
     Shared memory (D = 128, 128 x 128, 2 stages): Q 32 KiB + K 64 KiB + V 64 KiB; column sums
@@ -71,14 +68,13 @@ class AttentionSm90:
 
     def __init__(self, head_dim: int, causal: bool, stages: int = 2, colsum: bool = False,
                  overlap: bool = False, block_m: int | None = None,
-                 block_n: int | None = None, colsum_rounds: int = 3, colsum_writers: int = 1,
-                 colsum_slabs: bool = False):
+                 block_n: int | None = None, colsum_rounds: int = 3, colsum_writers: int = 1):
         self.head_dim, self.causal, self.stages, self.colsum = head_dim, causal, stages, colsum
         # overlap: the softmax of S(n) runs while O += P(n + 1) V(n + 1) is on the tensor cores
         # (intra-warpgroup pipelining)
         self.overlap = overlap
         if colsum:
-            # one CTA = one query group (unless colsum_slabs): its sums are complete in the CTA
+            # one CTA = one query group, so its column sums are complete in the CTA
             if causal:
                 raise ValueError("the column-sum variant is non-causal")
             block_m = block_m or 192
@@ -99,9 +95,6 @@ class AttentionSm90:
         if colsum_rounds not in (1, 2, 3) or colsum_writers not in (1, 2, 3):
             raise ValueError("colsum_rounds and colsum_writers must be 1, 2 or 3")
         self.colsum_rounds, self.colsum_writers = colsum_rounds, colsum_writers
-        # slabs: column sums per 64-row slab (per consumer warpgroup) instead of per CTA, so a
-        # group need not be one CTA; the caller adds a group's slabs (ops/attention.py)
-        self.colsum_slabs = colsum_slabs
         self.consumer_wgs = self.block_m // 64
         self.colsum_partials = self.consumer_wgs * 4 << (3 - colsum_rounds)
         self.producer_regs, self.consumer_regs = self.REGISTERS[self.consumer_wgs]
@@ -437,19 +430,14 @@ class AttentionSm90:
         for step in cutlass.range(n_blocks, unroll=1):
             n = n_blocks - 1 - step
             col_pipe.consumer_wait(state)
-            # one output row per CTA (its group), or per consumer warpgroup (its 64-row slab)
-            rows_out = self.consumer_wgs if self.colsum_slabs else 1
-            per_row = self.colsum_partials // rows_out
             for j in cutlass.range_constexpr(BN // 32):
                 if j % self.colsum_writers == writer:
                     c = lane + 32 * j
-                    for o in cutlass.range_constexpr(rows_out):
-                        total = sCol[c, o * per_row, state.index]
-                        for w in cutlass.range_constexpr(1, per_row):
-                            total = total + sCol[c, o * per_row + w, state.index]
-                        row_out = m_block * rows_out + o
-                        if n * BN + c < s_kv and row_out < mColsum.shape[2]:
-                            mColsum[batch, head, row_out, n * BN + c] = total
+                    total = sCol[c, 0, state.index]
+                    for w in cutlass.range_constexpr(1, self.colsum_partials):
+                        total = total + sCol[c, w, state.index]
+                    if n * BN + c < s_kv:
+                        mColsum[batch, head, m_block, n * BN + c] = total
             col_pipe.consumer_release(state)
             state.advance()
 

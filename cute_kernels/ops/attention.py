@@ -136,13 +136,11 @@ def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
     H100 (perf/RESULTS.md): D = 128 -> 128 x 128 tiles with softmax/MMA overlap; D = 64 ->
     192 x 128 on three consumer warpgroups (the softmax's exp2 is the bottleneck there; a
     third warpgroup hides it better than the overlap), 128 x 128 when causal (less masked
-    waste on the diagonal). Column sums: D = 128 keeps the plain kernel's tile and overlap
-    and writes sums per 64-row slab, which the caller adds per group; D = 64 (and group 128)
-    makes the query tile the group, so sums are complete in the CTA."""
+    waste on the diagonal). Column sums: the query tile is the group."""
     if colsum:
-        if head_dim == 128 and group == 192:
-            return dict(colsum=True, colsum_slabs=True, block_m=128, block_n=128,
-                        overlap=True)
+        if group == 192 and head_dim == 128:
+            return dict(colsum=True, block_m=192, block_n=96, colsum_rounds=1,
+                        colsum_writers=3)
         return dict(colsum=True, block_m=group, block_n=128)
     if head_dim == 128:
         return dict(overlap=True)
@@ -296,24 +294,12 @@ def attention_colsum(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     o = torch.empty_like(q)
     lse = torch.empty(b, h, s_q, dtype=torch.float32, device=q.device)
     path, _ = device_target(q.device)
-    groups, s_kv = -(-s_q // group), k.shape[2]
-    config = hopper_config(d, False, True, group) if path == "hopper" else {}
-    if config.get("colsum_slabs"):
-        # one row of sums per 64-row slab, added per group below (rows past the last CTA's
-        # slabs are never written)
-        slabs_per_group = group // 64
-        colsum = torch.empty(b, h, groups * slabs_per_group, s_kv, dtype=torch.float32,
-                             device=q.device)
-        written = -(-s_q // config["block_m"]) * config["block_m"] // 64
-        colsum[:, :, written:].zero_()
-    else:
-        # the Ampere kernel adds (at most two) partial sums per element onto zeros
-        colsum = (torch.empty if path == "hopper" else torch.zeros)(
-            b, h, groups, s_kv, dtype=torch.float32, device=q.device)
+    shape = (b, h, -(-s_q // group), k.shape[2])
+    # the Ampere kernel adds (at most two) partial sums per element onto zeros
+    colsum = (torch.empty if path == "hopper" else torch.zeros)(
+        shape, dtype=torch.float32, device=q.device)
     key = ("attention_colsum", q.dtype, d, group)
     kernel = kernel_for(q.device, key, lambda path, target: make_build(
         path, q.dtype, d, False, colsum=True, group=group))
     kernel(q, k, v, o, lse, prev_lse.contiguous(), colsum, scale)
-    if config.get("colsum_slabs"):
-        colsum = colsum.view(b, h, groups, slabs_per_group, s_kv).sum(3)
     return o, lse, colsum
