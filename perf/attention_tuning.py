@@ -53,7 +53,6 @@ def main() -> None:
     o = torch.empty(b, h, s, d, dtype=torch.bfloat16, device="cuda")
     lse = torch.empty(b, h, s, dtype=torch.float32, device="cuda")
     colsum = torch.empty(b, h, -(-s // 192), s, dtype=torch.float32, device="cuda")
-    slabs = torch.zeros(b, h, 3 * -(-s // 192), s, dtype=torch.float32, device="cuda")
     ref = F.scaled_dot_product_attention(*sets[0], is_causal=args.causal).float()
     fake = make_build("hopper", torch.bfloat16, d, False, colsum=True).args
     plain_fake = make_build("hopper", torch.bfloat16, d, args.causal).args
@@ -73,15 +72,8 @@ def main() -> None:
                     plain(*st, o, lse, None, None, scale)
                     prev[id(st[0])] = lse.clone()
 
-            by_slab = bool(cfg.get("colsum_slabs"))
-
-            def run(st, fn=fn, by_slab=by_slab):
-                # colsum_slabs: sums per 64-row slab, added per group as attention_colsum does
-                if by_slab:
-                    fn(*st, o, lse, prev[id(st[0])], slabs, scale)
-                    torch.sum(slabs.view(b, h, -1, 3, s), 3, out=colsum)
-                else:
-                    fn(*st, o, lse, prev[id(st[0])], colsum, scale)
+            def run(st, fn=fn):
+                fn(*st, o, lse, prev[id(st[0])], colsum, scale)
         else:
             def run(st, fn=fn):
                 fn(*st, o, lse, None, None, scale)
