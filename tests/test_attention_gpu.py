@@ -56,7 +56,8 @@ def test_matches_reference(path, d, causal, s_q, s_kv, h, h_kv):
 # the Hopper kernel's other code paths (the defaults cover overlap at D = 128 and the
 # sequential loop at D = 64, on 128- and 192-row tiles)
 CONFIGS = [dict(), dict(overlap=True), dict(block_m=192), dict(block_m=192, block_n=64),
-           dict(block_n=176, overlap=True)]
+           dict(block_n=176, overlap=True), dict(pingpong=True),
+           dict(block_m=192, pingpong=True)]
 
 
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU")

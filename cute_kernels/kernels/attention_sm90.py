@@ -68,7 +68,8 @@ class AttentionSm90:
 
     def __init__(self, head_dim: int, causal: bool, stages: int = 2, colsum: bool = False,
                  overlap: bool = False, block_m: int | None = None,
-                 block_n: int | None = None, colsum_rounds: int = 3, colsum_writers: int = 1):
+                 block_n: int | None = None, colsum_rounds: int = 3, colsum_writers: int = 1,
+                 pingpong: bool = False):
         self.head_dim, self.causal, self.stages, self.colsum = head_dim, causal, stages, colsum
         # overlap: the softmax of S(n) runs while O += P(n + 1) V(n + 1) is on the tensor cores
         # (intra-warpgroup pipelining)
@@ -99,7 +100,12 @@ class AttentionSm90:
         self.colsum_partials = self.consumer_wgs * 4 << (3 - colsum_rounds)
         self.producer_regs, self.consumer_regs = self.REGISTERS[self.consumer_wgs]
         self.threads = 128 * (1 + self.consumer_wgs)
-        self.epi_barrier_id = 1
+        # pingpong (sequential loop only): consumer warpgroups take turns issuing Q K^T
+        if pingpong and overlap:
+            raise ValueError("pingpong applies to the sequential loop (overlap=False)")
+        self.pingpong = pingpong
+        # named barriers: 1 the epilogue's; 2.. one per consumer warpgroup's pingpong turn
+        self.epi_barrier_id, self.pingpong_barrier_id = 1, 2
 
     @cute.jit
     def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
@@ -297,9 +303,27 @@ class AttentionSm90:
             if cutlass.const_expr(self.colsum):
                 col = (prev_l2, sCol, col_pipe, ctid)
             if cutlass.const_expr(not self.overlap):
+                wg_c = ctid // 128
+                if cutlass.const_expr(self.pingpong):
+                    # the last consumer opens the first turn
+                    if wg_c == self.consumer_wgs - 1:
+                        cute.arch.barrier_arrive(barrier_id=self.pingpong_barrier_id,
+                                                 number_of_threads=256)
                 for step in cutlass.range(n_blocks, unroll=1):
                     n = n_blocks - 1 - step
-                    self._qk(ctx, k_state, True)
+                    if cutlass.const_expr(self.pingpong):
+                        # consumers issue Q K^T in turn, so their softmaxes interleave with
+                        # each other's wgmmas instead of coinciding
+                        cute.arch.barrier(barrier_id=self.pingpong_barrier_id + wg_c,
+                                          number_of_threads=256)
+                        self._qk(ctx, k_state, False)
+                        cute.arch.barrier_arrive(
+                            barrier_id=self.pingpong_barrier_id
+                            + (wg_c + 1) % self.consumer_wgs, number_of_threads=256)
+                        warpgroup.wait_group(0)
+                        k_pipe.consumer_release(k_state)
+                    else:
+                        self._qk(ctx, k_state, True)
                     k_state.advance()
                     self._softmax(ctx, soft, None, col_state, n, step == 0, None)
                     rP.store(acc_S.load().to(sQ.element_type))
