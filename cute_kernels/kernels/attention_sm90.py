@@ -45,7 +45,9 @@ class AttentionSm90:
     S = Q K^T by WGMMA from smem, online softmax in registers (exp2, scale folded), P kept in
     registers as the A operand of O += P V (WGMMA, V an MN-major smem operand).
     Tiles: ``block_m`` = 64 x consumers (128: registers 40 / 232; 192: 32 / 160) by
-    ``block_n`` keys.
+    ``block_n`` keys. Schedules per consumer: sequential (S, softmax, P V), ``overlap`` (S(n)
+    and P(n + 1) V(n + 1) in flight together) or sequential with ``pingpong`` (consumers issue
+    Q K^T in turn, named barriers 2 + consumer).
     Column-sum variant: one CTA is one query group (128 or 192 rows). Each consumer
     warp sums exp(scale s - prev_lse) over its 16 rows in registers and by a shuffle
     reduce-scatter (column_sums.py), and hands its partial row to warp 1 of the producer
