@@ -21,6 +21,7 @@ from .online_softmax import (
     LOG2E,
     acc_as_a_operand,
     acc_mn_view,
+    key_blocks,
     mask_and_softmax,
     softmax_finish,
     store_lse,
@@ -119,13 +120,7 @@ class AttentionSm80:
         tVgV, tVsV = thr_g2s.partition_S(gV), thr_g2s.partition_D(sV)
         tKVcKV = thr_g2s.partition_S(cKV)
 
-        # key blocks this query block sees (bottom-right causal: row i sees keys <= i + s_kv - s_q)
-        n_blocks = cute.ceil_div(s_kv, BN)
-        if cutlass.const_expr(self.causal):
-            last_key = (m_block + 1) * BM - 1 + s_kv - s_q
-            n_blocks = cutlass.max(Int32(0), cutlass.min(n_blocks, last_key // BN + 1))
-            if last_key < 0:
-                n_blocks = Int32(0)
+        n_blocks = key_blocks(m_block, (BM, BN), s_q, s_kv, self.causal)
 
         # ---- mma partitions and ldmatrix copies ----
         thr_mma = tiled_mma.get_slice(tidx)

@@ -20,6 +20,7 @@ from .online_softmax import (
     LOG2E,
     acc_as_a_operand,
     acc_mn_view,
+    key_blocks,
     mask_and_softmax,
     rescale_rows,
     softmax_finish,
@@ -206,13 +207,7 @@ class AttentionSm90:
             sCol = cute.make_tensor(storage.sCol.data_ptr(), cute.make_layout(
                 (BN, self.colsum_partials, self.COLSUM_STAGES)))
 
-        # key blocks this query block sees (bottom-right causal)
-        n_blocks = cute.ceil_div(s_kv, BN)
-        if cutlass.const_expr(self.causal):
-            last_key = (m_block + 1) * BM - 1 + s_kv - s_q
-            n_blocks = cutlass.min(n_blocks, cutlass.max(last_key, Int32(-1)) // BN + 1)
-            if last_key < 0:
-                n_blocks = Int32(0)
+        n_blocks = key_blocks(m_block, (BM, BN), s_q, s_kv, self.causal)
 
         if wg == 0:
             # ---------------- producer: TMA of Q once, then K and V tiles ----------------

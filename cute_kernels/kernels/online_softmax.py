@@ -12,7 +12,7 @@ import math
 
 import cutlass
 import cutlass.cute as cute
-from cutlass import Float32
+from cutlass import Float32, Int32
 
 LOG2E = math.log2(math.e)
 LN2 = math.log(2.0)
@@ -134,6 +134,21 @@ def apply_mask(acc_S: cute.Tensor, tScS: cute.Tensor, s_q, s_kv, causal: cutlass
         for c in cutlass.range_constexpr(cute.size(s_mn, mode=[1])):
             if c_mn[r, c][1] >= limit:
                 s_mn[r, c] = -Float32.inf
+
+
+@cute.jit
+def key_blocks(m_block, block_mn, s_q, s_kv, causal: cutlass.Constexpr):
+    """How many key blocks query block ``m_block`` sees: all of them, or (causal, bottom-right:
+    row i sees keys <= i + s_kv - s_q) those up to its last row's diagonal; 0 when its last
+    row sees no key."""
+    bm, bn = block_mn
+    n_blocks = cute.ceil_div(s_kv, bn)
+    if cutlass.const_expr(causal):
+        last_key = (m_block + 1) * bm - 1 + s_kv - s_q
+        n_blocks = cutlass.min(n_blocks, cutlass.max(last_key, Int32(-1)) // bn + 1)
+        if last_key < 0:
+            n_blocks = Int32(0)
+    return n_blocks
 
 
 @cute.jit
