@@ -15,7 +15,12 @@ import cutlass.memory
 from cutlass import Float32, Int32
 from cutlass.cute.nvgpu import warp
 
-from .column_sums import reduce_scatter_rows, tile_column, weighted_column_sums
+from .column_sums import (
+    previous_step_factors,
+    reduce_scatter_rows,
+    tile_column,
+    weighted_column_sums,
+)
 from .gemm_sm80 import BYTES_PER_VEC, g2s_copy, in_bounds_predicate, smem_operand_atom
 from .online_softmax import (
     LOG2E,
@@ -229,10 +234,7 @@ class AttentionSm80:
         lane, warp_i = tidx % 32, tidx // 32
         lane_col0 = acc_mn_view(thr_mma.partition_C(
             cute.make_identity_tensor((self.block_m, BN))))[0, 0][1]
-        factors = cute.make_rmem_tensor(cute.size(row_max), Float32)
-        for r in cutlass.range_constexpr(cute.size(row_max)):
-            m_safe = Float32(0.0) if row_max[r] == -Float32.inf else row_max[r]
-            factors[r] = cute.math.exp2(m_safe * scale_log2 - prev_l2[r], fastmath=True)
+        factors = previous_step_factors(row_max, prev_l2, scale_log2)
         for g in cutlass.range_constexpr(2):
             in_slot = cute.make_rmem_tensor(cute.size(row_max), Float32)
             for r in cutlass.range_constexpr(cute.size(row_max)):

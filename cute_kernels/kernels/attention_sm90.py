@@ -15,7 +15,12 @@ from cutlass import Float32, Int32
 from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
-from .column_sums import reduce_scatter_rows, tile_column, weighted_column_sums
+from .column_sums import (
+    previous_step_factors,
+    reduce_scatter_rows,
+    tile_column,
+    weighted_column_sums,
+)
 from .online_softmax import (
     LOG2E,
     acc_as_a_operand,
@@ -422,10 +427,7 @@ class AttentionSm90:
         softmax numerator ``p = exp2((s - m) * scale_log2)`` times one factor per row,
         ``exp2(m * scale_log2 - prev_lse * log2 e)``; summed over the warp's rows and handed
         to the writer warp through the smem ring."""
-        factors = cute.make_rmem_tensor(cute.size(row_max), Float32)
-        for r in cutlass.range_constexpr(cute.size(row_max)):
-            m_safe = Float32(0.0) if row_max[r] == -Float32.inf else row_max[r]
-            factors[r] = cute.math.exp2(m_safe * scale_log2 - prev_l2[r], fastmath=True)
+        factors = previous_step_factors(row_max, prev_l2, scale_log2)
         part = weighted_column_sums(acc_S, factors)
         lane = ctid % 32
         first = reduce_scatter_rows(part, lane, self.colsum_rounds)

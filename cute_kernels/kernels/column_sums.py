@@ -21,6 +21,18 @@ from .online_softmax import acc_mn_view
 
 
 @cute.jit
+def previous_step_factors(row_max: cute.Tensor, prev_l2: cute.Tensor, scale_log2):
+    """Per row, ``exp2(m * scale_log2 - prev_lse * log2 e)``: turns the softmax numerators
+    ``exp2((s - m) * scale_log2)`` into exp(scale s - prev_lse) (``prev_l2``: prev_lse in
+    log2 units, +inf for rows without a query). A row with no key yet counts m as 0."""
+    factors = cute.make_rmem_tensor(cute.size(row_max), Float32)
+    for r in cutlass.range_constexpr(cute.size(row_max)):
+        m_safe = Float32(0.0) if row_max[r] == -Float32.inf else row_max[r]
+        factors[r] = cute.math.exp2(m_safe * scale_log2 - prev_l2[r], fastmath=True)
+    return factors
+
+
+@cute.jit
 def weighted_column_sums(acc_S: cute.Tensor, factors: cute.Tensor) -> cute.Tensor:
     """Per thread: ``sum_r factors[r] * S[r, c]`` over its own rows, one value per local
     column ``c`` (fp32)."""
