@@ -90,7 +90,7 @@ def test_public_api_rejects_bad_input_before_launch():
     import cute_kernels as ck
 
     q, k, v = qkv()
-    with pytest.raises(TypeError, match="q"):
+    with pytest.raises(TypeError, match="q must have dtype"):
         ck.attention(q.float(), k.float(), v.float())
     with pytest.raises(TypeError, match="causal must be a bool"):
         ck.attention(q, k, v, causal=1)
