@@ -1,6 +1,6 @@
 """Run one attention configuration once (for compute-sanitizer):
 
-    python perf/attention_probe.py PATH S_Q S_KV H H_KV D CAUSAL [colsum]
+    python perf/attention_probe.py PATH S_Q S_KV H H_KV D CAUSAL [colsum [GROUP]]
 """
 
 import sys
@@ -19,7 +19,8 @@ v = torch.randn(2, h_kv, s_kv, d, device="cuda").bfloat16()
 with ck.force_path(path):
     if variant == "colsum":
         prev = torch.randn(2, h, s_q, device="cuda") + 8
-        outs = ck.attention_colsum(q, k, v, prev)
+        group = int(sys.argv[9]) if len(sys.argv) > 9 else 192
+        outs = ck.attention_colsum(q, k, v, prev, group=group)
     else:
         outs = ck.attention(q, k, v, causal=causal, return_lse=True)
 torch.cuda.synchronize()

@@ -4,7 +4,9 @@
         [--configs "[dict(block_m=128, block_n=176, overlap=True)]"]
 
 Each config is AttentionSm90's keyword arguments (colsum=True times the column-sum variant with
-prev_lse = this step's lse). The error column is o's relative error against cuDNN's output.
+prev_lse = this step's lse, group=192 unless given; a variant that adds its sums onto zeros
+pays for the zeroing in its time, as ``attention_colsum`` does). The error column is o's
+relative error against cuDNN's output.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from cute_kernels.kernels.attention_sm90 import AttentionSm90
 from cute_kernels.ops.attention import make_build
 from cute_kernels.runtime.compile import Build, compile_build
 
-CONFIGS = ("[dict(), dict(overlap=True), dict(block_n=176, overlap=True), "
-           "dict(block_m=192, block_n=128), dict(block_m=192, block_n=128, overlap=True), "
-           "dict(colsum=True), dict(colsum=True, overlap=True)]")
+CONFIGS = ("[dict(), dict(overlap=True), dict(block_m=192), "
+           "dict(colsum=True, overlap=True), dict(colsum=True, overlap=True, group=128), "
+           "dict(colsum=True, block_m=192, colsum_method='shuffle'), "
+           "dict(colsum=True, block_m=192, group=128)]")
 
 
 def colsum_error(st, prev_lse, colsum, scale, group=192):
@@ -52,7 +55,8 @@ def main() -> None:
     scale = 1.0 / math.sqrt(d)
     o = torch.empty(b, h, s, d, dtype=torch.bfloat16, device="cuda")
     lse = torch.empty(b, h, s, dtype=torch.float32, device="cuda")
-    colsum = torch.empty(b, h, -(-s // 192), s, dtype=torch.float32, device="cuda")
+    colsums = {g: torch.empty(b, h, -(-s // g), s, dtype=torch.float32, device="cuda")
+               for g in (128, 192)}
     ref = F.scaled_dot_product_attention(*sets[0], is_causal=args.causal).float()
     fake = make_build("hopper", torch.bfloat16, d, False, colsum=True).args
     plain_fake = make_build("hopper", torch.bfloat16, d, args.causal).args
@@ -72,17 +76,23 @@ def main() -> None:
                     plain(*st, o, lse, None, None, scale)
                     prev[id(st[0])] = lse.clone()
 
-            def run(st, fn=fn):
+            colsum = colsums[kern.group]
+
+            def run(st, fn=fn, colsum=colsum, zero=kern.colsum_atomic):
+                if zero:
+                    colsum.zero_()
                 fn(*st, o, lse, prev[id(st[0])], colsum, scale)
         else:
             def run(st, fn=fn):
                 fn(*st, o, lse, None, None, scale)
         o.fill_(float("nan"))
-        colsum.fill_(float("nan"))
+        for c in colsums.values():
+            c.fill_(float("nan"))
         run(sets[0])
         errs[name] = ((o.float() - ref).norm() / ref.norm()).item()
         if cfg.get("colsum"):
-            col_errs[name] = colsum_error(sets[0], prev[id(sets[0][0])], colsum, scale)
+            col_errs[name] = colsum_error(sets[0], prev[id(sets[0][0])], colsums[kern.group],
+                                          scale, kern.group)
         fns[name] = run
     fns["SDPA-cuDNN"] = lambda st: F.scaled_dot_product_attention(*st, is_causal=args.causal)
     with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.CUDNN_ATTENTION):

@@ -22,6 +22,7 @@ step "memcheck gated" bash -c "CUTE_KERNELS_DISK_CACHE=0 timeout 300 compute-san
 step "racecheck gated" bash -c "CUTE_KERNELS_DISK_CACHE=0 timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 python -m pytest -q -x tests/test_gated_mlp_gpu.py -k 'matches_reference and swiglu and 333-4104' 2>&1 | tail -4"
 for probe in "hopper 1000 1111 2 1 128 1" "hopper 1000 777 2 2 64 0" "ampere 1000 777 2 1 128 1" \
              "hopper 1000 777 2 2 128 0 colsum" "hopper 1000 777 2 2 64 0 colsum" \
+             "hopper 1000 777 2 2 128 0 colsum 128" "hopper 1000 777 2 2 64 0 colsum 128" \
              "ampere 1000 777 2 2 64 0 colsum"; do
   for tool in memcheck racecheck; do
     step "$tool attention $probe" bash -c "CUTE_KERNELS_DISK_CACHE=0 timeout 120 compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 9 python perf/attention_probe.py $probe 2>&1 | tail -2"

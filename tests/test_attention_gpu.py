@@ -7,6 +7,7 @@ import torch
 import cute_kernels as ck
 from cute_kernels.ops.attention import (
     _attention,
+    _attention_colsum,
     attention_colsum_reference,
     attention_reference,
     torch_attention,
@@ -131,12 +132,49 @@ def test_colsum_matches_reference(path, d, group, s_q, s_kv, h, h_kv):
     assert ((colsum - ref_colsum).abs() / ref_colsum.abs().clamp_min(1e-6)).max() < 1e-2
 
 
+# the Hopper column-sum code paths beyond the defaults (MMA sums in the overlapped 128-row
+# kernel at D = 128, shuffle sums in the 192-row kernel at D = 64 / group 192, MMA sums in the
+# 192-row kernel at D = 64 / group 128)
+COLSUM_CONFIGS = [dict(), dict(pingpong=True), dict(block_m=192, block_n=64),
+                  dict(block_m=192, pingpong=True), dict(block_m=192, colsum_method="shuffle"),
+                  dict(overlap=True), dict(overlap=True, colsum_method="shuffle", block_m=128)]
+
+
+@pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("config", COLSUM_CONFIGS, ids=str)
+@pytest.mark.parametrize("group", [128, 192])
+@pytest.mark.parametrize("d, dtype", [(64, torch.bfloat16), (128, torch.float16)])
+def test_hopper_colsum_configs(config, group, d, dtype):
+    if config.get("colsum_method") == "shuffle" and config.get("block_m", 128) != group:
+        pytest.skip("shuffle sums need the query tile to be the group")
+    from cute_kernels.kernels.attention_sm90 import AttentionSm90
+
+    cfg = dict(config, colsum=True, group=group)
+    try:
+        AttentionSm90(d, False, **cfg)
+    except ValueError as err:  # a tile that does not fit is refused before compiling
+        assert "shared memory" in str(err) and d == 128 and config.get("block_m") == 192
+        return
+    q, k, v = qkv(2, 3, 1, 1000, 777, d, dtype)
+    _, lse0 = attention_reference(q, k, v)
+    prev = lse0 + 0.1 * torch.randn_like(lse0)
+    scale = d ** -0.5
+    o, lse, colsum = _attention_colsum(q, k, v, prev, group, scale, config=cfg)
+    ref_o, ref_lse, ref_colsum = attention_colsum_reference(q, k, v, prev, group=group)
+    torch.testing.assert_close(lse, ref_lse, rtol=0, atol=1e-3)
+    assert rel_err(o, ref_o) <= 2 * rel_err(torch_attention(q, k, v), ref_o) + 1e-6
+    assert ((colsum - ref_colsum).abs() / ref_colsum.abs().clamp_min(1e-6)).max() < 1e-2
+
+
 @pytest.mark.parametrize("path", PATHS)
 def test_colsum_is_deterministic(path):
-    """The Ampere kernel adds two partial sums per element onto zeros: order-free."""
-    q, k, v = qkv(1, 2, 2, 1000, 999, 64)
-    prev = attention_reference(q, k, v)[1]
-    with ck.force_path(path):
-        first = ck.attention_colsum(q, k, v, prev)[2]
-        again = ck.attention_colsum(q, k, v, prev)[2]
-    assert torch.equal(first, again)
+    """Where a group spans two CTAs, the kernels add two partial sums per element onto zeros:
+    order-free. Both groups, both head dims (Hopper: MMA and shuffle sums, stores and adds)."""
+    for d in (64, 128):
+        q, k, v = qkv(1, 2, 2, 1000, 999, d)
+        prev = attention_reference(q, k, v)[1]
+        for group in (128, 192):
+            with ck.force_path(path):
+                first = ck.attention_colsum(q, k, v, prev, group=group)[2]
+                again = ck.attention_colsum(q, k, v, prev, group=group)[2]
+            assert torch.equal(first, again), (d, group)

@@ -112,3 +112,15 @@ def test_out_must_not_alias_the_inputs():
     check_no_overlap("out", buf[:2], buf[2:])
     with pytest.raises(ValueError, match="out must not overlap"):
         check_no_overlap("out", buf[1:3], buf[2:])
+
+
+def test_hopper_kernel_refuses_tiles_past_shared_memory():
+    """A Hopper tile whose K/V stages, P and sums exceed 227 KiB is refused at construction,
+    naming the budget (not at launch)."""
+    from cute_kernels.kernels.attention_sm90 import AttentionSm90
+
+    with pytest.raises(ValueError, match="shared memory"):
+        AttentionSm90(128, False, block_m=192, colsum=True)
+    with pytest.raises(ValueError, match="shared memory"):
+        AttentionSm90(128, False, block_n=256, stages=3)
+    assert AttentionSm90(128, False, overlap=True, colsum=True).smem_bytes() <= 232448

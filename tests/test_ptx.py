@@ -108,9 +108,11 @@ def _assert_no_spills(ptx: str, target: str, allowed: int = 0) -> None:
 
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_attention_colsum_ptx(head_dim):
-    """The column-sum variant: three consumer warpgroups, WGMMA, TMA, the shuffle
-    reduce-scatter of its row sums (C / 2, C / 4, C / 8 shuffles at lane offsets 16, 8, 4 for
-    C columns per thread), no named barrier between consumers per key tile, no spills."""
+    """The column-sum variant per default Hopper config, for both groups. MMA sums: one
+    m64n8k16 wgmma chain per key tile with P read transposed from smem (stored by stmatrix
+    after a proxy fence), fp32 ``red.add`` only where a group spans two CTAs. Shuffle sums:
+    the reduce-scatter (C / 2, C / 4, C / 8 shuffles at lane offsets 16, 8, 4 for C columns
+    per thread) and plain stores. Spills stay within 32 bytes."""
     import collections
     import re
 
@@ -120,21 +122,31 @@ def test_attention_colsum_ptx(head_dim):
     from cute_kernels.ops.attention import hopper_config, make_build
     from cute_kernels.runtime.compile import compile_ptx
 
-    ptx = compile_ptx(make_build("hopper", torch.bfloat16, head_dim, False, colsum=True),
-                      "sm_90a")
-    mix = instruction_mix(ptx)
-    assert all(mix[f] > 0 for f in HOPPER), mix
-    assert ".reqntid 512" in ptx
-    kernel = AttentionSm90(head_dim, False, **hopper_config(head_dim, False, colsum=True))
-    cols, rounds = kernel.block_n // 4, kernel.colsum_rounds
-    offsets = collections.Counter(
-        re.findall(r"shfl\.sync\.bfly\.b32\s+%r\d+,\s*%r\d+,\s*(\d+),", ptx))
-    sites = 2 if kernel.overlap else 1  # the overlapped loop peels its first key block
-    expected = [sites * (cols >> (i + 1)) if i < rounds else 0 for i in range(3)]
-    assert [offsets["16"], offsets["8"], offsets["4"]] == expected
-    # barrier 0: set-up; barrier 1: the epilogue's (Q's smem reused for O), twice
-    assert sorted(set(re.findall(r"bar\.sync\s+(\d+)", ptx))) == ["0", "1"]
-    _assert_no_spills(ptx, "sm_90a")
+    for group in (128, 192):
+        ptx = compile_ptx(make_build("hopper", torch.bfloat16, head_dim, False, colsum=True,
+                                     group=group), "sm_90a")
+        mix = instruction_mix(ptx)
+        assert all(mix[f] > 0 for f in HOPPER), mix
+        kernel = AttentionSm90(head_dim, False, **hopper_config(head_dim, False, True, group))
+        assert f".reqntid {128 * (1 + kernel.consumer_wgs)}" in ptx
+        reds = ptx.count("red.relaxed.gpu.global.add.f32")
+        assert (reds > 0) == kernel.colsum_atomic, (group, reds)
+        col_mma = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n8k16\.f32\.bf16\.bf16"
+                             r" \{[^}]*\}, %rd\d+, %rd\d+, p, 1,\s*1, 1, 0;", ptx)
+        if kernel.colsum_method == "mma":
+            # keys as M: block_n / 64 atoms x 4 k-steps, per issue site (overlap: 2, else 1)
+            sites = 2 if kernel.overlap else 1
+            assert len(col_mma) == sites * kernel.block_n // 64 * 4, len(col_mma)
+            assert "stmatrix.sync.aligned" in ptx and "fence.proxy.async.shared::cta" in ptx
+        else:
+            assert not col_mma
+            cols, rounds = kernel.block_n // 4, kernel.colsum_rounds
+            offsets = collections.Counter(
+                re.findall(r"shfl\.sync\.bfly\.b32\s+%r\d+,\s*%r\d+,\s*(\d+),", ptx))
+            sites = 2 if kernel.overlap else 1  # the overlapped loop peels its first key block
+            expected = [sites * (cols >> (i + 1)) if i < rounds else 0 for i in range(3)]
+            assert [offsets["16"], offsets["8"], offsets["4"]] == expected
+        _assert_no_spills(ptx, "sm_90a", allowed=32)
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])

@@ -11,7 +11,7 @@ import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 import cutlass.utils.hopper_helpers as sm90_utils
-from cutlass import Float32, Int32
+from cutlass import BFloat16, Float32, Int32
 from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
@@ -54,66 +54,101 @@ class AttentionSm90:
     ``block_n`` keys. Schedules per consumer: sequential (S, softmax, P V), ``overlap`` (S(n)
     and P(n + 1) V(n + 1) in flight together) or sequential with ``pingpong`` (consumers issue
     Q K^T in turn, named barriers 2 + consumer).
-    Column-sum variant: one CTA is one query group (128 or 192 rows). Each consumer
-    warp sums exp(scale s - prev_lse) over its 16 rows in registers and by a shuffle
-    reduce-scatter (column_sums.py), and hands its partial row to warp 1 of the producer
-    warpgroup through a ``COLSUM_STAGES``-deep smem ring (``PipelineAsync``); warp 1 (or warps
-    1 to ``colsum_writers``) adds the partials and writes each key tile's column sums once,
-    without atomics and without making the consumers wait for each other. ``colsum_rounds``
-    < 3 stops the shuffles early and leaves more partials (2^(3 - rounds) per warp) to the
-    writers: consumer ALU traded for shared-memory traffic.
+    Column-sum variant (``colsum``, any tile and schedule above): after each key tile's
+    softmax a consumer stores its P (bf16) to shared memory next to the per-row factors
+    f = exp2(m * scale_log2 - prev_lse * log2 e), and one small WGMMA (m64n8k16, keys as M, P
+    read transposed from smem, rows as K) computes the tile's column sums sum_r P[r, c] f[r]
+    for its 64 rows on the otherwise idle tensor cores (it retires with O += P V). The
+    sums reach warp 1 of the producer warpgroup through a ``COLSUM_STAGES``-deep smem ring
+    (``PipelineAsync``); it adds the consumers of one query group and writes each (group,
+    key) once: a plain store when the group is the CTA's tile, else an fp32 ``red.add``
+    onto zeros, at most two terms per element (a 64-row-aligned group of 128 or 192 rows
+    spans at most two CTAs), hence deterministic.
     Pipeline: Q in a one-stage barrier; K and V each in a ``stages``-deep ``PipelineTmaAsync``
     ring; key blocks run last to first so the masked ones come first.
     Shared memory (D = 128, 128 x 128, 2 stages): Q 32 KiB + K 64 KiB + V 64 KiB; column sums
-    add COLSUM_STAGES x partials x block_n x 4 B (partials: 4 per consumer warpgroup, doubled
-    per shuffle round skipped).
+    add per consumer P 64 x block_n x 2 B + factors 8 x 64 x 2 B, and the ring
+    COLSUM_STAGES x consumers x block_n x 4 B (198 KiB in all at D = 128).
     Epilogue: O normalised, converted, written to Q's smem and stored by TMA (which clips
     rows past S_q); lse written by the first thread of each quad.
     """
 
     COLSUM_STAGES = 4
+    SMEM_LIMIT = 232448  # bytes per CTA on sm_90 (227 KiB)
     REGISTERS = {2: (40, 232), 3: (32, 160)}  # consumers -> (producer, consumer) per thread
 
     def __init__(self, head_dim: int, causal: bool, stages: int = 2, colsum: bool = False,
                  overlap: bool = False, block_m: int | None = None,
-                 block_n: int | None = None, colsum_rounds: int = 3, colsum_writers: int = 1,
-                 pingpong: bool = False):
+                 block_n: int | None = None, group: int = 192, pingpong: bool = False,
+                 colsum_method: str = "mma", colsum_rounds: int = 3, colsum_writers: int = 1):
         self.head_dim, self.causal, self.stages, self.colsum = head_dim, causal, stages, colsum
         # overlap: the softmax of S(n) runs while O += P(n + 1) V(n + 1) is on the tensor cores
         # (intra-warpgroup pipelining)
         self.overlap = overlap
-        if colsum:
-            # one CTA = one query group, so its column sums are complete in the CTA
-            if causal:
-                raise ValueError("the column-sum variant is non-causal")
-            block_m = block_m or 192
-            if block_m not in (128, 192):
-                raise ValueError("the column-sum variant's query tile is its group: 128 or 192 "
-                                 f"rows, got {block_m}")
-            # S, O and P of 64 rows must fit 160 registers per thread
-            block_n = block_n or (64 if head_dim > 64 else 128)
         self.block_m, self.block_n = block_m or 128, block_n or 128
         if self.block_m // 64 not in self.REGISTERS or self.block_m % 64:
             raise ValueError(f"block_m must be 128 or 192, got {self.block_m}")
-        # the column-sum reduce-scatter needs block_n / 4 columns per thread divisible by 8
-        if self.block_n % (32 if colsum else 16) or not 32 <= self.block_n <= 256:
-            raise ValueError(f"block_n must be a multiple of {32 if colsum else 16} in "
-                             f"[32, 256], got {self.block_n}")
-        # column sums: shuffle rounds per consumer warp (3: one partial per warp and column;
-        # fewer leave 2^(3 - rounds) partials for the writer warps to add)
+        if self.block_n % 16 or not 32 <= self.block_n <= 256:
+            raise ValueError(f"block_n must be a multiple of 16 in [32, 256], got "
+                             f"{self.block_n}")
+        if colsum:
+            if causal:
+                raise ValueError("the column-sum variant is non-causal")
+            # keys are the column-sum MMA's M (64 per atom); the reduce-scatter needs
+            # block_n / 4 columns per thread divisible by 8
+            if self.block_n % (64 if colsum_method == "mma" else 32):
+                raise ValueError(f"the column-sum variant ({colsum_method}) needs block_n a "
+                                 f"multiple of {64 if colsum_method == 'mma' else 32}, got "
+                                 f"{self.block_n}")
+            # 64-row consumers each lie in one group, and a group spans at most two CTAs
+            if group not in (128, 192):
+                raise ValueError(f"group must be 128 or 192, got {group}")
+            if colsum_method not in ("mma", "shuffle"):
+                raise ValueError(f"colsum_method must be 'mma' or 'shuffle', got "
+                                 f"{colsum_method!r}")
+            # shuffle sums: the writers add whole CTAs, so the query tile is the group
+            if colsum_method == "shuffle" and group != self.block_m:
+                raise ValueError(f"colsum_method='shuffle' needs block_m == group, got "
+                                 f"{self.block_m} and {group}")
+        # shuffle rounds per consumer warp (3: one partial per warp and column; fewer leave
+        # 2^(3 - rounds) partials per warp for the writer warps to add)
         if colsum_rounds not in (1, 2, 3) or colsum_writers not in (1, 2, 3):
             raise ValueError("colsum_rounds and colsum_writers must be 1, 2 or 3")
+        self.group, self.colsum_method = group, colsum_method
         self.colsum_rounds, self.colsum_writers = colsum_rounds, colsum_writers
         self.consumer_wgs = self.block_m // 64
-        self.colsum_partials = self.consumer_wgs * 4 << (3 - colsum_rounds)
+        # ring slots per key tile: one per consumer (MMA sums), or per warp and lane spread
+        self.colsum_partials = (self.consumer_wgs if colsum_method == "mma"
+                                else self.consumer_wgs * 4 << (3 - colsum_rounds))
         self.producer_regs, self.consumer_regs = self.REGISTERS[self.consumer_wgs]
         self.threads = 128 * (1 + self.consumer_wgs)
+        if self.smem_bytes() > self.SMEM_LIMIT:
+            raise ValueError(f"block {self.block_m} x {self.block_n} at head dim {head_dim} "
+                             f"needs {self.smem_bytes()} bytes of shared memory, more than the "
+                             f"{self.SMEM_LIMIT} an sm_90 CTA may have")
         # pingpong (sequential loop only): consumer warpgroups take turns issuing Q K^T
         if pingpong and overlap:
             raise ValueError("pingpong applies to the sequential loop (overlap=False)")
         self.pingpong = pingpong
-        # named barriers: 1 the epilogue's; 2.. one per consumer warpgroup's pingpong turn
-        self.epi_barrier_id, self.pingpong_barrier_id = 1, 2
+        # named barriers: 1 the epilogue's; 2.. one per consumer warpgroup's pingpong turn;
+        # 5.. one per consumer warpgroup's column-sum operands (P and f in smem)
+        self.epi_barrier_id, self.pingpong_barrier_id, self.colsum_barrier_id = 1, 2, 5
+
+    def smem_bytes(self) -> int:
+        """Shared memory of the SharedStorage built in ``__call__`` (alignment included)."""
+        BM, BN, D, wgs = self.block_m, self.block_n, self.head_dim, self.consumer_wgs
+        tiles = 2 * (BM * D + 2 * self.stages * BN * D)  # Q, K and V stages (16-bit)
+        sums = 0
+        if self.colsum:
+            sums = BN * self.colsum_partials * self.COLSUM_STAGES * 4
+            if self.colsum_method == "mma":
+                sums += 2 * BM * BN + 1024 * wgs + 1024  # P, f (1 KiB per consumer), padding
+        return 1024 + tiles + sums  # barriers and alignment
+
+    @property
+    def colsum_atomic(self) -> bool:
+        """Whether a query group can span two CTAs (then the sums are added onto zeros)."""
+        return self.colsum and self.group != self.block_m
 
     @cute.jit
     def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
@@ -140,6 +175,17 @@ class AttentionSm90:
                                                 cute.slice_(sV_layout, (None, None, 0)), (D, BN))
         tma_o, tO = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileS2GOp(), _sdhb(mO),
                                                 cute.slice_(sQ_layout, (None, None, 0)), (BM, D))
+        # column sums: out(keys, 8) = P^T(keys, rows) f(rows, 8), one warpgroup's 64 rows; P is
+        # the MN-major A operand (keys contiguous), f the K-major B operand (one per consumer)
+        col_mma = sm90_utils.make_trivial_tiled_mma(
+            BFloat16, BFloat16, OperandMajorMode.MN, OperandMajorMode.K, Float32, (1, 1, 1),
+            tiler_mn=(64, 8))
+        sP_layout = sm90_utils.make_smem_layout_a(LayoutEnum.COL_MAJOR, (BN, 8, 64), BFloat16,
+                                                  self.consumer_wgs)
+        sF_layout = sm90_utils.make_smem_layout_b(LayoutEnum.ROW_MAJOR, (BN, 8, 64), BFloat16,
+                                                  self.consumer_wgs)
+        mma_sums = self.colsum and self.colsum_method == "mma"
+        col_size = cute.cosize(sP_layout) if mma_sums else 1
 
         @cute.struct
         class SharedStorage:
@@ -148,26 +194,32 @@ class AttentionSm90:
             sQ: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sQ_layout)], 1024]
             sK: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sK_layout)], 1024]
             sV: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sV_layout)], 1024]
-            # column-sum partials: (key, consumer warp, stage)
+            # column sums: P and f per consumer, then the ring (key, consumer, stage)
+            sP: cute.struct.Align[cute.struct.MemRange[BFloat16, col_size], 1024]
+            sF: cute.struct.Align[cute.struct.MemRange[
+                BFloat16, cute.cosize(sF_layout) if mma_sums else 1], 1024]
             sCol: cute.struct.MemRange[
                 Float32, BN * self.colsum_partials * self.COLSUM_STAGES if self.colsum else 1]
 
         self.storage_cls = SharedStorage
         grid = (cute.ceil_div(mQ.shape[2], BM), mQ.shape[1], mQ.shape[0])
-        self.kernel(qk_mma, pv_mma, tma_q, tQ, tma_k, tK, tma_v, tV, tma_o, tO, mLSE,
+        self.kernel(qk_mma, pv_mma, col_mma, tma_q, tQ, tma_k, tK, tma_v, tV, tma_o, tO, mLSE,
                     mPrevLSE, mColsum,
                     mQ.shape[2], mK.shape[2], mQ.shape[1] // mK.shape[1],
-                    scale * Float32(LOG2E), sQ_layout, sK_layout, sV_layout).launch(
+                    scale * Float32(LOG2E), sQ_layout, sK_layout, sV_layout, sP_layout,
+                    sF_layout).launch(
             grid=grid, block=(self.threads, 1, 1), stream=stream)
 
     @cute.kernel
-    def kernel(self, qk_mma: cute.TiledMma, pv_mma: cute.TiledMma, tma_q: cute.CopyAtom,
+    def kernel(self, qk_mma: cute.TiledMma, pv_mma: cute.TiledMma, col_mma: cute.TiledMma,
+               tma_q: cute.CopyAtom,
                tQ: cute.Tensor, tma_k: cute.CopyAtom, tK: cute.Tensor, tma_v: cute.CopyAtom,
                tV: cute.Tensor, tma_o: cute.CopyAtom, tO: cute.Tensor, mLSE: cute.Tensor,
                mPrevLSE, mColsum,
                s_q: Int32, s_kv: Int32, q_per_kv: Int32, scale_log2: Float32,
                sQ_layout: cute.ComposedLayout, sK_layout: cute.ComposedLayout,
-               sV_layout: cute.ComposedLayout):
+               sV_layout: cute.ComposedLayout, sP_layout: cute.ComposedLayout,
+               sF_layout: cute.ComposedLayout):
         BM, BN, D = self.block_m, self.block_n, self.head_dim
         tidx, _, _ = cute.arch.thread_idx()
         m_block, head, batch = cute.arch.block_idx()
@@ -201,7 +253,7 @@ class AttentionSm90:
             cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)))
         col_pipe, sCol = None, None
         if cutlass.const_expr(self.colsum):
-            # consumer threads -> the column-sum writer warps; every thread arrives (its own
+            # consumer threads -> the column-sum writer warp; every thread arrives (its own
             # smem writes or reads are then ordered by its own arrive/wait pair)
             col_pipe = pipeline.PipelineAsync.create(
                 barrier_storage=bar + 2 + 4 * self.stages, num_stages=self.COLSUM_STAGES,
@@ -273,6 +325,7 @@ class AttentionSm90:
             # wgmma atoms start with scale-d = 0 (overwrite): both MMAs accumulate (S from zeros)
             pv_mma.set(warpgroup.Field.ACCUMULATE, True)
             qk_mma.set(warpgroup.Field.ACCUMULATE, True)
+            col_mma.set(warpgroup.Field.ACCUMULATE, True)
             acc_S = cute.make_rmem_tensor(qk_mma.partition_shape_C((BM, BN)), Float32)
             rows = cute.size(acc_mn_view(acc_O), mode=[0])
             row_max = cute.make_rmem_tensor(rows, Float32)
@@ -280,15 +333,6 @@ class AttentionSm90:
             row_max.fill(-Float32.inf)
             row_sum.fill(0.0)
 
-            if cutlass.const_expr(self.colsum):
-                # previous-step normalisers of this thread's rows, in log2 units (+inf past S_q)
-                c_rows = acc_mn_view(thr_qk.partition_C(cute.local_tile(
-                    cute.make_identity_tensor((s_q, s_kv)), (BM, BN), (m_block, 0))))
-                prev_l2 = cute.make_rmem_tensor(cute.size(c_rows, mode=[0]), Float32)
-                for r in cutlass.range_constexpr(cute.size(prev_l2)):
-                    prev_l2[r] = Float32.inf
-                    if c_rows[r, 0][0] < s_q:
-                        prev_l2[r] = mPrevLSE[batch, head, c_rows[r, 0][0]] * Float32(LOG2E)
             q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
             q_pipe.consumer_wait(q_state)
             k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer,
@@ -303,7 +347,11 @@ class AttentionSm90:
             col_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer,
                                                      self.COLSUM_STAGES)
             if cutlass.const_expr(self.colsum):
-                col = (prev_l2, sCol, col_pipe, ctid)
+                col = self._colsum_setup(col_mma, qk_mma, thr_qk, storage, sP_layout, sF_layout,
+                                         mPrevLSE, s_q, batch, head, m_block, ctid, rP,
+                                         row_max, scale_log2, sCol, col_pipe)
+            mma_sums = self.colsum and self.colsum_method == "mma"
+            shuffle_sums = self.colsum and self.colsum_method == "shuffle"
             if cutlass.const_expr(not self.overlap):
                 wg_c = ctid // 128
                 if cutlass.const_expr(self.pingpong):
@@ -327,30 +375,54 @@ class AttentionSm90:
                     else:
                         self._qk(ctx, k_state, True)
                     k_state.advance()
-                    self._softmax(ctx, soft, None, col_state, n, step == 0, None)
+                    if cutlass.const_expr(mma_sums):
+                        # the previous tile's column sums retired with this Q K^T
+                        if step > 0:
+                            self._colsum_push(col, col_state)
+                            col_state.advance()
+                    self._softmax(ctx, soft, n, step == 0, None)
                     rP.store(acc_S.load().to(sQ.element_type))
-                    if cutlass.const_expr(self.colsum):
+                    if cutlass.const_expr(mma_sums):
+                        # the column sums of P ride behind O += P V on the tensor cores; their
+                        # operands are stored while P V runs (the proxy fence waits for it,
+                        # as this warpgroup would anyway) and they retire with the next Q K^T
+                        self._pv(ctx, v_state, False)
+                        self._colsum_operands(col)
+                        self._colsum_mma(col)
+                        warpgroup.wait_group(1)
+                        v_pipe.consumer_release(v_state)
+                    elif cutlass.const_expr(shuffle_sums):
                         # the column sums (from S, still in registers) run under O += P V
                         self._pv(ctx, v_state, False)
-                        self._colsum_partial(acc_S, row_max, prev_l2, scale_log2, thr_qk, sCol,
-                                             col_pipe, col_state, ctid)
+                        self._colsum_partial(col, col_state, acc_S)
                         col_state.advance()
                         warpgroup.wait_group(0)
                         v_pipe.consumer_release(v_state)
                     else:
                         self._pv(ctx, v_state, True)
                     v_state.advance()
+                if cutlass.const_expr(mma_sums):
+                    if n_blocks > 0:
+                        warpgroup.wait_group(0)
+                        self._colsum_push(col, col_state)
             else:
                 # S(n) = Q K(n)^T and O += P(n + 1) V(n + 1) in flight together; the softmax of
-                # S(n) runs while the P V wgmmas do, and O's rescale waits for them
+                # S(n) runs while the P V wgmmas do, and O's rescale waits for them. Column sums
+                # by MMA: the operands of P(n + 1) are stored where the tensor cores idle anyway
+                # (end of the previous step), the wgmmas issued after the softmax of S(n) (more
+                # in flight with P V would block their issue, and the softmax with it), and
+                # retired after O's rescale.
                 correction = cute.make_rmem_tensor(rows, Float32)
                 if n_blocks > 0:
                     self._qk(ctx, k_state, True)
                     k_state.advance()
-                    self._softmax(ctx, soft, col, col_state, n_blocks - 1, True, None)
-                    if cutlass.const_expr(self.colsum):
+                    self._softmax(ctx, soft, n_blocks - 1, True, None)
+                    if cutlass.const_expr(shuffle_sums):
+                        self._colsum_partial(col, col_state, acc_S)
                         col_state.advance()
                     rP.store(acc_S.load().to(sQ.element_type))
+                    if cutlass.const_expr(mma_sums):
+                        self._colsum_operands(col)
                 for step in cutlass.range(1, n_blocks, unroll=1):
                     n = n_blocks - 1 - step
                     self._qk(ctx, k_state, False)
@@ -358,16 +430,33 @@ class AttentionSm90:
                     warpgroup.wait_group(1)  # groups retire in order: S(n) is ready
                     k_pipe.consumer_release(k_state)
                     k_state.advance()
-                    self._softmax(ctx, soft, col, col_state, n, False, correction)
-                    if cutlass.const_expr(self.colsum):
+                    self._softmax(ctx, soft, n, False, correction)
+                    if cutlass.const_expr(shuffle_sums):
+                        self._colsum_partial(col, col_state, acc_S)
                         col_state.advance()
-                    warpgroup.wait_group(0)
+                    if cutlass.const_expr(mma_sums):
+                        self._colsum_mma(col)
+                        warpgroup.wait_group(1)
+                    else:
+                        warpgroup.wait_group(0)
                     v_pipe.consumer_release(v_state)
                     v_state.advance()
                     rescale_rows(acc_O, correction)
                     rP.store(acc_S.load().to(sQ.element_type))
+                    if cutlass.const_expr(mma_sums):
+                        warpgroup.wait_group(0)
+                        self._colsum_push(col, col_state)
+                        col_state.advance()
+                        self._colsum_operands(col)
                 if n_blocks > 0:
-                    self._pv(ctx, v_state, True)
+                    if cutlass.const_expr(mma_sums):
+                        self._pv(ctx, v_state, False)
+                        self._colsum_mma(col)
+                        warpgroup.wait_group(0)
+                        v_pipe.consumer_release(v_state)
+                        self._colsum_push(col, col_state)
+                    else:
+                        self._pv(ctx, v_state, True)
                     v_state.advance()
 
             lse = cute.make_rmem_tensor(rows, Float32)
@@ -409,27 +498,104 @@ class AttentionSm90:
             v_pipe.consumer_release(v_state)
 
     @cute.jit
-    def _softmax(self, ctx, soft, col, col_state, n, first, correction):
-        """Mask + online softmax of S (and the column sums, in that variant)."""
+    def _softmax(self, ctx, soft, n, first, correction):
+        """Mask + online softmax of S."""
         acc_S, acc_O = ctx[5], ctx[6]
         row_max, row_sum, scale_log2, thr_qk, m_block, block_mn, s_q, s_kv = soft
         mask_and_softmax(acc_S, acc_O, row_max, row_sum, scale_log2, thr_qk, m_block, n,
                          block_mn, s_q, s_kv, self.causal, first, correction)
-        if cutlass.const_expr(col is not None):
-            prev_l2, sCol, col_pipe, ctid = col
-            self._colsum_partial(acc_S, row_max, prev_l2, scale_log2, thr_qk, sCol, col_pipe,
-                                 col_state, ctid)
 
     @cute.jit
-    def _colsum_partial(self, acc_S, row_max, prev_l2, scale_log2, thr_qk, sCol, col_pipe,
-                        col_state, ctid):
-        """This warp's share of one key tile's column sums: exp(scale s - prev_lse) is the
-        softmax numerator ``p = exp2((s - m) * scale_log2)`` times one factor per row,
-        ``exp2(m * scale_log2 - prev_lse * log2 e)``; summed over the warp's rows and handed
-        to the writer warp through the smem ring."""
+    def _colsum_setup(self, col_mma, qk_mma, thr_qk, storage, sP_layout, sF_layout, mPrevLSE,
+                      s_q, batch, head, m_block, ctid, rP, row_max, scale_log2, sCol,
+                      col_pipe):
+        """Consumer thread ``ctid``'s column-sum state: its rows' previous-step normalisers and,
+        for MMA sums, the column-sum MMA's operands and fragments."""
+        BM, BN = self.block_m, self.block_n
+        wg_c, lane = ctid // 128, ctid % 32
+        # this thread's rows: within the CTA tile and (for prev_lse) within the sequence
+        local_rows = acc_mn_view(thr_qk.partition_C(cute.make_identity_tensor((BM, BN))))
+        prev_l2 = cute.make_rmem_tensor(cute.size(row_max), Float32)
+        for r in cutlass.range_constexpr(cute.size(prev_l2)):
+            row = m_block * BM + local_rows[r, 0][0]
+            prev_l2[r] = Float32.inf  # f = 0: rows past S_q add nothing
+            if row < s_q:
+                prev_l2[r] = mPrevLSE[batch, head, row] * Float32(LOG2E)
+        tCsP, tCsF, acc_C, cC, r2s, thr_r2s, tPsP, rPc, sF = (None,) * 9
+        if cutlass.const_expr(self.colsum_method == "mma"):
+            sP = storage.sP.get_tensor(sP_layout.outer, swizzle=sP_layout.inner)  # key, row, wg
+            sF = storage.sF.get_tensor(sF_layout.outer, swizzle=sF_layout.inner)  # n, row, wg
+            thr_col = col_mma.get_slice(ctid % 128)
+            tCsP = col_mma.make_fragment_A(thr_col.partition_A(sP))
+            tCsF = col_mma.make_fragment_B(thr_col.partition_B(sF))
+            acc_C = cute.make_rmem_tensor(col_mma.partition_shape_C((BN, 8)), Float32)
+            cC = thr_col.partition_C(cute.make_identity_tensor((BN, 8)))
+            # P from its accumulator layout into the (query row, key) view of all consumers' sP
+            sP_rows = cute.make_tensor(sP.iterator, cute.group_modes(
+                cute.select(sP.layout, mode=[1, 2, 0]), 0, 2))
+            r2s = cute.make_tiled_copy_C(cute.make_copy_atom(
+                cute.nvgpu.warp.StMatrix8x8x16bOp(transpose=False, num_matrices=4), BFloat16),
+                qk_mma)
+            thr_r2s = r2s.get_slice(ctid)
+            tPsP = thr_r2s.partition_D(sP_rows)
+            rPc = rP
+            if cutlass.const_expr(rP.element_type != BFloat16):
+                rPc = cute.make_rmem_tensor_like(rP, BFloat16)
+        return (col_mma, tCsP, tCsF, acc_C, cC, r2s, thr_r2s, tPsP, rP, rPc, sF, local_rows,
+                prev_l2, row_max, scale_log2, sCol, col_pipe, wg_c, lane, thr_qk, ctid)
+
+    @cute.jit
+    def _colsum_operands(self, col):
+        """Store P (in ``rP``) and the factors f = exp2(m * scale_log2 - prev_lse log2 e) of
+        its rows to smem for the column-sum MMA. Call it with no wgmma in flight (the proxy
+        fence would wait for them) and before the next softmax moves the running max."""
+        (_, _, _, _, _, r2s, thr_r2s, tPsP, rP, rPc, sF, local_rows, prev_l2, row_max,
+         scale_log2, _, _, wg_c, lane, _, _) = col
+        if cutlass.const_expr(rP.element_type != BFloat16):
+            rPc.store(rP.load().to(BFloat16))
+        cute.copy(r2s, thr_r2s.retile(rPc), tPsP)
+        factors = previous_step_factors(row_max, prev_l2, scale_log2)
+        # the four lanes of a quad share rows; each writes f to one of the even columns, which
+        # are the ones _colsum_push reads
+        for r in cutlass.range_constexpr(cute.size(factors)):
+            sF[2 * (lane % 4), local_rows[r, 0][0] % 64, wg_c] = factors[r].to(BFloat16)
+        cute.arch.fence_proxy("async.shared", space="cta")
+        cute.arch.barrier(barrier_id=self.colsum_barrier_id + wg_c, number_of_threads=128)
+
+    @cute.jit
+    def _colsum_mma(self, col):
+        """Issue sums(key) = sum_row P[row, key] f[row] over this consumer's 64 rows (one
+        wgmma commit group)."""
+        col_mma, tCsP, tCsF, acc_C, wg_c = col[0], col[1], col[2], col[3], col[17]
+        acc_C.fill(0.0)
+        warpgroup.fence()
+        for kb in cutlass.range_constexpr(cute.size(tCsP, mode=[2])):
+            cute.gemm(col_mma, acc_C, tCsP[(None, None, kb, wg_c)],
+                      tCsF[(None, None, kb, wg_c)], acc_C)
+        warpgroup.commit_group()
+
+    @cute.jit
+    def _colsum_push(self, col, col_state):
+        """Hand the retired column sums to the writer warp: each quad holds the same keys
+        (every even column is the sum), so its lanes split them, one store each."""
+        acc_C, cC, sCol, col_pipe, wg_c, lane = col[3], col[4], col[15], col[16], col[17], col[18]
+        col_pipe.producer_acquire(col_state)
+        # values come in (column pair, ...) order: even indices are column 2 * (lane % 4)
+        for i in cutlass.range_constexpr(0, cute.size(acc_C), 2):
+            if (i // 2) % 4 == lane % 4:
+                sCol[cC[i][0], wg_c, col_state.index] = acc_C[i]
+        col_pipe.producer_commit(col_state)
+
+    @cute.jit
+    def _colsum_partial(self, col, col_state, acc_S):
+        """Shuffle sums: this warp's share of one key tile's column sums, from S (the softmax
+        numerators p = exp2((s - m) * scale_log2), still fp32) times one factor per row,
+        ``exp2(m * scale_log2 - prev_lse * log2 e)``; summed over the warp's rows, reduce-
+        scattered across its lanes and handed to the writer warps through the smem ring."""
+        (_, _, _, _, _, _, _, _, _, _, _, _, prev_l2, row_max, scale_log2, sCol, col_pipe, _,
+         lane, thr_qk, ctid) = col
         factors = previous_step_factors(row_max, prev_l2, scale_log2)
         part = weighted_column_sums(acc_S, factors)
-        lane = ctid % 32
         first = reduce_scatter_rows(part, lane, self.colsum_rounds)
         lane_col0 = acc_mn_view(thr_qk.partition_C(
             cute.make_identity_tensor((self.block_m, self.block_n))))[0, 0][1]
@@ -444,10 +610,16 @@ class AttentionSm90:
     @cute.jit
     def _colsum_writer(self, col_pipe, sCol, mColsum, n_blocks, s_kv, batch, head, m_block,
                        lane, writer):
-        """Writer warp ``writer`` (warps 1, 2, ...): per key tile, add the consumer warps'
-        partials of its 32-column chunks and write them (coalesced, columns past ``s_kv``
-        skipped)."""
-        BN = self.block_n
+        """Writer warp ``writer`` (warps 1, 2, ...): per key tile, add the partials of each
+        query group (the CTA spans at most two) in its 32-column chunks and write them
+        coalesced (columns past ``s_kv`` skipped): stored when the group is the CTA's tile,
+        else added onto the zeroed output (one of two terms)."""
+        BM, BN, G = self.block_m, self.block_n, self.group
+        per_wg = self.colsum_partials // self.consumer_wgs
+        row0 = m_block * BM
+        group0 = row0 // G
+        # consumers [0, split) lie in group0, the others in group0 + 1
+        split = min(self.consumer_wgs, ((group0 + 1) * G - row0) // 64)
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer,
                                              self.COLSUM_STAGES)
         for step in cutlass.range(n_blocks, unroll=1):
@@ -456,11 +628,27 @@ class AttentionSm90:
             for j in cutlass.range_constexpr(BN // 32):
                 if j % self.colsum_writers == writer:
                     c = lane + 32 * j
-                    total = sCol[c, 0, state.index]
-                    for w in cutlass.range_constexpr(1, self.colsum_partials):
-                        total = total + sCol[c, w, state.index]
-                    if n * BN + c < s_kv:
-                        mColsum[batch, head, m_block, n * BN + c] = total
+                    key = n * BN + c
+                    if cutlass.const_expr(self.colsum_atomic):
+                        first, second = Float32(0.0), Float32(0.0)
+                        for p in cutlass.range_constexpr(self.colsum_partials):
+                            v = sCol[c, p, state.index]
+                            first = first + (v if p // per_wg < split else Float32(0.0))
+                            second = second + (Float32(0.0) if p // per_wg < split else v)
+                        if key < s_kv:
+                            cute.arch.red(mColsum[batch, head, group0, None].iterator + key,
+                                          first, op="add", dtype="f32", sem="relaxed",
+                                          scope="gpu")
+                            if split < self.consumer_wgs and group0 + 1 < mColsum.shape[2]:
+                                cute.arch.red(
+                                    mColsum[batch, head, group0 + 1, None].iterator + key,
+                                    second, op="add", dtype="f32", sem="relaxed", scope="gpu")
+                    else:
+                        total = sCol[c, 0, state.index]
+                        for p in cutlass.range_constexpr(1, self.colsum_partials):
+                            total = total + sCol[c, p, state.index]
+                        if key < s_kv:
+                            mColsum[batch, head, group0, key] = total
             col_pipe.consumer_release(state)
             state.advance()
 

@@ -136,16 +136,29 @@ def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
     H100 (perf/RESULTS.md): D = 128 -> 128 x 128 tiles with softmax/MMA overlap; D = 64 ->
     192 x 128 on three consumer warpgroups (the softmax's exp2 is the bottleneck there; a
     third warpgroup hides it better than the overlap), 128 x 128 when causal (192 x 128 was
-    2% faster there but its causal build spills 40 bytes). Column sums: the query tile is
-    the group."""
+    2% faster there but its causal build spills 40 bytes). Column sums ride on the plain
+    kernel's configuration with MMA sums (their own small WGMMA, any group), except D = 64
+    with group 192: shuffle sums in the 192-row tile, 1.24x the plain time against 1.37x
+    for MMA sums there (perf/RESULTS.md)."""
     if colsum:
-        if group == 192 and head_dim == 128:
-            return dict(colsum=True, block_m=192, block_n=96, colsum_rounds=1,
-                        colsum_writers=3)
-        return dict(colsum=True, block_m=group, block_n=128)
+        if head_dim == 64 and group == 192:
+            return dict(block_m=192, colsum=True, group=192, colsum_method="shuffle")
+        return dict(hopper_config(head_dim, False), colsum=True, group=group)
     if head_dim == 128:
         return dict(overlap=True)
     return dict() if causal else dict(block_m=192)
+
+
+def colsum_adds_onto_zeros(path: str, head_dim: int, group: int,
+                           config: dict | None = None) -> bool:
+    """Whether the column-sum kernel of ``path`` adds partial sums into a zeroed output
+    (Ampere always; Hopper when a group spans two CTAs). ``config``: Hopper overrides."""
+    if path != "hopper":
+        return True
+    from ..kernels.attention_sm90 import AttentionSm90
+
+    cfg = hopper_config(head_dim, False, True, group) if config is None else config
+    return AttentionSm90(head_dim, False, **cfg).colsum_atomic
 
 
 def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = False,
@@ -280,27 +293,36 @@ def attention_colsum(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     and colsum (B, H, ceil(S_q / group), S_kv) fp32 with
     ``colsum[b, h, g, j] = sum over queries i of group g of exp(scale q_i . k_j -
     prev_lse[b, h, i])``: probabilities under the previous step's softmax normalisers
-    ``prev_lse`` (B, H, S_q) fp32, so every tile shares one scale. ``group`` is 128 or 192
-    (the kernels' query tile). A prev_lse far (~88) below a row's scaled logits overflows fp32,
-    as it would in the float32 reference.
+    ``prev_lse`` (B, H, S_q) fp32, so every tile shares one scale. ``group`` is 128 or 192.
+    The sums are deterministic; on Hopper most configurations form them on the tensor cores
+    from bf16 probabilities and factors (relative error ~2e-3, fp32 accumulation). A prev_lse
+    far (~88) below a row's scaled logits overflows fp32, as it would in the float32
+    reference.
     """
-    from ..runtime.arch import device_target
-    from ..runtime.bridge import kernel_for
-
     scale = validate_attention(q, k, v, scale)
     validate_colsum(q, prev_lse, group)
     _check_device_args(q=q, k=k, v=v, prev_lse=prev_lse)
     _no_autograd(q, k, v)
+    return _attention_colsum(q, k, v, prev_lse, group, scale)
+
+
+def _attention_colsum(q, k, v, prev_lse, group: int, scale: float, config: dict | None = None):
+    """``attention_colsum`` after validation; ``config``: Hopper kernel overrides (tests,
+    tuning; must include colsum=True and the group)."""
+    from ..runtime.arch import device_target
+    from ..runtime.bridge import kernel_for
+
     b, h, s_q, d = q.shape
     o = torch.empty_like(q)
     lse = torch.empty(b, h, s_q, dtype=torch.float32, device=q.device)
     path, _ = device_target(q.device)
     shape = (b, h, -(-s_q // group), k.shape[2])
-    # the Ampere kernel adds (at most two) partial sums per element onto zeros
-    colsum = (torch.empty if path == "hopper" else torch.zeros)(
+    # where a query group spans two CTAs, the kernels add two partial sums onto zeros
+    colsum = (torch.zeros if colsum_adds_onto_zeros(path, d, group, config) else torch.empty)(
         shape, dtype=torch.float32, device=q.device)
     key = ("attention_colsum", q.dtype, d, group)
     kernel = kernel_for(q.device, key, lambda path, target: make_build(
-        path, q.dtype, d, False, colsum=True, group=group))
+        path, q.dtype, d, False, colsum=True, group=group, config=config),
+        hopper_key=_config_key(config))
     kernel(q, k, v, o, lse, prev_lse.contiguous(), colsum, scale)
     return o, lse, colsum
