@@ -7,6 +7,8 @@ Tensors as in attention_sm80.py: q (B, H, S_q, D), k/v (B, H_kv, S_kv, D), o lik
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
@@ -509,8 +511,8 @@ class AttentionSm90:
     def _colsum_setup(self, col_mma, qk_mma, thr_qk, storage, sP_layout, sF_layout, mPrevLSE,
                       s_q, batch, head, m_block, ctid, rP, row_max, scale_log2, sCol,
                       col_pipe):
-        """Consumer thread ``ctid``'s column-sum state: its rows' previous-step normalisers and,
-        for MMA sums, the column-sum MMA's operands and fragments."""
+        """Consumer thread ``ctid``'s column-sum state (a namespace): its rows' previous-step
+        normalisers and, for MMA sums, the column-sum MMA's operands and fragments."""
         BM, BN = self.block_m, self.block_n
         wg_c, lane = ctid // 128, ctid % 32
         # this thread's rows: within the CTA tile and (for prev_lse) within the sequence
@@ -541,32 +543,34 @@ class AttentionSm90:
             rPc = rP
             if cutlass.const_expr(rP.element_type != BFloat16):
                 rPc = cute.make_rmem_tensor_like(rP, BFloat16)
-        return (col_mma, tCsP, tCsF, acc_C, cC, r2s, thr_r2s, tPsP, rP, rPc, sF, local_rows,
-                prev_l2, row_max, scale_log2, sCol, col_pipe, wg_c, lane, thr_qk, ctid)
+        return SimpleNamespace(
+            col_mma=col_mma, tCsP=tCsP, tCsF=tCsF, acc_C=acc_C, cC=cC, r2s=r2s, thr_r2s=thr_r2s,
+            tPsP=tPsP, rP=rP, rPc=rPc, sF=sF, local_rows=local_rows, prev_l2=prev_l2,
+            row_max=row_max, scale_log2=scale_log2, sCol=sCol, col_pipe=col_pipe, wg_c=wg_c,
+            lane=lane, thr_qk=thr_qk, ctid=ctid)
 
     @cute.jit
     def _colsum_operands(self, col):
         """Store P (in ``rP``) and the factors f = exp2(m * scale_log2 - prev_lse log2 e) of
         its rows to smem for the column-sum MMA. Call it with no wgmma in flight (the proxy
         fence would wait for them) and before the next softmax moves the running max."""
-        (_, _, _, _, _, r2s, thr_r2s, tPsP, rP, rPc, sF, local_rows, prev_l2, row_max,
-         scale_log2, _, _, wg_c, lane, _, _) = col
-        if cutlass.const_expr(rP.element_type != BFloat16):
-            rPc.store(rP.load().to(BFloat16))
-        cute.copy(r2s, thr_r2s.retile(rPc), tPsP)
-        factors = previous_step_factors(row_max, prev_l2, scale_log2)
+        if cutlass.const_expr(col.rP.element_type != BFloat16):
+            col.rPc.store(col.rP.load().to(BFloat16))
+        cute.copy(col.r2s, col.thr_r2s.retile(col.rPc), col.tPsP)
+        factors = previous_step_factors(col.row_max, col.prev_l2, col.scale_log2)
         # the four lanes of a quad share rows; each writes f to one of the even columns, which
         # are the ones _colsum_push reads
         for r in cutlass.range_constexpr(cute.size(factors)):
-            sF[2 * (lane % 4), local_rows[r, 0][0] % 64, wg_c] = factors[r].to(BFloat16)
+            col.sF[2 * (col.lane % 4), col.local_rows[r, 0][0] % 64, col.wg_c] = \
+                factors[r].to(BFloat16)
         cute.arch.fence_proxy("async.shared", space="cta")
-        cute.arch.barrier(barrier_id=self.colsum_barrier_id + wg_c, number_of_threads=128)
+        cute.arch.barrier(barrier_id=self.colsum_barrier_id + col.wg_c, number_of_threads=128)
 
     @cute.jit
     def _colsum_mma(self, col):
         """Issue sums(key) = sum_row P[row, key] f[row] over this consumer's 64 rows (one
         wgmma commit group)."""
-        col_mma, tCsP, tCsF, acc_C, wg_c = col[0], col[1], col[2], col[3], col[17]
+        col_mma, tCsP, tCsF, acc_C, wg_c = col.col_mma, col.tCsP, col.tCsF, col.acc_C, col.wg_c
         acc_C.fill(0.0)
         warpgroup.fence()
         for kb in cutlass.range_constexpr(cute.size(tCsP, mode=[2])):
@@ -578,7 +582,8 @@ class AttentionSm90:
     def _colsum_push(self, col, col_state):
         """Hand the retired column sums to the writer warp: each quad holds the same keys
         (every even column is the sum), so its lanes split them, one store each."""
-        acc_C, cC, sCol, col_pipe, wg_c, lane = col[3], col[4], col[15], col[16], col[17], col[18]
+        acc_C, cC, sCol, col_pipe = col.acc_C, col.cC, col.sCol, col.col_pipe
+        wg_c, lane = col.wg_c, col.lane
         col_pipe.producer_acquire(col_state)
         # values come in (column pair, ...) order: even indices are column 2 * (lane % 4)
         for i in cutlass.range_constexpr(0, cute.size(acc_C), 2):
@@ -592,8 +597,8 @@ class AttentionSm90:
         numerators p = exp2((s - m) * scale_log2), still fp32) times one factor per row,
         ``exp2(m * scale_log2 - prev_lse * log2 e)``; summed over the warp's rows, reduce-
         scattered across its lanes and handed to the writer warps through the smem ring."""
-        (_, _, _, _, _, _, _, _, _, _, _, _, prev_l2, row_max, scale_log2, sCol, col_pipe, _,
-         lane, thr_qk, ctid) = col
+        prev_l2, row_max, scale_log2 = col.prev_l2, col.row_max, col.scale_log2
+        sCol, col_pipe, lane, thr_qk, ctid = col.sCol, col.col_pipe, col.lane, col.thr_qk, col.ctid
         factors = previous_step_factors(row_max, prev_l2, scale_log2)
         part = weighted_column_sums(acc_S, factors)
         first = reduce_scatter_rows(part, lane, self.colsum_rounds)

@@ -14,6 +14,7 @@ j iff ``j <= i + S_kv - S_q``. With S_q == S_kv that is the usual lower triangle
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -69,7 +70,7 @@ def validate_colsum(q, prev_lse, group) -> None:
     if tuple(prev_lse.shape) != (b, h, s_q):
         raise ValueError(f"prev_lse must have shape {(b, h, s_q)}, got {tuple(prev_lse.shape)}")
     if isinstance(group, bool) or not isinstance(group, int) or group not in COLSUM_GROUPS:
-        raise ValueError(f"group must be one of {COLSUM_GROUPS} (the kernels' query tile), "
+        raise ValueError(f"group must be one of {COLSUM_GROUPS} (query rows per column sum), "
                          f"got {group!r}")
 
 
@@ -153,11 +154,15 @@ def colsum_adds_onto_zeros(path: str, head_dim: int, group: int,
                            config: dict | None = None) -> bool:
     """Whether the column-sum kernel of ``path`` adds partial sums into a zeroed output
     (Ampere always; Hopper when a group spans two CTAs). ``config``: Hopper overrides."""
-    if path != "hopper":
-        return True
+    return path != "hopper" or _hopper_colsum_atomic(head_dim, group, _config_key(config))
+
+
+@functools.cache
+def _hopper_colsum_atomic(head_dim: int, group: int, config_key: tuple) -> bool:
+    # cached: attention_colsum asks on every call, and the answer is a property of the config
     from ..kernels.attention_sm90 import AttentionSm90
 
-    cfg = hopper_config(head_dim, False, True, group) if config is None else config
+    cfg = dict(config_key) if config_key else hopper_config(head_dim, False, True, group)
     return AttentionSm90(head_dim, False, **cfg).colsum_atomic
 
 
