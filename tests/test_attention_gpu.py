@@ -137,7 +137,10 @@ def test_colsum_matches_reference(path, d, group, s_q, s_kv, h, h_kv):
 # 192-row kernel at D = 64 / group 128)
 COLSUM_CONFIGS = [dict(), dict(pingpong=True), dict(block_m=192, block_n=64),
                   dict(block_m=192, pingpong=True), dict(block_m=192, colsum_method="shuffle"),
-                  dict(overlap=True), dict(overlap=True, colsum_method="shuffle", block_m=128)]
+                  dict(overlap=True), dict(overlap=True, colsum_method="shuffle", block_m=128),
+                  dict(block_m=192, colsum_method="mma_sync"),
+                  dict(colsum_method="mma_sync", pingpong=True),
+                  dict(overlap=True, colsum_method="mma_sync")]
 
 
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU")

@@ -124,3 +124,20 @@ def test_hopper_kernel_refuses_tiles_past_shared_memory():
     with pytest.raises(ValueError, match="shared memory"):
         AttentionSm90(128, False, block_n=256, stages=3)
     assert AttentionSm90(128, False, overlap=True, colsum=True).smem_bytes() <= 232448
+
+
+def test_hopper_kernel_refuses_bad_column_sum_options():
+    """Column-sum options are checked at construction, each error naming the option."""
+    from cute_kernels.kernels.attention_sm90 import AttentionSm90
+
+    with pytest.raises(ValueError, match="colsum_method must be"):
+        AttentionSm90(64, False, colsum=True, colsum_method="atomics")
+    with pytest.raises(ValueError, match="multiple of 64"):
+        AttentionSm90(64, False, colsum=True, colsum_method="mma_sync", block_n=96)
+    with pytest.raises(ValueError, match="colsum_stages"):
+        AttentionSm90(64, False, colsum=True, colsum_stages=1)
+    with pytest.raises(ValueError, match="block_m == group"):
+        AttentionSm90(64, False, colsum=True, colsum_method="shuffle", group=192)
+    # mma.sync sums, like wgmma sums, take any group with any tile
+    assert AttentionSm90(64, False, block_m=192, colsum=True, colsum_method="mma_sync",
+                         group=128).colsum_atomic

@@ -108,11 +108,12 @@ def _assert_no_spills(ptx: str, target: str, allowed: int = 0) -> None:
 
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_attention_colsum_ptx(head_dim):
-    """The column-sum variant per default Hopper config, for both groups. MMA sums: one
-    m64n8k16 wgmma chain per key tile with P read transposed from smem (stored by stmatrix
-    after a proxy fence), fp32 ``red.add`` only where a group spans two CTAs. Shuffle sums:
-    the reduce-scatter (C / 2, C / 4, C / 8 shuffles at lane offsets 16, 8, 4 for C columns
-    per thread) and plain stores. Spills stay within 32 bytes."""
+    """The column-sum variant per default Hopper config, for both groups, and the shuffle
+    sums. wgmma sums: one m64n8k16 chain per key tile with P read transposed from smem (stored
+    by stmatrix after a proxy fence). mma.sync sums: P transposed in registers by movmatrix,
+    one m16n8k16 per 16 keys, no smem staging. Shuffle sums: the reduce-scatter (C / 2, C / 4,
+    C / 8 shuffles at lane offsets 16, 8, 4 for C columns per thread). fp32 ``red.add`` only
+    where a group spans two CTAs; spills stay within 32 bytes."""
     import collections
     import re
 
@@ -122,20 +123,32 @@ def test_attention_colsum_ptx(head_dim):
     from cute_kernels.ops.attention import hopper_config, make_build
     from cute_kernels.runtime.compile import compile_ptx
 
-    for group in (128, 192):
+    configs = [hopper_config(head_dim, False, True, group) for group in (128, 192)]
+    if head_dim == 64:
+        configs.append(dict(block_m=192, colsum=True, group=192, colsum_method="shuffle"))
+    for cfg in configs:
+        group = cfg["group"]
         ptx = compile_ptx(make_build("hopper", torch.bfloat16, head_dim, False, colsum=True,
-                                     group=group), "sm_90a")
+                                     group=group, config=cfg), "sm_90a")
         mix = instruction_mix(ptx)
         assert all(mix[f] > 0 for f in HOPPER), mix
-        kernel = AttentionSm90(head_dim, False, **hopper_config(head_dim, False, True, group))
+        kernel = AttentionSm90(head_dim, False, **cfg)
         assert f".reqntid {128 * (1 + kernel.consumer_wgs)}" in ptx
         reds = ptx.count("red.relaxed.gpu.global.add.f32")
         assert (reds > 0) == kernel.colsum_atomic, (group, reds)
         col_mma = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n8k16\.f32\.bf16\.bf16"
                              r" \{[^}]*\}, %rd\d+, %rd\d+, p, 1,\s*1, 1, 0;", ptx)
-        if kernel.colsum_method == "mma":
-            # keys as M: block_n / 64 atoms x 4 k-steps, per issue site (overlap: 2, else 1)
-            sites = 2 if kernel.overlap else 1
+        sites = 2 if kernel.overlap else 1  # the overlapped loop peels its first key block
+        syncs = re.findall(r"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.bf16", ptx)
+        if kernel.colsum_method == "mma_sync":
+            # per site: 16 keys per mma.sync; every 8 x 8 block of P transposed once, plus the
+            # two factor words
+            assert len(syncs) == sites * kernel.block_n // 16, len(syncs)
+            assert ptx.count("movmatrix.sync.aligned.m8n8.trans.b16") == \
+                sites * (kernel.block_n // 4 + 2)
+            assert not col_mma and "stmatrix" not in ptx
+        elif kernel.colsum_method == "mma":
+            # keys as M: block_n / 64 atoms x 4 k-steps, per issue site
             assert len(col_mma) == sites * kernel.block_n // 64 * 4, len(col_mma)
             assert "stmatrix.sync.aligned" in ptx and "fence.proxy.async.shared::cta" in ptx
         else:
@@ -143,7 +156,6 @@ def test_attention_colsum_ptx(head_dim):
             cols, rounds = kernel.block_n // 4, kernel.colsum_rounds
             offsets = collections.Counter(
                 re.findall(r"shfl\.sync\.bfly\.b32\s+%r\d+,\s*%r\d+,\s*(\d+),", ptx))
-            sites = 2 if kernel.overlap else 1  # the overlapped loop peels its first key block
             expected = [sites * (cols >> (i + 1)) if i < rounds else 0 for i in range(3)]
             assert [offsets["16"], offsets["8"], offsets["4"]] == expected
         _assert_no_spills(ptx, "sm_90a", allowed=32)

@@ -18,6 +18,8 @@ from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
 from .column_sums import (
+    mma_sync_column_sums,
+    mma_sync_sum_key,
     previous_step_factors,
     reduce_scatter_rows,
     tile_column,
@@ -56,33 +58,37 @@ class AttentionSm90:
     ``block_n`` keys. Schedules per consumer: sequential (S, softmax, P V), ``overlap`` (S(n)
     and P(n + 1) V(n + 1) in flight together) or sequential with ``pingpong`` (consumers issue
     Q K^T in turn, named barriers 2 + consumer).
-    Column-sum variant (``colsum``, any tile and schedule above): after each key tile's
-    softmax a consumer stores its P (bf16) to shared memory next to the per-row factors
-    f = exp2(m * scale_log2 - prev_lse * log2 e), and one small WGMMA (m64n8k16, keys as M, P
-    read transposed from smem, rows as K) computes the tile's column sums sum_r P[r, c] f[r]
-    for its 64 rows on the otherwise idle tensor cores (it retires with O += P V). The
-    sums reach warp 1 of the producer warpgroup through a ``COLSUM_STAGES``-deep smem ring
-    (``PipelineAsync``); it adds the consumers of one query group and writes each (group,
-    key) once: a plain store when the group is the CTA's tile, else an fp32 ``red.add``
-    onto zeros, at most two terms per element (a 64-row-aligned group of 128 or 192 rows
-    spans at most two CTAs), hence deterministic.
+    Column-sum variant (``colsum``, any tile and schedule above): per key tile, the column
+    sums sum_r P[r, c] f[r] of each consumer's rows, f = exp2(m * scale_log2 - prev_lse *
+    log2 e), by one of three ``colsum_method``s:
+    ``"mma"`` (D = 128 default): P (bf16, stmatrix) and f to smem, one small WGMMA (m64n8k16,
+    keys as M, P read transposed, rows as K) that retires with O += P V; one ring slot per
+    consumer. ``"mma_sync"`` (D = 64 default): P transposed in registers (movmatrix), one
+    mma.sync m16n8k16 per 16 keys and warp, issued before O += P V and read after it (behind
+    a wgmma they stall on the busy tensor pipe); one slot per warp. ``"shuffle"``: fp32 P f
+    summed on the ALUs and reduce-scattered by shuffles (exact fp32; the tile must be the
+    group). The sums reach warp 1 of the producer warpgroup through a ``colsum_stages``-deep
+    smem ring (``PipelineAsync``); it adds the slots of one query group and writes each
+    (group, key) once: a plain store when the group is the CTA's tile, else an fp32
+    ``red.add`` onto zeros, at most two terms per element (a 64-row-aligned group of 128 or
+    192 rows spans at most two CTAs), hence deterministic.
     Pipeline: Q in a one-stage barrier; K and V each in a ``stages``-deep ``PipelineTmaAsync``
     ring; key blocks run last to first so the masked ones come first.
     Shared memory (D = 128, 128 x 128, 2 stages): Q 32 KiB + K 64 KiB + V 64 KiB; column sums
-    add per consumer P 64 x block_n x 2 B + factors 8 x 64 x 2 B, and the ring
-    COLSUM_STAGES x consumers x block_n x 4 B (198 KiB in all at D = 128).
+    add the ring, colsum_stages x slots x block_n x 4 B, and for wgmma sums per consumer P
+    64 x block_n x 2 B + factors 8 x 64 x 2 B (198 KiB in all at D = 128).
     Epilogue: O normalised, converted, written to Q's smem and stored by TMA (which clips
     rows past S_q); lse written by the first thread of each quad.
     """
 
-    COLSUM_STAGES = 4
     SMEM_LIMIT = 232448  # bytes per CTA on sm_90 (227 KiB)
     REGISTERS = {2: (40, 232), 3: (32, 160)}  # consumers -> (producer, consumer) per thread
 
     def __init__(self, head_dim: int, causal: bool, stages: int = 2, colsum: bool = False,
                  overlap: bool = False, block_m: int | None = None,
                  block_n: int | None = None, group: int = 192, pingpong: bool = False,
-                 colsum_method: str = "mma", colsum_rounds: int = 3, colsum_writers: int = 1):
+                 colsum_method: str = "mma", colsum_rounds: int = 3, colsum_writers: int = 1,
+                 colsum_stages: int = 4):
         self.head_dim, self.causal, self.stages, self.colsum = head_dim, causal, stages, colsum
         # overlap: the softmax of S(n) runs while O += P(n + 1) V(n + 1) is on the tensor cores
         # (intra-warpgroup pipelining)
@@ -96,18 +102,18 @@ class AttentionSm90:
         if colsum:
             if causal:
                 raise ValueError("the column-sum variant is non-causal")
-            # keys are the column-sum MMA's M (64 per atom); the reduce-scatter needs
-            # block_n / 4 columns per thread divisible by 8
-            if self.block_n % (64 if colsum_method == "mma" else 32):
+            if colsum_method not in ("mma", "mma_sync", "shuffle"):
+                raise ValueError(f"colsum_method must be 'mma', 'mma_sync' or 'shuffle', got "
+                                 f"{colsum_method!r}")
+            # keys are the column-sum MMA's M (64 per wgmma atom, per chain of four mma.sync);
+            # the reduce-scatter needs block_n / 4 columns per thread divisible by 8
+            key_multiple = 32 if colsum_method == "shuffle" else 64
+            if self.block_n % key_multiple:
                 raise ValueError(f"the column-sum variant ({colsum_method}) needs block_n a "
-                                 f"multiple of {64 if colsum_method == 'mma' else 32}, got "
-                                 f"{self.block_n}")
+                                 f"multiple of {key_multiple}, got {self.block_n}")
             # 64-row consumers each lie in one group, and a group spans at most two CTAs
             if group not in (128, 192):
                 raise ValueError(f"group must be 128 or 192, got {group}")
-            if colsum_method not in ("mma", "shuffle"):
-                raise ValueError(f"colsum_method must be 'mma' or 'shuffle', got "
-                                 f"{colsum_method!r}")
             # shuffle sums: the writers add whole CTAs, so the query tile is the group
             if colsum_method == "shuffle" and group != self.block_m:
                 raise ValueError(f"colsum_method='shuffle' needs block_m == group, got "
@@ -117,11 +123,16 @@ class AttentionSm90:
         if colsum_rounds not in (1, 2, 3) or colsum_writers not in (1, 2, 3):
             raise ValueError("colsum_rounds and colsum_writers must be 1, 2 or 3")
         self.group, self.colsum_method = group, colsum_method
+        # depth of the consumers -> writer ring of column sums
+        if colsum_stages < 2:
+            raise ValueError(f"colsum_stages must be >= 2, got {colsum_stages}")
+        self.colsum_stages = colsum_stages
         self.colsum_rounds, self.colsum_writers = colsum_rounds, colsum_writers
         self.consumer_wgs = self.block_m // 64
-        # ring slots per key tile: one per consumer (MMA sums), or per warp and lane spread
-        self.colsum_partials = (self.consumer_wgs if colsum_method == "mma"
-                                else self.consumer_wgs * 4 << (3 - colsum_rounds))
+        # ring slots per key tile: one per consumer (wgmma sums), per warp (mma.sync sums), or
+        # per warp and lane spread (shuffle sums)
+        self.colsum_partials = {"mma": self.consumer_wgs, "mma_sync": self.consumer_wgs * 4}.get(
+            colsum_method, self.consumer_wgs * 4 << (3 - colsum_rounds))
         self.producer_regs, self.consumer_regs = self.REGISTERS[self.consumer_wgs]
         self.threads = 128 * (1 + self.consumer_wgs)
         if self.smem_bytes() > self.SMEM_LIMIT:
@@ -142,7 +153,7 @@ class AttentionSm90:
         tiles = 2 * (BM * D + 2 * self.stages * BN * D)  # Q, K and V stages (16-bit)
         sums = 0
         if self.colsum:
-            sums = BN * self.colsum_partials * self.COLSUM_STAGES * 4
+            sums = BN * self.colsum_partials * self.colsum_stages * 4
             if self.colsum_method == "mma":
                 sums += 2 * BM * BN + 1024 * wgs + 1024  # P, f (1 KiB per consumer), padding
         return 1024 + tiles + sums  # barriers and alignment
@@ -192,7 +203,7 @@ class AttentionSm90:
         @cute.struct
         class SharedStorage:
             mbar: cute.struct.MemRange[cutlass.Int64,
-                                       2 + 4 * self.stages + 2 * self.COLSUM_STAGES]
+                                       2 + 4 * self.stages + 2 * self.colsum_stages]
             sQ: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sQ_layout)], 1024]
             sK: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sK_layout)], 1024]
             sV: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sV_layout)], 1024]
@@ -201,7 +212,7 @@ class AttentionSm90:
             sF: cute.struct.Align[cute.struct.MemRange[
                 BFloat16, cute.cosize(sF_layout) if mma_sums else 1], 1024]
             sCol: cute.struct.MemRange[
-                Float32, BN * self.colsum_partials * self.COLSUM_STAGES if self.colsum else 1]
+                Float32, BN * self.colsum_partials * self.colsum_stages if self.colsum else 1]
 
         self.storage_cls = SharedStorage
         grid = (cute.ceil_div(mQ.shape[2], BM), mQ.shape[1], mQ.shape[0])
@@ -258,13 +269,13 @@ class AttentionSm90:
             # consumer threads -> the column-sum writer warp; every thread arrives (its own
             # smem writes or reads are then ordered by its own arrive/wait pair)
             col_pipe = pipeline.PipelineAsync.create(
-                barrier_storage=bar + 2 + 4 * self.stages, num_stages=self.COLSUM_STAGES,
+                barrier_storage=bar + 2 + 4 * self.stages, num_stages=self.colsum_stages,
                 producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
                                                          128 * self.consumer_wgs),
                 consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
                                                          32 * self.colsum_writers))
             sCol = cute.make_tensor(storage.sCol.data_ptr(), cute.make_layout(
-                (BN, self.colsum_partials, self.COLSUM_STAGES)))
+                (BN, self.colsum_partials, self.colsum_stages)))
 
         n_blocks = key_blocks(m_block, (BM, BN), s_q, s_kv, self.causal)
 
@@ -347,13 +358,14 @@ class AttentionSm90:
             soft = (row_max, row_sum, scale_log2, thr_qk, m_block, (BM, BN), s_q, s_kv)
             col = None
             col_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer,
-                                                     self.COLSUM_STAGES)
+                                                     self.colsum_stages)
             if cutlass.const_expr(self.colsum):
                 col = self._colsum_setup(col_mma, qk_mma, thr_qk, storage, sP_layout, sF_layout,
                                          mPrevLSE, s_q, batch, head, m_block, ctid, rP,
                                          row_max, scale_log2, sCol, col_pipe)
             mma_sums = self.colsum and self.colsum_method == "mma"
             shuffle_sums = self.colsum and self.colsum_method == "shuffle"
+            sync_sums = self.colsum and self.colsum_method == "mma_sync"
             if cutlass.const_expr(not self.overlap):
                 wg_c = ctid // 128
                 if cutlass.const_expr(self.pingpong):
@@ -393,10 +405,18 @@ class AttentionSm90:
                         self._colsum_mma(col)
                         warpgroup.wait_group(1)
                         v_pipe.consumer_release(v_state)
-                    elif cutlass.const_expr(shuffle_sums):
-                        # the column sums (from S, still in registers) run under O += P V
+                    elif cutlass.const_expr(shuffle_sums or sync_sums):
+                        # the column sums (from S or P, still in registers) run under O += P V
+                        # (mma.sync sums issued under the next Q K^T instead: 1.3x slower)
+                        if cutlass.const_expr(sync_sums):
+                            # mma.syncs issued behind P V would wait for it (math throttle):
+                            # issue them first, read them after
+                            self._colsum_sync(col, acc_S)
                         self._pv(ctx, v_state, False)
-                        self._colsum_partial(col, col_state, acc_S)
+                        if cutlass.const_expr(shuffle_sums):
+                            self._colsum_partial(col, col_state, acc_S)
+                        else:
+                            self._colsum_sync_push(col, col_state)
                         col_state.advance()
                         warpgroup.wait_group(0)
                         v_pipe.consumer_release(v_state)
@@ -425,10 +445,15 @@ class AttentionSm90:
                     rP.store(acc_S.load().to(sQ.element_type))
                     if cutlass.const_expr(mma_sums):
                         self._colsum_operands(col)
+                    if cutlass.const_expr(sync_sums):
+                        self._colsum_sync(col, acc_S)
                 for step in cutlass.range(1, n_blocks, unroll=1):
                     n = n_blocks - 1 - step
                     self._qk(ctx, k_state, False)
                     self._pv(ctx, v_state, False)
+                    if cutlass.const_expr(sync_sums):
+                        self._colsum_sync_push(col, col_state)  # P(n + 1)'s
+                        col_state.advance()
                     warpgroup.wait_group(1)  # groups retire in order: S(n) is ready
                     k_pipe.consumer_release(k_state)
                     k_state.advance()
@@ -450,6 +475,10 @@ class AttentionSm90:
                         self._colsum_push(col, col_state)
                         col_state.advance()
                         self._colsum_operands(col)
+                    if cutlass.const_expr(sync_sums):
+                        # P(n) in bf16 is complete only here (rP is P V's operand until the
+                        # wait above); the sums are read after the next wgmmas are issued
+                        self._colsum_sync(col, acc_S)
                 if n_blocks > 0:
                     if cutlass.const_expr(mma_sums):
                         self._pv(ctx, v_state, False)
@@ -457,6 +486,11 @@ class AttentionSm90:
                         warpgroup.wait_group(0)
                         v_pipe.consumer_release(v_state)
                         self._colsum_push(col, col_state)
+                    elif cutlass.const_expr(sync_sums):
+                        self._pv(ctx, v_state, False)
+                        self._colsum_sync_push(col, col_state)
+                        warpgroup.wait_group(0)
+                        v_pipe.consumer_release(v_state)
                     else:
                         self._pv(ctx, v_state, True)
                     v_state.advance()
@@ -523,7 +557,7 @@ class AttentionSm90:
             prev_l2[r] = Float32.inf  # f = 0: rows past S_q add nothing
             if row < s_q:
                 prev_l2[r] = mPrevLSE[batch, head, row] * Float32(LOG2E)
-        tCsP, tCsF, acc_C, cC, r2s, thr_r2s, tPsP, rPc, sF = (None,) * 9
+        tCsP, tCsF, acc_C, cC, r2s, thr_r2s, tPsP, rPc, sF, sums = (None,) * 10
         if cutlass.const_expr(self.colsum_method == "mma"):
             sP = storage.sP.get_tensor(sP_layout.outer, swizzle=sP_layout.inner)  # key, row, wg
             sF = storage.sF.get_tensor(sF_layout.outer, swizzle=sF_layout.inner)  # n, row, wg
@@ -540,14 +574,16 @@ class AttentionSm90:
                 qk_mma)
             thr_r2s = r2s.get_slice(ctid)
             tPsP = thr_r2s.partition_D(sP_rows)
+        if cutlass.const_expr(self.colsum_method in ("mma", "mma_sync")):
             rPc = rP
             if cutlass.const_expr(rP.element_type != BFloat16):
                 rPc = cute.make_rmem_tensor_like(rP, BFloat16)
+            sums = cute.make_rmem_tensor(BN // 32, Float32)
         return SimpleNamespace(
             col_mma=col_mma, tCsP=tCsP, tCsF=tCsF, acc_C=acc_C, cC=cC, r2s=r2s, thr_r2s=thr_r2s,
             tPsP=tPsP, rP=rP, rPc=rPc, sF=sF, local_rows=local_rows, prev_l2=prev_l2,
             row_max=row_max, scale_log2=scale_log2, sCol=sCol, col_pipe=col_pipe, wg_c=wg_c,
-            lane=lane, thr_qk=thr_qk, ctid=ctid)
+            lane=lane, thr_qk=thr_qk, ctid=ctid, sums=sums)
 
     @cute.jit
     def _colsum_operands(self, col):
@@ -592,6 +628,26 @@ class AttentionSm90:
         col_pipe.producer_commit(col_state)
 
     @cute.jit
+    def _colsum_sync(self, col, acc_S):
+        """Issue the mma.sync sums of the P just computed: this warp's share of the key tile's
+        column sums (P in bf16 transposed in registers, times the rows' factors, on the tensor
+        cores) into ``col.sums``. Call it after the softmax, before the next Q K^T is issued
+        (non-bf16 P is rounded to bf16 from S, since fp16 could not hold every factor)."""
+        if cutlass.const_expr(col.rP.element_type != BFloat16):
+            col.rPc.store(acc_S.load().to(BFloat16))
+        factors = previous_step_factors(col.row_max, col.prev_l2, col.scale_log2)
+        mma_sync_column_sums(col.rPc, factors, col.lane, col.sums)
+
+    @cute.jit
+    def _colsum_sync_push(self, col, col_state):
+        """Hand ``col.sums`` to the writer warps through the smem ring, one slot per warp."""
+        col.col_pipe.producer_acquire(col_state)
+        for i in cutlass.range_constexpr(cute.size(col.sums)):
+            col.sCol[mma_sync_sum_key(i, col.lane), col.ctid // 32, col_state.index] = \
+                col.sums[i]
+        col.col_pipe.producer_commit(col_state)
+
+    @cute.jit
     def _colsum_partial(self, col, col_state, acc_S):
         """Shuffle sums: this warp's share of one key tile's column sums, from S (the softmax
         numerators p = exp2((s - m) * scale_log2), still fp32) times one factor per row,
@@ -626,7 +682,7 @@ class AttentionSm90:
         # consumers [0, split) lie in group0, the others in group0 + 1
         split = min(self.consumer_wgs, ((group0 + 1) * G - row0) // 64)
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer,
-                                             self.COLSUM_STAGES)
+                                             self.colsum_stages)
         for step in cutlass.range(n_blocks, unroll=1):
             n = n_blocks - 1 - step
             col_pipe.consumer_wait(state)

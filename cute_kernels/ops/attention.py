@@ -138,12 +138,13 @@ def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
     192 x 128 on three consumer warpgroups (the softmax's exp2 is the bottleneck there; a
     third warpgroup hides it better than the overlap), 128 x 128 when causal (192 x 128 was
     2% faster there but its causal build spills 40 bytes). Column sums ride on the plain
-    kernel's configuration with MMA sums (their own small WGMMA, any group), except D = 64
-    with group 192: shuffle sums in the 192-row tile, 1.24x the plain time against 1.37x
-    for MMA sums there (perf/RESULTS.md)."""
+    kernel's configuration. D = 128: sums by a small WGMMA on P stored to smem
+    (``colsum_method="mma"``), inside the 128 x 128 overlapped schedule. D = 64: sums by
+    mma.sync on P transposed in registers (``"mma_sync"``), issued just before O += P V, in the
+    192-row tile: 1.11x the plain time against 1.32x for shuffle sums (perf/RESULTS.md)."""
     if colsum:
-        if head_dim == 64 and group == 192:
-            return dict(block_m=192, colsum=True, group=192, colsum_method="shuffle")
+        if head_dim == 64:
+            return dict(block_m=192, colsum=True, group=group, colsum_method="mma_sync")
         return dict(hopper_config(head_dim, False), colsum=True, group=group)
     if head_dim == 128:
         return dict(overlap=True)

@@ -1,0 +1,54 @@
+"""Warp-level PTX the CuTe DSL does not wrap as register-to-register operations: movmatrix
+(an 8 x 8 16-bit matrix transposed across a warp's registers), bf16x2 packing and one
+mma.sync m16n8k16 on raw fragment registers.
+
+These let a kernel run a tiny MMA on data already in registers in an accumulator layout
+(e.g. P after the softmax) without a round trip through shared memory.
+"""
+
+from __future__ import annotations
+
+from cutlass import Float32, Int32
+from cutlass._mlir import ir
+from cutlass._mlir.dialects import llvm
+from cutlass.cutlass_dsl import T, dsl_user_op
+
+
+def _i32(x) -> ir.Value:
+    return Int32(x).ir_value()
+
+
+@dsl_user_op
+def movmatrix_trans(word, *, loc=None, ip=None) -> Int32:
+    """Transpose an 8 x 8 matrix of 16-bit values held one 32-bit word per lane: lane l holds
+    row l // 4, columns 2 (l % 4) and 2 (l % 4) + 1 before and after (of the transpose)."""
+    return Int32(llvm.inline_asm(
+        T.i32(), [_i32(word)], "movmatrix.sync.aligned.m8n8.trans.b16 $0, $1;", "=r,r",
+        has_side_effects=False, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT,
+        loc=loc, ip=ip))
+
+
+@dsl_user_op
+def pack_bf16x2(lo, hi, *, loc=None, ip=None) -> Int32:
+    """Two fp32 values rounded to bf16 in one word (``lo`` in the low half)."""
+    return Int32(llvm.inline_asm(
+        T.i32(), [Float32(hi).ir_value(), Float32(lo).ir_value()],
+        "cvt.rn.bf16x2.f32 $0, $1, $2;", "=r,f,f",
+        has_side_effects=False, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT,
+        loc=loc, ip=ip))
+
+
+@dsl_user_op
+def mma_m16n8k16_bf16(a, b, c, *, loc=None, ip=None):
+    """D = A B + C with mma.sync.m16n8k16 (bf16 inputs, fp32 accumulators) on raw fragments:
+    ``a`` 4 words, ``b`` 2 words, ``c`` 4 fp32 values in the PTX ISA's register order.
+    Returns D's 4 fp32 values."""
+    operands = [_i32(x) for x in a] + [_i32(x) for x in b] + [Float32(x).ir_value() for x in c]
+    result = llvm.inline_asm(
+        llvm.StructType.get_literal([T.f32()] * 4), operands,
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};",
+        "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f",
+        has_side_effects=False, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT,
+        loc=loc, ip=ip)
+    return [Float32(llvm.extractvalue(T.f32(), result, [i], loc=loc, ip=ip)) for i in range(4)]

@@ -1,0 +1,48 @@
+"""Run one Hopper attention configuration under an NVTX range ``profile`` (for ncu):
+
+    ncu --nvtx --nvtx-include profile/ ... python perf/attention_profile.py B,H,S,D "dict(...)"
+
+The config is AttentionSm90's keyword arguments; colsum=True runs the column-sum variant with
+prev_lse = the plain kernel's lse.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import torch
+
+from cute_kernels.kernels.attention_sm90 import AttentionSm90
+from cute_kernels.ops.attention import make_build
+from cute_kernels.runtime.compile import Build, compile_build
+
+
+def main() -> None:
+    b, h, s, d = (int(v) for v in sys.argv[1].split(","))
+    cfg = eval(sys.argv[2], {"dict": dict})  # noqa: S307 - a developer's command line
+    q, k, v = (torch.randn(b, h, s, d, device="cuda").bfloat16() for _ in range(3))
+    o = torch.empty_like(q)
+    lse = torch.empty(b, h, s, device="cuda")
+    scale = 1.0 / math.sqrt(d)
+    plain = compile_build(Build(AttentionSm90(d, False),
+                                make_build("hopper", torch.bfloat16, d, False).args), "sm_90a")
+    plain(q, k, v, o, lse, None, None, scale)
+    extra = (None, None)
+    kern = AttentionSm90(d, False, **cfg)
+    if cfg.get("colsum"):
+        extra = (lse.clone(), torch.zeros(b, h, -(-s // kern.group), s, device="cuda"))
+    fake = make_build("hopper", torch.bfloat16, d, False, colsum=bool(cfg.get("colsum"))).args
+    fn = compile_build(Build(kern, fake), "sm_90a")
+    for _ in range(2):
+        fn(q, k, v, o, lse, *extra, scale)
+    torch.cuda.synchronize()
+    torch.cuda.nvtx.range_push("profile")
+    fn(q, k, v, o, lse, *extra, scale)
+    torch.cuda.nvtx.range_pop()
+    torch.cuda.synchronize()
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()
