@@ -139,13 +139,16 @@ def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
     third warpgroup hides it better than the overlap), 128 x 128 when causal (192 x 128 was
     2% faster there but its causal build spills 40 bytes). Column sums ride on the plain
     kernel's configuration. D = 128: sums by a small WGMMA on P stored to smem
-    (``colsum_method="mma"``), inside the 128 x 128 overlapped schedule. D = 64: sums by
+    (``colsum_method="mma"``), inside the 128 x 128 overlapped schedule, an 8-deep sums ring
+    and two writer warps. D = 64: sums by
     mma.sync on P transposed in registers (``"mma_sync"``), issued just before O += P V, in the
     192-row tile: 1.11x the plain time against 1.32x for shuffle sums (perf/RESULTS.md)."""
     if colsum:
         if head_dim == 64:
             return dict(block_m=192, colsum=True, group=group, colsum_method="mma_sync")
-        return dict(hopper_config(head_dim, False), colsum=True, group=group)
+        # a deeper sums ring and two writer warps: 3-4% faster at S = 16k and 32k
+        return dict(hopper_config(head_dim, False), colsum=True, group=group, colsum_stages=8,
+                    colsum_writers=2)
     if head_dim == 128:
         return dict(overlap=True)
     return dict() if causal else dict(block_m=192)
