@@ -161,3 +161,17 @@ def test_repeat_calls_reuse_the_plan_but_still_validate():
     misaligned = buf[4:4 + 96 * 64].view(96, 64)  # same shape/strides, 8-byte offset
     with pytest.raises(ValueError, match="16-byte boundary"):
         ck.linear(misaligned, w)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_drift_limiter_forced(monkeypatch, path):
+    """The wave drift limiter (on by default only for many waves of long-K tiles) forced on
+    small residue shapes: same results, on both paths (Ampere takes and ignores the counter).
+    Many waves per cluster (small tiles of work) exercise the wait and the counter."""
+    import cute_kernels.ops.gemm as gemm_ops
+
+    monkeypatch.setattr(gemm_ops, "DRIFT_MIN_WAVES", 1)
+    monkeypatch.setattr(gemm_ops, "DRIFT_MIN_K_TILES", 1)
+    run_gemm(path, 4000, 2056, 200, bias=True, epilogue="silu")
+    run_gemm(path, 136, 4104, 72, a_major="m")
+    run_gemm(path, 2000, 1040, 136, batch=3)

@@ -211,3 +211,39 @@ def test_gemm_2x2_cluster_multicasts_both_operands():
     multicast = re.findall(r"cp\.async\.bulk\.tensor[^;]*multicast::cluster", ptx)
     assert len(multicast) == 2, multicast  # one A and one B copy per k-tile (K-major tiles)
 
+
+
+@pytest.mark.parametrize("drift", [False, True])
+def test_gemm_drift_limiter_ptx(drift):
+    """With the wave drift limiter the producer polls the tile counter with an acquire load
+    and nanosleep between polls, and one lane per cluster adds to it with a release; without
+    it, none of that is compiled in."""
+    import torch
+
+    from cute_kernels.kernels.epilogue import Epilogue
+    from cute_kernels.ops.gemm import make_build
+    from cute_kernels.runtime.compile import compile_ptx
+
+    ptx = compile_ptx(make_build("hopper", torch.bfloat16, torch.bfloat16, "k", "k", Epilogue(),
+                                 drift=drift), "sm_90a")
+    counts = [ptx.count(s) for s in ("ld.acquire.gpu.global.b32", "nanosleep.u32",
+                                     "red.release.gpu.global.add.s32")]
+    assert all(counts) if drift else not any(counts), counts
+    _assert_no_spills(ptx, "sm_90a")
+
+
+def test_drift_limiter_schedule(monkeypatch):
+    """The scheduler turns the limiter on for many waves of long-K tiles only."""
+    import torch
+
+    import cute_kernels.ops.gemm as gemm_ops
+
+    monkeypatch.setattr(gemm_ops, "_sms", lambda device: 132)
+
+    def drift(m, n, k):
+        a, b = torch.empty(m, k, device="meta"), torch.empty(n, k, device="meta")
+        return gemm_ops.schedule(a, b)[3]
+
+    assert drift(65536, 106496, 16384) and drift(16384, 106496, 16384)
+    assert not drift(65536, 106496, 4096)  # short K
+    assert not drift(4096, 4096, 16384)  # a few waves

@@ -17,6 +17,7 @@ from layouts import sm90_gated_c, tile_mma_tv
 
 from .epilogue import Epilogue, gate_pairs, gated_store_copy
 from .tile_scheduler import grouped_tile_coord
+from .warp_ptx import ld_acquire_gpu, nanosleep
 
 DEFAULT_TILE = (128, 256, 64)  # CTA tile (M, N, K); the op sizes the persistent grid from it
 DEFAULT_CLUSTER_M = 2  # CTAs per cluster along M: B tiles multicast to both
@@ -61,7 +62,15 @@ class GemmSm90:
     def __init__(self, a_major: str = "k", b_major: str = "k", epilogue: Epilogue | None = None,
                  tile=DEFAULT_TILE, max_stages: int = 5, group_m: int = 16,
                  epi_n: int = 32, epi_stages: int = 2, gated: str | None = None,
-                 cluster_m: int = DEFAULT_CLUSTER_M, cluster_n: int = 1):
+                 cluster_m: int = DEFAULT_CLUSTER_M, cluster_n: int = 1,
+                 drift_slack: int | None = None):
+        # drift_slack (with a zeroed int32 counter passed as mSync): a cluster starts its j-th
+        # tile only once every cluster has issued the loads of its first j - drift_slack tiles,
+        # so clusters that share A / B panels in L2 stay within drift_slack tiles of each other
+        # (the wait gives up after ~MAX_DRIFT_WAIT_NS per tile: a throttle, never a hang)
+        if drift_slack is not None and drift_slack < 0:
+            raise ValueError(f"drift_slack must be >= 0, got {drift_slack}")
+        self.drift_slack = drift_slack
         # cluster_m CTAs along M share B tiles; cluster_n along N share A tiles (2x2: both
         # multicast; an option to measure, the op launches cluster_n = 1)
         self.cluster_m, self.cluster_n = cluster_m, cluster_n
@@ -87,7 +96,7 @@ class GemmSm90:
 
     @cute.jit
     def __call__(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, mBias,
-                 num_ctas: cutlass.Int32, stream):
+                 num_ctas: cutlass.Int32, stream, mSync=None):
         ab_dtype, c_dtype = mA.element_type, mC.element_type
         bm, bn, bk = self.tile
         tiled_mma = sm90_utils.make_trivial_tiled_mma(
@@ -137,7 +146,7 @@ class GemmSm90:
         self.stages = stages
         self.c_layout = c_layout
         self.kernel(tiled_mma, tma_a, tA, tma_b, tB, tma_c, tC, mC, mBias,
-                    sA_layout, sB_layout, sC_layout).launch(
+                    sA_layout, sB_layout, sC_layout, mSync).launch(
             grid=(num_ctas, 1, 1), block=(self.threads, 1, 1), cluster=(cm * cn, 1, 1),
             stream=stream)
 
@@ -145,7 +154,7 @@ class GemmSm90:
     def kernel(self, tiled_mma: cute.TiledMma, tma_a: cute.CopyAtom, tA: cute.Tensor,
                tma_b: cute.CopyAtom, tB: cute.Tensor, tma_c: cute.CopyAtom, tC: cute.Tensor,
                mC: cute.Tensor, mBias, sA_layout: cute.ComposedLayout,
-               sB_layout: cute.ComposedLayout, sC_layout: cute.ComposedLayout):
+               sB_layout: cute.ComposedLayout, sC_layout: cute.ComposedLayout, mSync):
         bm, bn, bk = self.tile
         ab_dtype, c_dtype = self.ab_dtype, mC.element_type
         tidx, _, _ = cute.arch.thread_idx()
@@ -212,7 +221,11 @@ class GemmSm90:
                                                    cute.group_modes(gB, 0, 2))
                 prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer,
                                                     self.stages)
+                limit = self.drift_slack is not None and mSync is not None
+                wave = cutlass.Int32(0)
                 for tile in cutlass.range(cluster_id, num_tiles, num_clusters, unroll=1):
+                    if cutlass.const_expr(limit):
+                        self._await_clusters(mSync, (wave - self.drift_slack) * num_clusters)
                     tm, tn, tl = self._tile_coord(tile, tiles_mc, tiles_nc, rank_mn)
                     for kt in cutlass.range(k_tiles, unroll=1):
                         ab_pipe.producer_acquire(prod)
@@ -228,6 +241,12 @@ class GemmSm90:
                                   tma_bar_ptr=full, mcast_mask=b_mcast_mask)
                         ab_pipe.producer_commit(prod)
                         prod.advance()
+                    if cutlass.const_expr(limit):
+                        if cta_rank == 0:
+                            with cute.arch.elect_one():
+                                cute.arch.red(mSync.iterator, cutlass.Int32(1), op="add",
+                                              dtype="s32", sem="release", scope="gpu")
+                    wave += 1
                 ab_pipe.producer_tail(prod)
         else:
             # ---------------- consumers: WGMMA mainloop + epilogue ----------------
@@ -331,6 +350,18 @@ class GemmSm90:
             if is_store_warp:
                 with cute.arch.elect_one():
                     store_pipe.producer_tail()
+
+    MAX_DRIFT_WAIT_NS = 1 << 20
+
+    @cute.jit
+    def _await_clusters(self, mSync, target):
+        """Spin (nanosleep) until the tile counter reaches ``target`` or about
+        MAX_DRIFT_WAIT_NS passed."""
+        address = mSync.iterator.toint()
+        polls = cutlass.Int32(0)
+        while ld_acquire_gpu(address) < target and polls < self.MAX_DRIFT_WAIT_NS // 256:
+            nanosleep(256)
+            polls += 1
 
     @cute.jit
     def _tile_coord(self, tile, tiles_mc, tiles_nc, rank_mn):

@@ -8,7 +8,7 @@ These let a kernel run a tiny MMA on data already in registers in an accumulator
 
 from __future__ import annotations
 
-from cutlass import Float32, Int32
+from cutlass import Float32, Int32, Int64
 from cutlass._mlir import ir
 from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
@@ -52,3 +52,20 @@ def mma_m16n8k16_bf16(a, b, c, *, loc=None, ip=None):
         has_side_effects=False, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT,
         loc=loc, ip=ip)
     return [Float32(llvm.extractvalue(T.f32(), result, [i], loc=loc, ip=ip)) for i in range(4)]
+
+
+@dsl_user_op
+def ld_acquire_gpu(address, *, loc=None, ip=None) -> Int32:
+    """``ld.acquire.gpu`` of a global int32 at ``address`` (an Int64 from ``ptr.toint()``):
+    polls a counter other CTAs advance with a release."""
+    return Int32(llvm.inline_asm(
+        T.i32(), [Int64(address).ir_value()], "ld.acquire.gpu.global.b32 $0, [$1];", "=r,l",
+        has_side_effects=True, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT,
+        loc=loc, ip=ip))
+
+
+@dsl_user_op
+def nanosleep(ns: int, *, loc=None, ip=None) -> None:
+    """Suspend the thread for about ``ns`` nanoseconds (a polite spin-wait)."""
+    llvm.inline_asm(None, [], f"nanosleep.u32 {int(ns)};", "", has_side_effects=True,
+                    is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip)

@@ -84,22 +84,21 @@ def gated_mlp_up_reference(x: torch.Tensor, w_packed: torch.Tensor,
 
 
 def make_build(path: str, dtype, out_dtype, a_major: str, b_major: str, activation: str,
-               bias_dtype=None, cluster_m: int = DEFAULT_CLUSTER_M, tile=DEFAULT_TILE):
+               bias_dtype=None, cluster_m: int = DEFAULT_CLUSTER_M, tile=DEFAULT_TILE,
+               drift: bool = False):
     """The gated GEMM: the dense GEMM kernel of ``path`` with its gated epilogue (and the
     bias hook on the 2I pre-activations when ``bias_dtype`` is set)."""
-    import cutlass
-
     from ..kernels.epilogue import Epilogue
-    from ..runtime.bridge import env_stream, fake_mkl, fake_vector
+    from ..runtime.bridge import fake_mkl, fake_vector
     from ..runtime.compile import Build
-    from .gemm import gemm_kernel
+    from .gemm import gemm_kernel, launch_args_fake
 
-    kernel = gemm_kernel(path, cluster_m, tile, a_major=a_major, b_major=b_major,
+    kernel = gemm_kernel(path, cluster_m, tile, drift, a_major=a_major, b_major=b_major,
                          gated=activation,
                          epilogue=Epilogue(bias=bias_dtype is not None))
     bias = fake_vector(bias_dtype, align=4, divisibility=8) if bias_dtype is not None else None
     return Build(kernel, (fake_mkl(dtype, a_major), fake_mkl(dtype, b_major),
-                          fake_mkl(out_dtype, "k"), bias, cutlass.Int32(1), env_stream()))
+                          fake_mkl(out_dtype, "k"), bias, *launch_args_fake(drift)))
 
 
 def _validate_gated(x, w_packed, bias, activation):
@@ -119,7 +118,7 @@ def _gated_mlp_up(x: torch.Tensor, w_packed: torch.Tensor, activation: str = "sw
                   bias: torch.Tensor | None = None, out: torch.Tensor | None = None):
     """The kernel call: ``act(x @ W_gate^T + b_gate) * (x @ W_up^T + b_up)``, (..., I)."""
     from ..runtime.bridge import kernel_for
-    from .gemm import _as_mkl, _validate, schedule
+    from .gemm import _as_mkl, _validate, drift_counter, schedule
 
     _validate_gated(x, w_packed, bias, activation)
     lead, k = x.shape[:-1], x.shape[-1]
@@ -142,12 +141,13 @@ def _gated_mlp_up(x: torch.Tensor, w_packed: torch.Tensor, activation: str = "sw
         out.copy_(gate(pre[0::2], pre[1::2], activation).expand_as(out))
         return out
     bias_dtype = bias.dtype if bias is not None else None
-    tile, cluster_m, ctas = schedule(x2, w_packed)
-    key = ("gated_mlp_up", x.dtype, out_dtype, a_major, b_major, activation, bias_dtype)
+    tile, cluster_m, ctas, drift = schedule(x2, w_packed)
+    key = ("gated_mlp_up", x.dtype, out_dtype, a_major, b_major, activation, bias_dtype, drift)
     kernel = kernel_for(x.device, key, lambda path, target: make_build(
-        path, x.dtype, out_dtype, a_major, b_major, activation, bias_dtype, cluster_m, tile),
-        hopper_key=(cluster_m, tile))
-    kernel(_as_mkl(x2), _as_mkl(w_packed), _as_mkl(out.view(-1, inter)), bias, ctas)
+        path, x.dtype, out_dtype, a_major, b_major, activation, bias_dtype, cluster_m, tile,
+        drift), hopper_key=(cluster_m, tile))
+    kernel(_as_mkl(x2), _as_mkl(w_packed), _as_mkl(out.view(-1, inter)), bias, ctas,
+           *drift_counter(x.device, drift))
     return out
 
 

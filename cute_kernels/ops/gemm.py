@@ -88,13 +88,16 @@ def _validate(a, b_nk, bias, out, out_dtype, *, a_name: str, b_name: str):
     return shape, out_dtype, a_major, b_major
 
 
-def gemm_kernel(path: str, cluster_m: int = DEFAULT_CLUSTER_M, tile=DEFAULT_TILE, **config):
-    """The GEMM kernel object of a path; ``cluster_m`` and ``tile`` concern the Hopper kernel
-    (the Ampere kernel has its own tile)."""
+def gemm_kernel(path: str, cluster_m: int = DEFAULT_CLUSTER_M, tile=DEFAULT_TILE,
+                drift: bool = False, **config):
+    """The GEMM kernel object of a path; ``cluster_m``, ``tile`` and ``drift`` (the wave
+    drift limiter, see ``schedule``) concern the Hopper kernel (the Ampere kernel has its own
+    tile and takes the drift counter argument without using it)."""
     if path == "hopper":
         from ..kernels.gemm_sm90 import GemmSm90
 
-        return GemmSm90(cluster_m=cluster_m, tile=tile, **config)
+        return GemmSm90(cluster_m=cluster_m, tile=tile, drift_slack=0 if drift else None,
+                        **config)
     from ..kernels.gemm_sm80 import GemmSm80
 
     return GemmSm80(**config)
@@ -102,14 +105,27 @@ def gemm_kernel(path: str, cluster_m: int = DEFAULT_CLUSTER_M, tile=DEFAULT_TILE
 
 def make_build(path: str, dtype, out_dtype, a_major: str, b_major: str, epilogue: Epilogue,
                bias_dtype=None, cluster_m: int = DEFAULT_CLUSTER_M,
-               tile=DEFAULT_TILE) -> Build:
-    kernel = gemm_kernel(path, cluster_m, tile, a_major=a_major, b_major=b_major,
+               tile=DEFAULT_TILE, drift: bool = False) -> Build:
+    kernel = gemm_kernel(path, cluster_m, tile, drift, a_major=a_major, b_major=b_major,
                          epilogue=epilogue)
-    import cutlass
-
     bias = fake_vector(bias_dtype, align=4, divisibility=8) if epilogue.bias else None
     return Build(kernel, (fake_mkl(dtype, a_major), fake_mkl(dtype, b_major),
-                          fake_mkl(out_dtype, "k"), bias, cutlass.Int32(1), env_stream()))
+                          fake_mkl(out_dtype, "k"), bias, *launch_args_fake(drift)))
+
+
+def launch_args_fake(drift: bool) -> tuple:
+    """The trailing build arguments of a GEMM-kernel launch: CTA count, stream and, with the
+    drift limiter, its int32 tile counter."""
+    import cutlass
+    from cutlass.cute.runtime import make_fake_compact_tensor
+
+    counter = (make_fake_compact_tensor(cutlass.Int32, (1,), assumed_align=4),) if drift else ()
+    return (cutlass.Int32(1), env_stream(), *counter)
+
+
+def drift_counter(device: torch.device, drift: bool) -> tuple:
+    """The launch's trailing counter argument: a zeroed int32 when the limiter is on."""
+    return (torch.zeros(1, dtype=torch.int32, device=device),) if drift else ()
 
 
 #: (argument metadata) -> (out shape, out dtype, kernel, CTAs): a call whose tensors have the
@@ -135,10 +151,10 @@ def _gemm_nk(a, b_nk, bias, out, out_dtype, epilogue, a_name, b_name):
         if len(_PLANS) >= _MAX_PLANS:
             _PLANS.clear()
         _PLANS[sig] = plan
-    shape, out_dtype, kernel, ctas = plan
+    shape, out_dtype, kernel, ctas, drift = plan
     if out is None:
         out = torch.empty(shape, dtype=out_dtype, device=a.device)
-    kernel(_as_mkl(a), _as_mkl(b_nk), _as_mkl(out), bias, ctas)
+    kernel(_as_mkl(a), _as_mkl(b_nk), _as_mkl(out), bias, ctas, *drift_counter(a.device, drift))
     return out
 
 
@@ -150,15 +166,16 @@ def _plan(a, b_nk, bias, out, out_dtype, epilogue, a_name, b_name):
     shape, out_dtype, a_major, b_major = _validate(a, b_nk, bias, out, out_dtype,
                                                    a_name=a_name, b_name=b_name)
     if math.prod(shape) == 0 or a.shape[-1] == 0:
-        return shape, out_dtype, None, 0
+        return shape, out_dtype, None, 0, False
     epi = Epilogue(bias=bias is not None, activation=epilogue)
-    tile, cluster_m, ctas = schedule(a, b_nk)
+    tile, cluster_m, ctas, drift = schedule(a, b_nk)
     bias_dtype = bias.dtype if bias is not None else None
-    key = ("gemm", a.dtype, out_dtype, a_major, b_major, epi, bias_dtype)
+    # drift changes the launch signature on both paths, so it joins the common key
+    key = ("gemm", a.dtype, out_dtype, a_major, b_major, epi, bias_dtype, drift)
     kernel = kernel_for(a.device, key, lambda path, target: make_build(
-        path, a.dtype, out_dtype, a_major, b_major, epi, bias_dtype, cluster_m, tile),
+        path, a.dtype, out_dtype, a_major, b_major, epi, bias_dtype, cluster_m, tile, drift),
         hopper_key=(cluster_m, tile))
-    return shape, out_dtype, kernel, ctas
+    return shape, out_dtype, kernel, ctas, drift
 
 
 def _degenerate(a, bias, out, plan, epilogue):
@@ -170,12 +187,22 @@ def _degenerate(a, bias, out, plan, epilogue):
     return out
 
 
-def schedule(a: torch.Tensor, b_nk: torch.Tensor) -> tuple[tuple[int, int, int], int, int]:
-    """(tile, cluster_m, CTAs) of the Hopper launch (the Ampere kernel ignores them).
+#: the wave drift limiter (GemmSm90 ``drift_slack=0``) is on from this many waves of cluster
+#: tiles and this many k-tiles per tile: there the clusters that share A / B panels in L2
+#: drift apart over the run (16384 x 106496 x 16384: 704 -> 720 TFLOP/s; 65536 rows:
+#: 703 -> 712; perf/RESULTS.md)
+DRIFT_MIN_WAVES = 16
+DRIFT_MIN_K_TILES = 128
+
+
+def schedule(a: torch.Tensor, b_nk: torch.Tensor) -> tuple[tuple[int, int, int], int, int, bool]:
+    """(tile, cluster_m, CTAs, drift limiter on) of the Hopper launch (the Ampere kernel
+    ignores them).
 
     2x1 clusters sharing B tiles, except when M has a single tile-row (a cluster would pair
     every CTA with an idle one); the tile with the best speed x last-wave occupancy
-    (``TILE_SPEEDS``); one CTA per SM in whole clusters, never more than the work.
+    (``TILE_SPEEDS``); one CTA per SM in whole clusters, never more than the work; the drift
+    limiter for many waves of long-K tiles (``DRIFT_MIN_WAVES``).
     """
     m, n = a.shape[-2], b_nk.shape[-2]
     batch = a.shape[0] if a.dim() == 3 else 1
@@ -183,7 +210,11 @@ def schedule(a: torch.Tensor, b_nk: torch.Tensor) -> tuple[tuple[int, int, int],
     sms = _sms(a.device)
     tile = pick_tile(m, n, batch, sms, TILE_SPEEDS, cluster_m)
     units = cluster_tiles(m, n, batch, tile, cluster_m)
-    return tile, cluster_m, persistent_grid(units * cluster_m, sms, cluster_size=cluster_m)
+    ctas = persistent_grid(units * cluster_m, sms, cluster_size=cluster_m)
+    waves = -(-units // (ctas // cluster_m))
+    k_tiles = -(-a.shape[-1] // tile[2])
+    drift = waves >= DRIFT_MIN_WAVES and k_tiles >= DRIFT_MIN_K_TILES
+    return tile, cluster_m, ctas, drift
 
 
 _SM_COUNT: dict[int, int] = {}
