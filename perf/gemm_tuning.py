@@ -78,7 +78,7 @@ def main() -> None:
             if limited:
                 sync.zero_()
             fn(a.unsqueeze(-1), b.unsqueeze(-1), c.unsqueeze(-1), None, grid,
-               *((sync,) if limited else ()))
+               sync if limited else None)
 
         c.fill_(float("nan"))
         run(None)

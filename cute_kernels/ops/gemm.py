@@ -124,8 +124,9 @@ def launch_args_fake(drift: bool) -> tuple:
 
 
 def drift_counter(device: torch.device, drift: bool) -> tuple:
-    """The launch's trailing counter argument: a zeroed int32 when the limiter is on."""
-    return (torch.zeros(1, dtype=torch.int32, device=device),) if drift else ()
+    """The launch's trailing counter argument: a zeroed int32 when the limiter is on, else
+    None (passed explicitly: a kernel loaded from the disk cache takes no defaults)."""
+    return (torch.zeros(1, dtype=torch.int32, device=device) if drift else None,)
 
 
 #: (argument metadata) -> (out shape, out dtype, kernel, CTAs): a call whose tensors have the
