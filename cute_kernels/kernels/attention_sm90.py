@@ -76,7 +76,7 @@ class AttentionSm90:
     ring; key blocks run last to first so the masked ones come first.
     Shared memory (D = 128, 128 x 128, 2 stages): Q 32 KiB + K 64 KiB + V 64 KiB; column sums
     add the ring, colsum_stages x slots x block_n x 4 B, and for wgmma sums per consumer P
-    64 x block_n x 2 B + factors 8 x 64 x 2 B (198 KiB in all at D = 128).
+    64 x block_n x 2 B + factors 8 x 64 x 2 B (204 KiB in all at the D = 128 default).
     Epilogue: O normalised, converted, written to Q's smem and stored by TMA (which clips
     rows past S_q); lse written by the first thread of each quad.
     """
