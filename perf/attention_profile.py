@@ -12,6 +12,7 @@ import math
 import sys
 
 import torch
+from gemm_tuning import parse_configs  # perf/ is the script's directory
 
 from cute_kernels.kernels.attention_sm90 import AttentionSm90
 from cute_kernels.ops.attention import make_build
@@ -20,7 +21,7 @@ from cute_kernels.runtime.compile import Build, compile_build
 
 def main() -> None:
     b, h, s, d = (int(v) for v in sys.argv[1].split(","))
-    cfg = eval(sys.argv[2], {"dict": dict})  # noqa: S307 - a developer's command line
+    cfg = parse_configs(f"[{sys.argv[2]}]")[0]
     q, k, v = (torch.randn(b, h, s, d, device="cuda").bfloat16() for _ in range(3))
     o = torch.empty_like(q)
     lse = torch.empty(b, h, s, device="cuda")

@@ -11,3 +11,44 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def forced_drift_limiter(monkeypatch):
+    """Turns the GEMM's wave drift limiter on for every shape and records each launch's tile
+    counter with the work it should count; ``check()`` asserts that every Hopper launch's
+    counter ended at its number of cluster tiles (one release add per cluster and tile), i.e.
+    the limiter really ran."""
+    import cute_kernels.ops.gemm as gemm_ops
+    from cute_kernels.kernels.tile_scheduler import cluster_tiles
+    from cute_kernels.runtime.arch import device_target
+
+    monkeypatch.setattr(gemm_ops, "DRIFT_MIN_WAVES", 1)
+    monkeypatch.setattr(gemm_ops, "DRIFT_MIN_K_TILES", 1)
+    monkeypatch.setattr(gemm_ops, "_PLANS", {})  # plans made under the real thresholds
+    launches, schedules = [], []
+    real_schedule, real_counter = gemm_ops.schedule, gemm_ops.drift_counter
+
+    def schedule(a, b_nk):
+        plan = real_schedule(a, b_nk)
+        batch = a.shape[0] if a.dim() == 3 else 1
+        schedules.append(cluster_tiles(a.shape[-2], b_nk.shape[-2], batch, plan[0], plan[1]))
+        return plan
+
+    def drift_counter(device, drift):
+        args = real_counter(device, drift)
+        assert drift, "the limiter was not turned on"
+        launches.append((args[0], schedules[-1], device_target(device)[0]))
+        return args
+
+    monkeypatch.setattr(gemm_ops, "schedule", schedule)
+    monkeypatch.setattr(gemm_ops, "drift_counter", drift_counter)
+
+    class Check:
+        @staticmethod
+        def check():
+            assert launches
+            for counter, units, path in launches:
+                assert counter.item() == (units if path == "hopper" else 0), (units, path)
+
+    return Check

@@ -163,12 +163,9 @@ def test_every_hopper_tile(monkeypatch, tile):
 
 
 @pytest.mark.parametrize("path", PATHS)
-def test_drift_limiter_forced(monkeypatch, path):
-    """The gated op with the GEMM's wave drift limiter forced on (small shapes, many waves)."""
-    import cute_kernels.ops.gemm as gemm_ops
-
-    monkeypatch.setattr(gemm_ops, "DRIFT_MIN_WAVES", 1)
-    monkeypatch.setattr(gemm_ops, "DRIFT_MIN_K_TILES", 1)
+def test_drift_limiter_forced(forced_drift_limiter, path):
+    """The gated op with the GEMM's wave drift limiter forced on (small shapes, many waves);
+    on Hopper the tile counter must end at the number of cluster tiles."""
     for m, inter, k in ((3001, 1544, 136), (77, 2056, 264)):
         x = torch.randn(m, k, device="cuda").bfloat16()
         w = ck.pack_gated_weight(kaiming(inter, k), kaiming(inter, k))
@@ -176,3 +173,4 @@ def test_drift_limiter_forced(monkeypatch, path):
         with ck.force_path(path):
             ck.gated_mlp_up(x, w, activation="swiglu", out=out)
         check_against_reference(out, x, w, "swiglu")
+    forced_drift_limiter.check()

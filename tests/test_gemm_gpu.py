@@ -164,14 +164,12 @@ def test_repeat_calls_reuse_the_plan_but_still_validate():
 
 
 @pytest.mark.parametrize("path", PATHS)
-def test_drift_limiter_forced(monkeypatch, path):
+def test_drift_limiter_forced(forced_drift_limiter, path):
     """The wave drift limiter (on by default only for many waves of long-K tiles) forced on
     small residue shapes: same results, on both paths (Ampere takes and ignores the counter).
-    Many waves per cluster (small tiles of work) exercise the wait and the counter."""
-    import cute_kernels.ops.gemm as gemm_ops
-
-    monkeypatch.setattr(gemm_ops, "DRIFT_MIN_WAVES", 1)
-    monkeypatch.setattr(gemm_ops, "DRIFT_MIN_K_TILES", 1)
+    Many waves per cluster (small tiles of work) exercise the wait and the counter, which
+    must end at the number of cluster tiles on Hopper."""
     run_gemm(path, 4000, 2056, 200, bias=True, epilogue="silu")
     run_gemm(path, 136, 4104, 72, a_major="m")
     run_gemm(path, 2000, 1040, 136, batch=3)
+    forced_drift_limiter.check()

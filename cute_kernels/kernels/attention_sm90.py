@@ -122,11 +122,10 @@ class AttentionSm90:
         # 2^(3 - rounds) partials per warp for the writer warps to add)
         if colsum_rounds not in (1, 2, 3) or colsum_writers not in (1, 2, 3):
             raise ValueError("colsum_rounds and colsum_writers must be 1, 2 or 3")
-        self.group, self.colsum_method = group, colsum_method
         # depth of the consumers -> writer ring of column sums
         if colsum_stages < 2:
             raise ValueError(f"colsum_stages must be >= 2, got {colsum_stages}")
-        self.colsum_stages = colsum_stages
+        self.group, self.colsum_method, self.colsum_stages = group, colsum_method, colsum_stages
         self.colsum_rounds, self.colsum_writers = colsum_rounds, colsum_writers
         self.consumer_wgs = self.block_m // 64
         # ring slots per key tile: one per consumer (wgmma sums), per warp (mma.sync sums), or

@@ -1,9 +1,10 @@
-"""Warp-level PTX the CuTe DSL does not wrap as register-to-register operations: movmatrix
-(an 8 x 8 16-bit matrix transposed across a warp's registers), bf16x2 packing and one
-mma.sync m16n8k16 on raw fragment registers.
+"""PTX the CuTe DSL does not wrap as plain register / global operations.
 
-These let a kernel run a tiny MMA on data already in registers in an accumulator layout
-(e.g. P after the softmax) without a round trip through shared memory.
+Warp-level: movmatrix (an 8 x 8 16-bit matrix transposed across a warp's registers), bf16x2
+packing and one mma.sync m16n8k16 on raw fragment registers, which let a kernel run a tiny MMA
+on data already in registers in an accumulator layout (e.g. P after the softmax) without a
+round trip through shared memory. Inter-CTA: an acquire load and nanosleep, to poll a counter
+that other CTAs advance (the GEMM's wave drift limiter).
 """
 
 from __future__ import annotations
