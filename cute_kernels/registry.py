@@ -35,7 +35,7 @@ GEMM_VARIANTS = {"tn": ("k", "k"), "nn": ("k", "n"), "tt": ("m", "k"), "nt": ("m
 def _gemm_entry() -> KernelEntry:
     import torch
 
-    from .kernels.epilogue import Epilogue
+    from .kernels.gemm.epilogue import Epilogue
     from .ops.gemm import make_build
 
     def build(variant: str, path: str) -> Build:

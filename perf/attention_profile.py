@@ -14,7 +14,7 @@ import sys
 import torch
 from gemm_tuning import parse_configs  # perf/ is the script's directory
 
-from cute_kernels.kernels.attention_sm90 import AttentionSm90
+from cute_kernels.kernels.attention.sm90 import AttentionSm90
 from cute_kernels.ops.attention import make_build
 from cute_kernels.runtime.compile import Build, compile_build
 

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from gemm_tuning import parse_configs  # perf/ is the script's directory
 
 from cute_kernels.bench import bench_interleaved, format_table, input_sets_needed
-from cute_kernels.kernels.attention_sm90 import AttentionSm90
+from cute_kernels.kernels.attention.sm90 import AttentionSm90
 from cute_kernels.ops.attention import make_build
 from cute_kernels.runtime.compile import Build, compile_build
 

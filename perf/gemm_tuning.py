@@ -14,8 +14,8 @@ import torch
 from cutlass.cute.runtime import make_fake_compact_tensor
 
 from cute_kernels.bench import bench_interleaved, format_table
-from cute_kernels.kernels.epilogue import Epilogue
-from cute_kernels.kernels.tile_scheduler import persistent_grid
+from cute_kernels.kernels.common.tile_scheduler import persistent_grid
+from cute_kernels.kernels.gemm.epilogue import Epilogue
 from cute_kernels.runtime.arch import device_target
 from cute_kernels.runtime.bridge import env_stream, fake_mkl
 from cute_kernels.runtime.compile import Build, compile_build
@@ -47,9 +47,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=10)
     args = ap.parse_args()
     if args.path == "hopper":
-        from cute_kernels.kernels.gemm_sm90 import GemmSm90 as Kernel
+        from cute_kernels.kernels.gemm.sm90 import GemmSm90 as Kernel
     else:
-        from cute_kernels.kernels.gemm_sm80 import GemmSm80 as Kernel
+        from cute_kernels.kernels.gemm.sm80 import GemmSm80 as Kernel
     configs = parse_configs(args.configs) if args.configs else CONFIGS[args.path]
     _, target = device_target(torch.device("cuda"))
     m, n, k = (int(v) for v in args.shape.split(","))

@@ -6,14 +6,14 @@ import sys
 import torch
 
 import cute_kernels as ck
-import cute_kernels.ops.gemm as gemm_ops
+import cute_kernels.tuning.gemm as gemm_tuning
 
 tile = tuple(int(v) for v in sys.argv[1].split(","))
 m, n, k = (int(v) for v in sys.argv[2:5])
 a_major, b_major = sys.argv[5], sys.argv[6]
 batch = int(sys.argv[7]) if len(sys.argv) > 7 else 0
 epilogue = sys.argv[8] if len(sys.argv) > 8 and sys.argv[8] != "none" else None
-gemm_ops.pick_tile = lambda *args: tile
+gemm_tuning.pick_tile = lambda *args: tile
 lead = (batch,) if batch else ()
 a = torch.randn(*lead, m, k, device="cuda").bfloat16()
 if a_major == "m":

@@ -20,11 +20,12 @@ def forced_drift_limiter(monkeypatch):
     counter ended at its number of cluster tiles (one release add per cluster and tile), i.e.
     the limiter really ran."""
     import cute_kernels.ops.gemm as gemm_ops
-    from cute_kernels.kernels.tile_scheduler import cluster_tiles
+    import cute_kernels.tuning.gemm as gemm_tuning
+    from cute_kernels.kernels.common.tile_scheduler import cluster_tiles
     from cute_kernels.runtime.arch import device_target
 
-    monkeypatch.setattr(gemm_ops, "DRIFT_MIN_WAVES", 1)
-    monkeypatch.setattr(gemm_ops, "DRIFT_MIN_K_TILES", 1)
+    monkeypatch.setattr(gemm_tuning, "DRIFT_MIN_WAVES", 1)
+    monkeypatch.setattr(gemm_tuning, "DRIFT_MIN_K_TILES", 1)
     monkeypatch.setattr(gemm_ops, "_PLANS", {})  # plans made under the real thresholds
     launches, schedules = [], []
     real_schedule, real_counter = gemm_ops.schedule, gemm_ops.drift_counter
@@ -32,7 +33,8 @@ def forced_drift_limiter(monkeypatch):
     def schedule(a, b_nk):
         plan = real_schedule(a, b_nk)
         batch = a.shape[0] if a.dim() == 3 else 1
-        schedules.append(cluster_tiles(a.shape[-2], b_nk.shape[-2], batch, plan[0], plan[1]))
+        schedules.append(cluster_tiles(a.shape[-2], b_nk.shape[-2], batch, plan.tile,
+                                       plan.cluster_m))
         return plan
 
     def drift_counter(device, drift):

@@ -150,7 +150,7 @@ COLSUM_CONFIGS = [dict(), dict(pingpong=True), dict(block_m=192, block_n=64),
 def test_hopper_colsum_configs(config, group, d, dtype):
     if config.get("colsum_method") == "shuffle" and config.get("block_m", 128) != group:
         pytest.skip("shuffle sums need the query tile to be the group")
-    from cute_kernels.kernels.attention_sm90 import AttentionSm90
+    from cute_kernels.kernels.attention.sm90 import AttentionSm90
 
     cfg = dict(config, colsum=True, group=group)
     try:

@@ -117,7 +117,7 @@ def test_out_must_not_alias_the_inputs():
 def test_hopper_kernel_refuses_tiles_past_shared_memory():
     """A Hopper tile whose K/V stages, P and sums exceed 227 KiB is refused at construction,
     naming the budget (not at launch)."""
-    from cute_kernels.kernels.attention_sm90 import AttentionSm90
+    from cute_kernels.kernels.attention.sm90 import AttentionSm90
 
     with pytest.raises(ValueError, match="shared memory"):
         AttentionSm90(128, False, block_m=192, colsum=True)
@@ -128,7 +128,7 @@ def test_hopper_kernel_refuses_tiles_past_shared_memory():
 
 def test_hopper_kernel_refuses_bad_column_sum_options():
     """Column-sum options are checked at construction, each error naming the option."""
-    from cute_kernels.kernels.attention_sm90 import AttentionSm90
+    from cute_kernels.kernels.attention.sm90 import AttentionSm90
 
     with pytest.raises(ValueError, match="colsum_method must be"):
         AttentionSm90(64, False, colsum=True, colsum_method="atomics")

@@ -151,9 +151,9 @@ def test_out_with_autograd_is_rejected():
 @pytest.mark.skipif("hopper" not in PATHS, reason="needs a Hopper (sm_90) GPU")
 @pytest.mark.parametrize("tile", [(128, 192, 64), (128, 128, 64)])
 def test_every_hopper_tile(monkeypatch, tile):
-    import cute_kernels.ops.gemm as gemm_ops
+    import cute_kernels.tuning.gemm as gemm_tuning
 
-    monkeypatch.setattr(gemm_ops, "pick_tile", lambda *args: tile)
+    monkeypatch.setattr(gemm_tuning, "pick_tile", lambda *args: tile)
     for m, inter, k in ((333, 520, 136), (100, 1032, 256)):
         x = torch.randn(m, k, device="cuda").bfloat16()
         w = ck.pack_gated_weight(kaiming(inter, k), kaiming(inter, k))

@@ -141,9 +141,9 @@ HOPPER_ONLY = pytest.mark.skipif("hopper" not in PATHS, reason="needs a Hopper (
 def test_every_hopper_tile(monkeypatch, tile, m, n, k, a_major, b_major):
     """Each tile the scheduler may pick (it picks by shape), forced on residue shapes, with and
     without a cluster (M = 128 launches unclustered)."""
-    import cute_kernels.ops.gemm as gemm_ops
+    import cute_kernels.tuning.gemm as gemm_tuning
 
-    monkeypatch.setattr(gemm_ops, "pick_tile", lambda *args: tile)
+    monkeypatch.setattr(gemm_tuning, "pick_tile", lambda *args: tile)
     run_gemm("hopper", m, n, k, a_major=a_major, b_major=b_major, bias=True, epilogue="silu")
     run_gemm("hopper", m, n, k, batch=2)
 

@@ -119,9 +119,10 @@ def test_attention_colsum_ptx(head_dim):
 
     import torch
 
-    from cute_kernels.kernels.attention_sm90 import AttentionSm90
-    from cute_kernels.ops.attention import hopper_config, make_build
+    from cute_kernels.kernels.attention.sm90 import AttentionSm90
+    from cute_kernels.ops.attention import make_build
     from cute_kernels.runtime.compile import compile_ptx
+    from cute_kernels.tuning.attention import hopper_config
 
     configs = [hopper_config(head_dim, False, True, group) for group in (128, 192)]
     if head_dim == 64:
@@ -200,7 +201,7 @@ def test_gemm_2x2_cluster_multicasts_both_operands():
     import cutlass
     import torch
 
-    from cute_kernels.kernels.gemm_sm90 import GemmSm90
+    from cute_kernels.kernels.gemm.sm90 import GemmSm90
     from cute_kernels.runtime.bridge import env_stream, fake_mkl
     from cute_kernels.runtime.compile import Build, compile_ptx
 
@@ -220,7 +221,7 @@ def test_gemm_drift_limiter_ptx(drift):
     it, none of that is compiled in."""
     import torch
 
-    from cute_kernels.kernels.epilogue import Epilogue
+    from cute_kernels.kernels.gemm.epilogue import Epilogue
     from cute_kernels.ops.gemm import make_build
     from cute_kernels.runtime.compile import compile_ptx
 
@@ -242,7 +243,7 @@ def test_drift_limiter_schedule(monkeypatch):
 
     def drift(m, n, k):
         a, b = torch.empty(m, k, device="meta"), torch.empty(n, k, device="meta")
-        return gemm_ops.schedule(a, b)[3]
+        return gemm_ops.schedule(a, b).drift
 
     assert drift(65536, 106496, 16384) and drift(16384, 106496, 16384)
     assert not drift(65536, 106496, 4096)  # short K

@@ -2,7 +2,7 @@ import itertools
 
 import pytest
 
-from cute_kernels.kernels.tile_scheduler import grouped_tile_coord, persistent_grid
+from cute_kernels.kernels.common.tile_scheduler import grouped_tile_coord, persistent_grid
 
 
 @pytest.mark.parametrize("tiles_m, tiles_n, group_m, batches",
@@ -32,8 +32,8 @@ def test_persistent_grid():
 
 
 def test_wave_efficiency_and_tile_choice():
-    from cute_kernels.kernels.gemm_sm90 import DEFAULT_TILE, TILE_SPEEDS
-    from cute_kernels.kernels.tile_scheduler import cluster_tiles, pick_tile, wave_efficiency
+    from cute_kernels.kernels.common.tile_scheduler import cluster_tiles
+    from cute_kernels.tuning.gemm import DEFAULT_TILE, TILE_SPEEDS, pick_tile, wave_efficiency
 
     assert wave_efficiency(448, 66) == pytest.approx(448 / 462) and wave_efficiency(132, 66) == 1
     # 1024 x 14336: 4 cluster-rows x 56 tiles of 128x256 = 224 units on 66 clusters, 3.4

@@ -6,6 +6,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..kernels.common.activation_names import GATED_ACTIVATIONS, GATED_TO_ACT  # noqa: F401
+
 #: epilogue activation -> torch function (None: identity)
 ACTIVATION_FNS = {
     None: lambda x: x,
@@ -14,9 +16,6 @@ ACTIVATION_FNS = {
     "gelu": F.gelu,
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
 }
-#: gated activation -> the activation of its gate
-GATED_TO_ACT = {"swiglu": "silu", "geglu": "gelu", "geglu_tanh": "gelu_tanh", "reglu": "relu"}
-GATED_ACTIVATIONS = tuple(GATED_TO_ACT)
 
 
 def check_activation(name: str, value, allowed) -> None:

@@ -20,6 +20,7 @@ import math
 import torch
 
 from ..runtime.validate import check_no_overlap, check_tensor
+from ..tuning.attention import hopper_config
 
 IN_DTYPES = (torch.bfloat16, torch.float16)
 HEAD_DIMS = (64, 128)
@@ -131,29 +132,6 @@ def attention_colsum_reference(q, k, v, prev_lse, *, group: int = 192,
     return o, lse, padded.view(b, h, groups, group, s_kv).sum(dim=3)
 
 
-def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
-                  group: int = 192) -> dict:
-    """AttentionSm90 keyword arguments per problem class, from perf/attention_tuning.py on an
-    H100 (perf/RESULTS.md): D = 128 -> 128 x 128 tiles with softmax/MMA overlap; D = 64 ->
-    192 x 128 on three consumer warpgroups (the softmax's exp2 is the bottleneck there; a
-    third warpgroup hides it better than the overlap), 128 x 128 when causal (192 x 128 was
-    2% faster there but its causal build spills 40 bytes). Column sums ride on the plain
-    kernel's configuration. D = 128: sums by a small WGMMA on P stored to smem
-    (``colsum_method="mma"``), inside the 128 x 128 overlapped schedule, an 8-deep sums ring
-    and two writer warps. D = 64: sums by
-    mma.sync on P transposed in registers (``"mma_sync"``), issued just before O += P V, in the
-    192-row tile: 1.11x the plain time against 1.32x for shuffle sums (perf/RESULTS.md)."""
-    if colsum:
-        if head_dim == 64:
-            return dict(block_m=192, colsum=True, group=group, colsum_method="mma_sync")
-        # a deeper sums ring and two writer warps: 3-4% faster at S = 16k and 32k
-        return dict(hopper_config(head_dim, False), colsum=True, group=group, colsum_stages=8,
-                    colsum_writers=2)
-    if head_dim == 128:
-        return dict(overlap=True)
-    return dict() if causal else dict(block_m=192)
-
-
 def colsum_adds_onto_zeros(path: str, head_dim: int, group: int,
                            config: dict | None = None) -> bool:
     """Whether the column-sum kernel of ``path`` adds partial sums into a zeroed output
@@ -164,7 +142,7 @@ def colsum_adds_onto_zeros(path: str, head_dim: int, group: int,
 @functools.cache
 def _hopper_colsum_atomic(head_dim: int, group: int, config_key: tuple) -> bool:
     # cached: attention_colsum asks on every call, and the answer is a property of the config
-    from ..kernels.attention_sm90 import AttentionSm90
+    from ..kernels.attention.sm90 import AttentionSm90
 
     cfg = dict(config_key) if config_key else hopper_config(head_dim, False, True, group)
     return AttentionSm90(head_dim, False, **cfg).colsum_atomic
@@ -192,12 +170,12 @@ def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = Fal
                                         assumed_align=4)
 
     if path == "hopper":
-        from ..kernels.attention_sm90 import AttentionSm90
+        from ..kernels.attention.sm90 import AttentionSm90
 
         cfg = hopper_config(head_dim, causal, colsum, group) if config is None else config
         kernel = AttentionSm90(head_dim, causal, **cfg)
     else:
-        from ..kernels.attention_sm80 import AttentionSm80
+        from ..kernels.attention.sm80 import AttentionSm80
 
         kernel = AttentionSm80(head_dim, causal, colsum=colsum, group=group)
     extra = (f32(3), f32(4)) if colsum else (None, None)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from ..kernels.gemm_sm90 import DEFAULT_CLUSTER_M, DEFAULT_TILE
 from ..runtime.validate import check_same_device, check_tensor
+from ..tuning.gemm import DEFAULT_CLUSTER_M, DEFAULT_TILE
 from .activations import (
     GATED_ACTIVATIONS,
     GATED_TO_ACT,
@@ -88,7 +88,7 @@ def make_build(path: str, dtype, out_dtype, a_major: str, b_major: str, activati
                drift: bool = False):
     """The gated GEMM: the dense GEMM kernel of ``path`` with its gated epilogue (and the
     bias hook on the 2I pre-activations when ``bias_dtype`` is set)."""
-    from ..kernels.epilogue import Epilogue
+    from ..kernels.gemm.epilogue import Epilogue
     from ..runtime.bridge import fake_mkl, fake_vector
     from ..runtime.compile import Build
     from .gemm import gemm_kernel, launch_args_fake

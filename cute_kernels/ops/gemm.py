@@ -13,13 +13,14 @@ import math
 
 import torch
 
-from ..kernels.epilogue import ACTIVATIONS, Epilogue
-from ..kernels.gemm_sm90 import DEFAULT_CLUSTER_M, DEFAULT_TILE, TILE_SPEEDS
-from ..kernels.tile_scheduler import cluster_tiles, persistent_grid, pick_tile
+from ..kernels.common.activation_names import ACTIVATIONS
+from ..kernels.gemm.epilogue import Epilogue
 from ..runtime.arch import forced_path
 from ..runtime.bridge import env_stream, fake_mkl, fake_vector, kernel_for
 from ..runtime.compile import Build
 from ..runtime.validate import check_aligned, check_cuda, check_same_device, check_tensor
+from ..tuning import gemm as gemm_tuning
+from ..tuning.gemm import DEFAULT_CLUSTER_M, DEFAULT_TILE
 from .activations import activation, activation_and_grad
 
 IN_DTYPES = (torch.bfloat16, torch.float16)
@@ -94,11 +95,11 @@ def gemm_kernel(path: str, cluster_m: int = DEFAULT_CLUSTER_M, tile=DEFAULT_TILE
     drift limiter, see ``schedule``) concern the Hopper kernel (the Ampere kernel has its own
     tile and takes the drift counter argument without using it)."""
     if path == "hopper":
-        from ..kernels.gemm_sm90 import GemmSm90
+        from ..kernels.gemm.sm90 import GemmSm90
 
         return GemmSm90(cluster_m=cluster_m, tile=tile, drift_slack=0 if drift else None,
                         **config)
-    from ..kernels.gemm_sm80 import GemmSm80
+    from ..kernels.gemm.sm80 import GemmSm80
 
     return GemmSm80(**config)
 
@@ -188,34 +189,10 @@ def _degenerate(a, bias, out, plan, epilogue):
     return out
 
 
-#: the wave drift limiter (GemmSm90 ``drift_slack=0``) is on from this many waves of cluster
-#: tiles and this many k-tiles per tile: there the clusters that share A / B panels in L2
-#: drift apart over the run (16384 x 106496 x 16384: 704 -> 720 TFLOP/s; 65536 rows:
-#: 703 -> 712; perf/RESULTS.md)
-DRIFT_MIN_WAVES = 16
-DRIFT_MIN_K_TILES = 128
-
-
-def schedule(a: torch.Tensor, b_nk: torch.Tensor) -> tuple[tuple[int, int, int], int, int, bool]:
-    """(tile, cluster_m, CTAs, drift limiter on) of the Hopper launch (the Ampere kernel
-    ignores them).
-
-    2x1 clusters sharing B tiles, except when M has a single tile-row (a cluster would pair
-    every CTA with an idle one); the tile with the best speed x last-wave occupancy
-    (``TILE_SPEEDS``); one CTA per SM in whole clusters, never more than the work; the drift
-    limiter for many waves of long-K tiles (``DRIFT_MIN_WAVES``).
-    """
-    m, n = a.shape[-2], b_nk.shape[-2]
+def schedule(a: torch.Tensor, b_nk: torch.Tensor) -> gemm_tuning.GemmSchedule:
+    """The Hopper launch for these operands (``tuning.gemm.schedule`` on this device)."""
     batch = a.shape[0] if a.dim() == 3 else 1
-    cluster_m = DEFAULT_CLUSTER_M if m > DEFAULT_TILE[0] else 1
-    sms = _sms(a.device)
-    tile = pick_tile(m, n, batch, sms, TILE_SPEEDS, cluster_m)
-    units = cluster_tiles(m, n, batch, tile, cluster_m)
-    ctas = persistent_grid(units * cluster_m, sms, cluster_size=cluster_m)
-    waves = -(-units // (ctas // cluster_m))
-    k_tiles = -(-a.shape[-1] // tile[2])
-    drift = waves >= DRIFT_MIN_WAVES and k_tiles >= DRIFT_MIN_K_TILES
-    return tile, cluster_m, ctas, drift
+    return gemm_tuning.schedule(a.shape[-2], b_nk.shape[-2], a.shape[-1], batch, _sms(a.device))
 
 
 _SM_COUNT: dict[int, int] = {}

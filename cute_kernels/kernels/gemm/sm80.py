@@ -9,65 +9,13 @@ from __future__ import annotations
 import cutlass
 import cutlass.cute as cute
 import cutlass.memory
-from cutlass.cute.nvgpu import cpasync, warp
+from cutlass.cute.nvgpu import warp
 
 from layouts import SM80_16x4x16_GATED_C, tile_mma_tv
 
+from ..common.constants import BYTES_PER_VEC
+from ..common.sm80 import g2s_copy, in_bounds_predicate, smem_operand_atom, store_swizzle_atom
 from .epilogue import Epilogue, gate_pairs, gated_store_copy
-
-BYTES_PER_VEC = 16
-
-
-def _log2(x: int) -> int:
-    return x.bit_length() - 1
-
-
-def smem_operand_atom(major: str, tile_k: int, elem_bytes: int):
-    """The swizzled 8-row (K-major) or 8-column (M/N-major) smem atom of one operand.
-
-    K-major: rows of ``tile_k`` elements (at most 128 bytes), ``Swizzle(b, log2(elems per
-    16 B), 3)`` so the 8 rows an ldmatrix phase reads hit 8 bank groups (layouts.swizzle).
-    M/N-major: the transpose, 64 elements along M/N by 8 along K, read by ldmatrix.trans.
-    """
-    per_vec = BYTES_PER_VEC // elem_bytes
-    if major == "k":
-        width = min(tile_k, 128 // elem_bytes)
-        bits = min(3, _log2(width // per_vec))
-        outer = cute.make_layout((8, width), stride=(width, 1))
-    else:
-        width = 128 // elem_bytes
-        bits = 3
-        outer = cute.make_layout((width, 8), stride=(1, width))
-    return cute.make_composed_layout(cute.make_swizzle(bits, _log2(per_vec), 3), 0, outer)
-
-
-def g2s_copy(dtype, major: str, rows: int, tile_k: int, threads: int):
-    """cp.async (16-byte, L2-only) tiled copy of a (rows, tile_k) operand tile."""
-    atom = cute.make_copy_atom(cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL),
-                               dtype, num_bits_per_copy=128)
-    per_vec = BYTES_PER_VEC * 8 // dtype.width
-    if major == "k":
-        chunks = tile_k // per_vec
-        thr = cute.make_layout((threads // chunks, chunks), stride=(chunks, 1))
-        val = cute.make_layout((1, per_vec))
-    else:
-        chunks = rows // per_vec
-        thr = cute.make_layout((chunks, threads // chunks), stride=(1, chunks))
-        val = cute.make_layout((per_vec, 1))
-    return cute.make_tiled_copy_tv(atom, thr, val)
-
-
-@cute.jit
-def in_bounds_predicate(tXcX: cute.Tensor, shape) -> cute.Tensor:
-    """One predicate per copy vector of a partitioned (vector, rest_r, rest_c) coordinate
-    tensor: is the vector's first element inside ``shape``? (Vectors never straddle the edge:
-    the bounded dims are multiples of the vector, or whole.)"""
-    rest_r, rest_c = cute.size(tXcX, mode=[1]), cute.size(tXcX, mode=[2])
-    pred = cute.make_rmem_tensor((1, rest_r, rest_c), cutlass.Boolean)
-    for i in cutlass.range_constexpr(rest_r):
-        for j in cutlass.range_constexpr(rest_c):
-            pred[0, i, j] = cute.elem_less(tXcX[(0, 0), i, j], shape)
-    return pred
 
 
 class GemmSm80:
@@ -127,9 +75,7 @@ class GemmSm80:
                                        (BN, BK, S), (0, 1, 2))
         c_bytes = c_dtype.width // 8
         c_per_vec = BYTES_PER_VEC // c_bytes
-        sC_atom = cute.make_composed_layout(
-            cute.make_swizzle(3, _log2(c_per_vec), 3), 0,
-            cute.make_layout((8, 128 // c_bytes), stride=(128 // c_bytes, 1)))
+        sC_atom = store_swizzle_atom(c_bytes)
         out_n = BN // 2 if self.gated is not None else BN
         sC_layout = cute.tile_to_shape(sC_atom, (BM, out_n), (0, 1))
         ab_bytes = (cute.cosize(sA_layout) + cute.cosize(sB_layout)) * (dtype.width // 8)

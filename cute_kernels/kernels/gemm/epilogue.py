@@ -20,10 +20,9 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32
 
-ACTIVATIONS = (None, "relu", "gelu", "gelu_tanh", "silu")
-#: gated activation -> the activation applied to the gate before it multiplies up
-GATED_TO_ACT = {"swiglu": "silu", "geglu": "gelu", "geglu_tanh": "gelu_tanh", "reglu": "relu"}
-LOG2E = 1.4426950408889634
+from ..common.activation_names import ACTIVATIONS, GATED_TO_ACT
+from ..common.constants import LOG2E
+
 SQRT_2_OVER_PI = 0.7978845608028654
 INV_SQRT2 = 0.7071067811865476
 

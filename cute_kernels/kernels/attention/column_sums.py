@@ -24,8 +24,8 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32
 
+from ..common.warp_ptx import mma_m16n8k16_bf16, movmatrix_trans, pack_bf16x2
 from .online_softmax import acc_mn_view
-from .warp_ptx import mma_m16n8k16_bf16, movmatrix_trans, pack_bf16x2
 
 
 @cute.jit

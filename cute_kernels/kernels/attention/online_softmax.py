@@ -8,14 +8,11 @@ and log2(e) folded into one multiplier.
 
 from __future__ import annotations
 
-import math
-
 import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32
 
-LOG2E = math.log2(math.e)
-LN2 = math.log(2.0)
+from ..common.constants import LN2
 
 
 def acc_mn_view(acc: cute.Tensor) -> cute.Tensor:

@@ -15,17 +15,11 @@ from cutlass.tensor_utils import LayoutEnum
 
 from layouts import sm90_gated_c, tile_mma_tv
 
+from ...tuning.gemm import DEFAULT_CLUSTER_M, DEFAULT_TILE
+from ..common.constants import SM90_BARRIER_RESERVE, SM90_SMEM_BYTES
+from ..common.tile_scheduler import grouped_tile_coord
+from ..common.warp_ptx import ld_acquire_gpu, nanosleep
 from .epilogue import Epilogue, gate_pairs, gated_store_copy
-from .tile_scheduler import grouped_tile_coord
-from .warp_ptx import ld_acquire_gpu, nanosleep
-
-DEFAULT_TILE = (128, 256, 64)  # CTA tile (M, N, K); the op sizes the persistent grid from it
-DEFAULT_CLUSTER_M = 2  # CTAs per cluster along M: B tiles multicast to both
-#: tiles the op chooses between, with their throughput relative to the default when every SM
-#: is busy (H100, perf/gemm_tuning.py: 128x192 and 128x128 reach 0.97x and 0.90x of 128x256)
-TILE_SPEEDS = {DEFAULT_TILE: 1.0, (128, 192, 64): 0.97, (128, 128, 64): 0.90}
-SMEM_BYTES = 227 * 1024  # sm_90 opt-in shared memory per CTA
-BARRIER_RESERVE = 1024
 
 
 def _major_mode(major: str):
@@ -89,7 +83,7 @@ class GemmSm90:
         self.epi_barrier_id = 1
 
     def _stages(self, ab_bytes_per_stage: int, c_bytes: int) -> int:
-        fit = (SMEM_BYTES - BARRIER_RESERVE - c_bytes) // ab_bytes_per_stage
+        fit = (SM90_SMEM_BYTES - SM90_BARRIER_RESERVE - c_bytes) // ab_bytes_per_stage
         if fit < 2:
             raise ValueError(f"tile {self.tile} does not fit two pipeline stages in smem")
         return min(self.max_stages, fit)

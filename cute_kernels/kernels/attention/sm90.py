@@ -17,6 +17,7 @@ from cutlass import BFloat16, Float32, Int32
 from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
+from ..common.constants import LOG2E
 from .column_sums import (
     mma_sync_column_sums,
     mma_sync_sum_key,
@@ -26,7 +27,6 @@ from .column_sums import (
     weighted_column_sums,
 )
 from .online_softmax import (
-    LOG2E,
     acc_as_a_operand,
     acc_mn_view,
     key_blocks,

@@ -15,15 +15,15 @@ import cutlass.memory
 from cutlass import Float32, Int32
 from cutlass.cute.nvgpu import warp
 
+from ..common.constants import BYTES_PER_VEC, LOG2E
+from ..common.sm80 import g2s_copy, in_bounds_predicate, smem_operand_atom
 from .column_sums import (
     previous_step_factors,
     reduce_scatter_rows,
     tile_column,
     weighted_column_sums,
 )
-from .gemm_sm80 import BYTES_PER_VEC, g2s_copy, in_bounds_predicate, smem_operand_atom
 from .online_softmax import (
-    LOG2E,
     acc_as_a_operand,
     acc_mn_view,
     key_blocks,

@@ -39,21 +39,3 @@ def cluster_tiles(m: int, n: int, batch: int, tile, cluster_m: int) -> int:
     """Work units of a clustered launch: M tiles rounded up to whole clusters, times N tiles."""
     tiles_m = -(-m // tile[0])
     return -(-tiles_m // cluster_m) * -(-n // tile[1]) * batch
-
-
-def wave_efficiency(units: int, slots: int) -> float:
-    """Busy fraction of ``slots`` persistent workers over ``units`` equal work units
-    (the last wave runs partly idle: 448 units on 66 slots keep them 85% busy)."""
-    return units / (-(-units // slots) * slots) if units else 1.0
-
-
-def pick_tile(m: int, n: int, batch: int, sms: int, speeds: dict, cluster_m: int):
-    """The tile with the best ``speed x wave efficiency``: ``speeds`` maps each candidate
-    tile to its relative throughput when every SM is busy (measured, perf/RESULTS.md). A
-    smaller tile wins only when the big one leaves a mostly idle last wave."""
-    def score(tile):
-        units = cluster_tiles(m, n, batch, tile, cluster_m)
-        return speeds[tile] * wave_efficiency(units, max(1, sms // cluster_m))
-
-    return max(speeds, key=score)
-

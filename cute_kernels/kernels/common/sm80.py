@@ -1,0 +1,77 @@
+"""Ampere-path (sm_80) building blocks shared by the GEMM and attention kernels: the
+swizzled shared-memory atoms ldmatrix reads, the 16-byte cp.async tiled copy, and the
+per-vector bounds predicate for residue tiles.
+
+The swizzle rule itself lives in ``layouts.swizzle`` (pure Python, tested for bank conflicts);
+this module only turns it into ``cute`` layouts.
+"""
+
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+from cutlass.cute.nvgpu import cpasync
+
+from layouts import sm80_ldmatrix_swizzle, sm80_smem_atom_k, swizzle_for
+
+from .constants import BYTES_PER_VEC
+
+
+def _cute_swizzle(swizzle):
+    return cute.make_swizzle(*swizzle.as_tuple())
+
+
+def smem_operand_atom(major: str, tile_k: int, elem_bytes: int):
+    """The swizzled 8-row (K-major) or 8-column (M/N-major) smem atom of one operand.
+
+    K-major: rows of ``tile_k`` elements (at most 128 bytes) under
+    ``layouts.sm80_ldmatrix_swizzle``, so the 8 rows an ldmatrix phase reads hit 8 bank
+    groups. M/N-major: the transpose, 128 bytes along M/N by 8 along K under the 128-byte
+    swizzle, read by ldmatrix.trans.
+    """
+    if major == "k":
+        width = sm80_smem_atom_k(tile_k, elem_bytes)
+        swizzle = sm80_ldmatrix_swizzle(tile_k, elem_bytes)
+        outer = cute.make_layout((8, width), stride=(width, 1))
+    else:
+        width = 128 // elem_bytes
+        swizzle = swizzle_for("128B", elem_bytes)
+        outer = cute.make_layout((width, 8), stride=(1, width))
+    return cute.make_composed_layout(_cute_swizzle(swizzle), 0, outer)
+
+
+def g2s_copy(dtype, major: str, rows: int, tile_k: int, threads: int):
+    """cp.async (16-byte, L2-only) tiled copy of a (rows, tile_k) operand tile."""
+    atom = cute.make_copy_atom(cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL),
+                               dtype, num_bits_per_copy=128)
+    per_vec = BYTES_PER_VEC * 8 // dtype.width
+    if major == "k":
+        chunks = tile_k // per_vec
+        thr = cute.make_layout((threads // chunks, chunks), stride=(chunks, 1))
+        val = cute.make_layout((1, per_vec))
+    else:
+        chunks = rows // per_vec
+        thr = cute.make_layout((chunks, threads // chunks), stride=(1, chunks))
+        val = cute.make_layout((per_vec, 1))
+    return cute.make_tiled_copy_tv(atom, thr, val)
+
+
+@cute.jit
+def in_bounds_predicate(tXcX: cute.Tensor, shape) -> cute.Tensor:
+    """One predicate per copy vector of a partitioned (vector, rest_r, rest_c) coordinate
+    tensor: is the vector's first element inside ``shape``? (Vectors never straddle the edge:
+    the bounded dims are multiples of the vector, or whole.)"""
+    rest_r, rest_c = cute.size(tXcX, mode=[1]), cute.size(tXcX, mode=[2])
+    pred = cute.make_rmem_tensor((1, rest_r, rest_c), cutlass.Boolean)
+    for i in cutlass.range_constexpr(rest_r):
+        for j in cutlass.range_constexpr(rest_c):
+            pred[0, i, j] = cute.elem_less(tXcX[(0, 0), i, j], shape)
+    return pred
+
+
+def store_swizzle_atom(elem_bytes: int):
+    """The 8 x 128-byte row-major smem atom an output tile is staged in before 16-byte stores
+    (128-byte swizzle: the 8 rows of one 16-byte column chunk hit 8 bank groups)."""
+    return cute.make_composed_layout(
+        _cute_swizzle(swizzle_for("128B", elem_bytes)), 0,
+        cute.make_layout((8, 128 // elem_bytes), stride=(128 // elem_bytes, 1)))

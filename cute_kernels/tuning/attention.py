@@ -1,0 +1,25 @@
+"""Attention kernel configurations per problem class (Hopper; the Ampere kernel has one)."""
+
+from __future__ import annotations
+
+
+def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
+                  group: int = 192) -> dict:
+    """AttentionSm90 keyword arguments per problem class, from perf/attention_tuning.py on an
+    H100 (perf/RESULTS.md): D = 128 -> 128 x 128 tiles with softmax/MMA overlap; D = 64 ->
+    192 x 128 on three consumer warpgroups (the softmax's exp2 is the bottleneck there; a
+    third warpgroup hides it better than the overlap), 128 x 128 when causal (192 x 128 was
+    2% faster there but its causal build spills 40 bytes). Column sums ride on the plain
+    kernel's configuration. D = 128: sums by a small WGMMA on P stored to smem
+    (``colsum_method="mma"``), inside the 128 x 128 overlapped schedule, an 8-deep sums ring
+    and two writer warps (3-4% faster at S = 16k and 32k than 4 and one). D = 64: sums by
+    mma.sync on P transposed in registers (``"mma_sync"``), issued just before O += P V, in the
+    192-row tile: 1.11x the plain time against 1.32x for shuffle sums (perf/RESULTS.md)."""
+    if colsum:
+        if head_dim == 64:
+            return dict(block_m=192, colsum=True, group=group, colsum_method="mma_sync")
+        return dict(hopper_config(head_dim, False), colsum=True, group=group, colsum_stages=8,
+                    colsum_writers=2)
+    if head_dim == 128:
+        return dict(overlap=True)
+    return dict() if causal else dict(block_m=192)
