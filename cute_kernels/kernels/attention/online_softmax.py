@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import cutlass
 import cutlass.cute as cute
-from cutlass import Float32, Int32
+from cutlass import Float32
 
 from ..common.constants import LN2
 
@@ -134,34 +134,18 @@ def apply_mask(acc_S: cute.Tensor, tScS: cute.Tensor, s_q, s_kv, causal: cutlass
 
 
 @cute.jit
-def key_blocks(m_block, block_mn, s_q, s_kv, causal: cutlass.Constexpr):
-    """How many key blocks query block ``m_block`` sees: all of them, or (causal, bottom-right:
-    row i sees keys <= i + s_kv - s_q) those up to its last row's diagonal; 0 when its last
-    row sees no key."""
-    bm, bn = block_mn
-    n_blocks = cute.ceil_div(s_kv, bn)
-    if cutlass.const_expr(causal):
-        last_key = (m_block + 1) * bm - 1 + s_kv - s_q
-        n_blocks = cutlass.min(n_blocks, cutlass.max(last_key, Int32(-1)) // bn + 1)
-        if last_key < 0:
-            n_blocks = Int32(0)
-    return n_blocks
-
-
-@cute.jit
-def mask_and_softmax(acc_S, acc_O, row_max, row_sum, scale_log2, thr_mma, m_block, n, block_mn,
-                     s_q, s_kv, causal: cutlass.Constexpr, first, correction=None):
-    """One key block of the online softmax: mask it if it holds keys past ``s_kv`` or (causal)
-    past the diagonal of the query block's first row, then fold it in (``first``: the first
-    key block of the row, at run time; ``correction``: see ``softmax_step``)."""
-    bm, bn = block_mn
-    needs_mask = (n + 1) * bn > s_kv
-    if cutlass.const_expr(causal):
-        needs_mask = needs_mask or (n + 1) * bn - 1 > m_block * bm + s_kv - s_q
-    if needs_mask:
+def mask_and_softmax(acc_S, acc_O, row_max, row_sum, scale_log2, thr_mma, policy, blocks, n,
+                     first, correction=None):
+    """One key block of the online softmax: mask it where the key-block ``policy`` says block
+    ``n`` of the tile ``blocks`` (block_info.py) holds keys some of the tile's rows must not
+    see, then fold it in (``first``: the first key block of the row, at run time;
+    ``correction``: see ``softmax_step``)."""
+    bm, bn = policy.block_m, policy.block_n
+    s_q, s_kv = blocks.s_q, blocks.s_kv
+    if policy.needs_mask(blocks, n):
         tScS = thr_mma.partition_C(cute.local_tile(cute.make_identity_tensor((s_q, s_kv)),
-                                                   (bm, bn), (m_block, n)))
-        apply_mask(acc_S, tScS, s_q, s_kv, causal)
+                                                   (bm, bn), (blocks.m_block, n)))
+        apply_mask(acc_S, tScS, s_q, s_kv, policy.causal)
     if first:
         softmax_step(acc_S, acc_O, row_max, row_sum, scale_log2, True, correction)
     else:

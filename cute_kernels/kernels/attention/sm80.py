@@ -17,6 +17,7 @@ from cutlass.cute.nvgpu import warp
 
 from ..common.constants import BYTES_PER_VEC, LOG2E
 from ..common.sm80 import g2s_copy, in_bounds_predicate, smem_operand_atom
+from .block_info import key_block_policy
 from .column_sums import (
     previous_step_factors,
     reduce_scatter_rows,
@@ -26,7 +27,6 @@ from .column_sums import (
 from .online_softmax import (
     acc_as_a_operand,
     acc_mn_view,
-    key_blocks,
     mask_and_softmax,
     softmax_finish,
     store_lse,
@@ -39,9 +39,10 @@ class AttentionSm80:
 
     Warp roles: all warps load (cp.async) and compute (mma.sync); S = Q K^T and O += P V both
     partitioned by one tiled mma (warps x 1).
-    Pipeline: Q once; K and V one stage each — V(n) loads during S(n) = Q K(n)^T, K(n - 1) during
-    the softmax and P V(n) (FlashAttention-2's schedule). Key blocks run from the last to the
-    first, so the masked ones (causal diagonal, S_kv residue) come first.
+    Pipeline: Q once; K and V one stage each — V(n) loads during S(n) = Q K(n)^T, the next
+    visit's K during the softmax and P V(n) (FlashAttention-2's schedule). The key blocks and
+    their order come from the key-block iterator (block_info.py: dense or causal, last to
+    first, so the masked ones come first).
     Shared memory: (128 + 2 x 64) x D x 2 B = 32 KiB (D = 64) / 64 KiB (D = 128); the O tile
     reuses Q's bytes.
     Column-sum variant (``colsum``, non-causal): after each key block's softmax every warp sums
@@ -62,6 +63,7 @@ class AttentionSm80:
                              f"{group}")
         self.colsum, self.group = colsum, group
         self.block_m, self.block_n = block_m, block_n
+        self.key_blocks = key_block_policy((block_m, block_n), causal)
         # D = 128 with 4 warps needs > 255 registers per thread (O alone is 128 fp32): 8 warps
         # halve every per-thread fragment
         self.warps = warps or (4 if head_dim <= 64 else 8)
@@ -125,7 +127,8 @@ class AttentionSm80:
         tVgV, tVsV = thr_g2s.partition_S(gV), thr_g2s.partition_D(sV)
         tKVcKV = thr_g2s.partition_S(cKV)
 
-        n_blocks = key_blocks(m_block, (BM, BN), s_q, s_kv, self.causal)
+        blocks = self.key_blocks.tile(m_block, s_q, s_kv)
+        n_blocks = blocks.n_blocks
 
         # ---- mma partitions and ldmatrix copies ----
         thr_mma = tiled_mma.get_slice(tidx)
@@ -158,12 +161,13 @@ class AttentionSm80:
         # ---- prologue: Q and the last key block's K ----
         self._load_rows(copy_qkv, tQgQ, tQsQ, tQcQ, s_q)
         if n_blocks > 0:
-            self._load_rows(copy_qkv, tKgK[None, None, None, n_blocks - 1], tKsK,
-                            tKVcKV[None, None, None, n_blocks - 1], s_kv)
+            first = self.key_blocks.block(blocks, 0)
+            self._load_rows(copy_qkv, tKgK[None, None, None, first], tKsK,
+                            tKVcKV[None, None, None, first], s_kv)
         cute.arch.cp_async_commit_group()
 
         for step in cutlass.range(n_blocks, unroll=1):
-            n = n_blocks - 1 - step
+            n = self.key_blocks.block(blocks, step)
             acc_S = cute.make_rmem_tensor(tiled_mma.partition_shape_C((BM, BN)), Float32)
             acc_S.fill(0.0)
             cute.arch.cp_async_wait_group(0)
@@ -176,14 +180,15 @@ class AttentionSm80:
                             tSsK, tSrK_v, tSrK)
             cute.arch.cp_async_wait_group(0)
             cute.arch.sync_threads()
-            # K(n - 1) streams in during the softmax and P V(n)
-            if n > 0:
-                self._load_rows(copy_qkv, tKgK[None, None, None, n - 1], tKsK,
-                                tKVcKV[None, None, None, n - 1], s_kv)
+            # the next visit's K streams in during the softmax and P V(n)
+            if step + 1 < n_blocks:
+                n_next = self.key_blocks.block(blocks, step + 1)
+                self._load_rows(copy_qkv, tKgK[None, None, None, n_next], tKsK,
+                                tKVcKV[None, None, None, n_next], s_kv)
             cute.arch.cp_async_commit_group()
 
-            mask_and_softmax(acc_S, acc_O, row_max, row_sum, scale_log2, thr_mma, m_block, n,
-                             (BM, BN), s_q, s_kv, self.causal, step == 0)
+            mask_and_softmax(acc_S, acc_O, row_max, row_sum, scale_log2, thr_mma, self.key_blocks,
+                             blocks, n, step == 0)
             if cutlass.const_expr(self.colsum):
                 self._colsum(acc_S, row_max, scale_log2, col, thr_mma, mColsum, batch, head, n,
                              s_kv, tidx)

@@ -1,0 +1,104 @@
+"""Key-block iterators: which key/value blocks a query tile visits, in which order, and
+whether a block needs the element mask.
+
+Every attention mainloop (Hopper producer and consumers, the column-sum writer, the Ampere
+kernel) walks keys through one of these, so a kernel that visits a different set of blocks
+swaps the iterator, not the loops. Two objects per kernel:
+
+* a **policy** (``DenseKeyBlocks``, ``CausalKeyBlocks``): compile-time configuration (tile
+  shape), built in the kernel's ``__init__``; part of the kernel's identity;
+* a **tile view** (``KeyBlockTile``), built inside the kernel for one query tile by
+  ``policy.tile(m_block, s_q, s_kv)``, holding run-time values; ``tile.n_blocks`` visits,
+  and the policy answers ``policy.block(tile, step)`` (the key block of the ``step``-th
+  visit) and ``policy.needs_mask(tile, n)``.
+
+The questions go to the policy, reached through the kernel (``self.key_blocks.block(...)``),
+not to the tile view: inside a ``cutlass.range`` loop the DSL would have to carry any other
+object a method is called on from one iteration to the next, and a plain Python object
+cannot be carried.
+
+Blocks run from the last to the first, so the blocks that need masking (the S_kv residue,
+the causal diagonal) come first: the first visit initialises the row maxima from real
+scores and later visits never meet a fully masked row they did not already see.
+
+Policies that read their block lists from global memory (block-sparse attention: a
+per-(batch, head, query tile) count and index list as in FlexAttention's ``BlockMask``; and
+column-sparse attention: a packed list of key rows, chunked into tiles) implement the same
+members (``tile``, ``block``, ``needs_mask``, ``causal``); ``docs/README.md`` shows how one
+plugs in.
+"""
+
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Int32
+
+
+class KeyBlockTile:
+    """The run-time facts of one query tile that its policy answers from (see the module
+    docstring): ``n_blocks``, the visit count, and what the policy needs to name and mask
+    each block."""
+
+    def __init__(self, m_block, s_q, s_kv, n_blocks):
+        self.m_block, self.s_q, self.s_kv, self.n_blocks = m_block, s_q, s_kv, n_blocks
+
+
+class DenseKeyBlocks:
+    """Every key block of the sequence; only the block holding keys past ``S_kv`` masks."""
+
+    causal = False
+
+    def __init__(self, block_mn: tuple[int, int]):
+        self.block_m, self.block_n = block_mn
+
+    def tile(self, m_block, s_q, s_kv) -> KeyBlockTile:
+        """The view of query tile ``m_block`` (counts its visits)."""
+        return KeyBlockTile(m_block, s_q, s_kv, self.count(m_block, s_q, s_kv))
+
+    def block(self, tile: KeyBlockTile, step):
+        """The key block of visit ``step`` (0 <= step < tile.n_blocks): last to first."""
+        return tile.n_blocks - 1 - step
+
+    @cute.jit
+    def needs_mask(self, tile: KeyBlockTile, n):
+        """Whether key block ``n`` holds keys some of the tile's rows must not see."""
+        return self._needs_mask(tile.m_block, n, tile.s_q, tile.s_kv)
+
+    @cute.jit
+    def count(self, m_block, s_q, s_kv):
+        return cute.ceil_div(s_kv, self.block_n)
+
+    @cute.jit
+    def _needs_mask(self, m_block, n, s_q, s_kv):
+        return (n + 1) * self.block_n > s_kv
+
+
+class CausalKeyBlocks(DenseKeyBlocks):
+    """Bottom-right causal: row ``i`` sees keys ``<= i + s_kv - s_q``. A tile visits the
+    blocks up to its last row's diagonal (none when its last row sees no key); blocks past
+    its first row's diagonal, and the ``S_kv`` residue, need the mask."""
+
+    causal = True
+
+    @cute.jit
+    def count(self, m_block, s_q, s_kv):
+        bm, bn = self.block_m, self.block_n
+        n_blocks = cute.ceil_div(s_kv, bn)
+        last_key = (m_block + 1) * bm - 1 + s_kv - s_q
+        n_blocks = cutlass.min(n_blocks, cutlass.max(last_key, Int32(-1)) // bn + 1)
+        if last_key < 0:
+            n_blocks = Int32(0)
+        return n_blocks
+
+    @cute.jit
+    def _needs_mask(self, m_block, n, s_q, s_kv):
+        bm, bn = self.block_m, self.block_n
+        needs_mask = (n + 1) * bn > s_kv
+        needs_mask = needs_mask or (n + 1) * bn - 1 > m_block * bm + s_kv - s_q
+        return needs_mask
+
+
+def key_block_policy(block_mn: tuple[int, int], causal: bool) -> DenseKeyBlocks:
+    """The dense or causal policy for a ``(block_m, block_n)`` tile."""
+    return (CausalKeyBlocks if causal else DenseKeyBlocks)(block_mn)
