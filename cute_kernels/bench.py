@@ -1,10 +1,11 @@
 """The timing harness shared by ``perf/`` scripts and ``cute-kernels demo``.
 
-Method (docs/perf.md): every contender runs in the same process, interleaved round by round
-(the order rotates each round so none always runs first), after a warm-up. Each timed sample is
-a CUDA-event interval over ``inner`` back-to-back calls that walk through several input sets
-whose combined size exceeds twice the L2, so no call reads inputs its predecessor left in
-cache. The reported time is the median sample divided by ``inner``.
+Method (also stated at the top of perf/RESULTS.md, for every table there): every contender
+runs in the same process, interleaved round by round (the order rotates each round so none
+always runs first), after a warm-up. Each timed sample is a CUDA-event interval over ``inner``
+back-to-back calls that walk through several input sets whose combined size exceeds twice the
+L2, so no call reads inputs its predecessor left in cache. The reported time is the median
+sample divided by ``inner``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Every public op's kernels, by name: what ``cute-kernels ptx`` and ``demo`` iterate over.
 
 An entry names the op's variants (the distinct kernels it dispatches between) and how to build
-each for a kernel path. Adding a kernel to the package = adding an entry here (docs/adding.md).
+each for a kernel path. Adding a kernel to the package = adding an entry here
+(docs/adding-a-kernel.md).
 """
 
 from __future__ import annotations

@@ -7,10 +7,10 @@
   :func:`cache_dir` and loaded with ``cute.runtime.load_module`` by the next process, which
   then skips the compiler. Writers take a per-entry ``flock`` and publish with an atomic
   rename, so concurrent processes never see a half-written file. The file name hashes the
-  key, the DSL / TVM-FFI / Python versions and the source of the package's kernels, so an
-  upgrade or an edit never loads a stale kernel. ``cute-kernels cache clear`` (or deleting
-  the folder) clears it; ``CUTE_KERNELS_DISK_CACHE=0`` turns it off; ``CUTE_KERNELS_CACHE_DIR``
-  moves it.
+  key, the DSL / TVM-FFI / Python versions and the source of every package a kernel build
+  traces (``cute_kernels`` and ``layouts``), so an upgrade or an edit never loads a stale
+  kernel. ``cute-kernels cache clear`` (or deleting the folder) clears it;
+  ``CUTE_KERNELS_DISK_CACHE=0`` turns it off; ``CUTE_KERNELS_CACHE_DIR`` moves it.
 
 Every kernel is compiled with TVM-FFI (``--enable-tvm-ffi``): the compiled function takes
 torch tensors directly and launches on torch's current stream (a fake stream marked
@@ -80,11 +80,31 @@ def disk_cache_enabled() -> bool:
     return os.environ.get(ENV_DISK_CACHE, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
+#: Packages whose Python source a kernel build traces: the kernels themselves, and the
+#: pure-Python layouts they turn into ``cute`` layouts (the gated accumulator atoms, the sm80
+#: swizzle). An edit to any of them changes the compiled code, so all of them are hashed.
+TRACED_PACKAGES = ("cute_kernels", "layouts")
+
 _SOURCE_HASH: str | None = None
 
 
+def traced_package_dirs() -> dict[str, Path]:
+    """Where each traced package's source lives, found from the imported modules' ``__file__``
+    (so an editable checkout and a wheel installed into site-packages are both covered)."""
+    import importlib
+
+    dirs = {}
+    for name in TRACED_PACKAGES:
+        init = getattr(importlib.import_module(name), "__file__", None)
+        if not init:
+            raise RuntimeError(f"cannot locate the source of the {name!r} package")
+        dirs[name] = Path(init).resolve().parent
+    return dirs
+
+
 def _source_fingerprint() -> str:
-    """Versions of everything a compiled object depends on, and our kernels' source."""
+    """Versions of everything a compiled object depends on, and the source of every package a
+    kernel build traces (``TRACED_PACKAGES``)."""
     global _SOURCE_HASH
     if _SOURCE_HASH is None:
         import cutlass
@@ -92,10 +112,10 @@ def _source_fingerprint() -> str:
 
         h = hashlib.sha256()
         h.update(f"{cutlass.__version__}|{tvm_ffi.__version__}|{sys.version_info[:2]}".encode())
-        pkg = Path(__file__).resolve().parent.parent
-        for path in sorted(pkg.rglob("*.py")):
-            h.update(path.relative_to(pkg).as_posix().encode())
-            h.update(path.read_bytes())
+        for name, pkg in traced_package_dirs().items():
+            for path in sorted(pkg.rglob("*.py")):
+                h.update(f"{name}/{path.relative_to(pkg).as_posix()}".encode())
+                h.update(path.read_bytes())
         _SOURCE_HASH = h.hexdigest()[:16]
     return _SOURCE_HASH
 
