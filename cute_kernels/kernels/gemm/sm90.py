@@ -56,7 +56,7 @@ class GemmSm90:
     def __init__(self, a_major: str = "k", b_major: str = "k", epilogue: Epilogue | None = None,
                  tile=DEFAULT_TILE, max_stages: int = 5, group_m: int = 16,
                  epi_n: int = 32, epi_stages: int = 2, gated: str | None = None,
-                 cluster_m: int = DEFAULT_CLUSTER_M, cluster_n: int = 1,
+                 cluster_m: int = DEFAULT_CLUSTER_M,
                  drift_slack: int | None = None):
         # drift_slack (with a zeroed int32 counter passed as mSync): a cluster starts its j-th
         # tile only once every cluster has issued the loads of its first j - drift_slack tiles,
@@ -65,9 +65,8 @@ class GemmSm90:
         if drift_slack is not None and drift_slack < 0:
             raise ValueError(f"drift_slack must be >= 0, got {drift_slack}")
         self.drift_slack = drift_slack
-        # cluster_m CTAs along M share B tiles; cluster_n along N share A tiles (2x2: both
-        # multicast; an option to measure, the op launches cluster_n = 1)
-        self.cluster_m, self.cluster_n = cluster_m, cluster_n
+        # cluster_m CTAs along M share B tiles (multicast)
+        self.cluster_m = cluster_m
         self.a_major, self.b_major = a_major, b_major
         # gated: B holds interleaved (up, gate) rows; C gets act(gate) * up, N / 2 columns
         self.gated = gated
@@ -115,11 +114,7 @@ class GemmSm90:
                                                     self.epi_stages)
         tma_a, tA = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mA,
                                                 cute.slice_(sA_layout, (None, None, 0)), (bm, bk))
-        cm, cn = self.cluster_m, self.cluster_n
-        if cutlass.const_expr(cn > 1):
-            tma_a, tA = cpasync.make_tiled_tma_atom(
-                cpasync.CopyBulkTensorTileG2SMulticastOp(), mA,
-                cute.slice_(sA_layout, (None, None, 0)), (bm, bk), num_multicast=cn)
+        cm = self.cluster_m
         b_op = (cpasync.CopyBulkTensorTileG2SMulticastOp() if cm > 1
                 else cpasync.CopyBulkTensorTileG2SOp())
         tma_b, tB = cpasync.make_tiled_tma_atom(b_op, mB, cute.slice_(sB_layout, (None, None, 0)),
@@ -141,7 +136,7 @@ class GemmSm90:
         self.c_layout = c_layout
         self.kernel(tiled_mma, tma_a, tA, tma_b, tB, tma_c, tC, mC, mBias,
                     sA_layout, sB_layout, sC_layout, mSync).launch(
-            grid=(num_ctas, 1, 1), block=(self.threads, 1, 1), cluster=(cm * cn, 1, 1),
+            grid=(num_ctas, 1, 1), block=(self.threads, 1, 1), cluster=(cm, 1, 1),
             stream=stream)
 
     @cute.kernel
@@ -161,18 +156,14 @@ class GemmSm90:
             cpasync.prefetch_descriptor(tma_b)
             cpasync.prefetch_descriptor(tma_c)
 
-        cm, cn = self.cluster_m, self.cluster_n
-        # a 1-D cluster of cm * cn CTAs viewed as (cm, cn): rank = m + cm * n
-        cta_layout_mnk = cute.make_layout((cm, cn, 1))
+        cm = self.cluster_m
+        # a 1-D cluster of cm CTAs along M: the rank is the M coordinate
+        cta_layout_mnk = cute.make_layout((cm, 1, 1))
         cta_rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
-        cluster_coord = cta_layout_mnk.get_flat_coord(cta_rank)  # (rank_m, rank_n, 0)
+        cluster_coord = cta_layout_mnk.get_flat_coord(cta_rank)  # (rank_m, 0, 0)
         b_mcast_mask = cute.make_layout_image_mask(cta_layout_mnk, cluster_coord, mode=0)
-        a_mcast_mask = cute.make_layout_image_mask(cta_layout_mnk, cluster_coord, mode=1)
-        rank_mn = (cta_rank, 0)  # 1-D cluster along M: the rank is the M coordinate
-        if cutlass.const_expr(cn > 1):
-            rank_mn = (cluster_coord[0], cluster_coord[1])
-        cluster_id = bidx // (cm * cn)
-        num_clusters = gdimx // (cm * cn)
+        cluster_id = bidx // cm
+        num_clusters = gdimx // cm
         storage = cutlass.memory.SmemAllocator().allocate(self.storage_cls)
         stage_bytes = (cute.size_in_bytes(ab_dtype, cute.slice_(sA_layout, (None, None, 0)))
                        + cute.size_in_bytes(ab_dtype, cute.slice_(sB_layout, (None, None, 0))))
@@ -180,8 +171,8 @@ class GemmSm90:
             barrier_storage=storage.mbar.data_ptr(), num_stages=self.stages,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
             consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
-                                                     self.consumer_wgs * 4 * (cm + cn - 1)),
-            tx_count=stage_bytes, cta_layout_vmnk=cute.make_layout((1, cm, cn, 1)))
+                                                     self.consumer_wgs * 4 * cm),
+            tx_count=stage_bytes, cta_layout_vmnk=cute.make_layout((1, cm, 1, 1)))
         sA = storage.sA.get_tensor(sA_layout.outer, swizzle=sA_layout.inner)
         sB = storage.sB.get_tensor(sB_layout.outer, swizzle=sB_layout.inner)
         sC = storage.sC.get_tensor(sC_layout.outer, swizzle=sC_layout.inner)
@@ -196,16 +187,13 @@ class GemmSm90:
         batches = cutlass.Int32(cute.size(gA, mode=[4]))
         k_tiles = cutlass.Int32(cute.size(gA, mode=[3]))
         tiles_mc = (tiles_m + cm - 1) // cm
-        tiles_nc = (tiles_n + cn - 1) // cn
-        num_tiles = tiles_mc * tiles_nc * batches
+        num_tiles = tiles_mc * tiles_n * batches
 
         if wg == 0:
             # ---------------- producer: TMA loads of A and B k-tiles ----------------
             cute.arch.setmaxregister_decrease(self.producer_regs)
             if warp == 0:
-                # A (cn > 1): each CTA of a cluster row loads its part and multicasts it
-                tAsA, tAgA = cpasync.tma_partition(tma_a, cluster_coord[1],
-                                                   cute.make_layout(cn),
+                tAsA, tAgA = cpasync.tma_partition(tma_a, 0, cute.make_layout(1),
                                                    cute.group_modes(sA, 0, 2),
                                                    cute.group_modes(gA, 0, 2))
                 # B: each CTA of the cluster loads its half of the tile and multicasts it
@@ -220,17 +208,12 @@ class GemmSm90:
                 for tile in cutlass.range(cluster_id, num_tiles, num_clusters, unroll=1):
                     if cutlass.const_expr(limit):
                         self._await_clusters(mSync, (wave - self.drift_slack) * num_clusters)
-                    tm, tn, tl = self._tile_coord(tile, tiles_mc, tiles_nc, rank_mn)
+                    tm, tn, tl = self._tile_coord(tile, tiles_mc, tiles_n, cta_rank)
                     for kt in cutlass.range(k_tiles, unroll=1):
                         ab_pipe.producer_acquire(prod)
                         full = ab_pipe.producer_get_barrier(prod)
-                        if cutlass.const_expr(cn > 1):
-                            cute.copy(tma_a, tAgA[(None, tm, kt, tl)],
-                                      tAsA[(None, prod.index)], tma_bar_ptr=full,
-                                      mcast_mask=a_mcast_mask)
-                        else:
-                            cute.copy(tma_a, tAgA[(None, tm, kt, tl)],
-                                      tAsA[(None, prod.index)], tma_bar_ptr=full)
+                        cute.copy(tma_a, tAgA[(None, tm, kt, tl)], tAsA[(None, prod.index)],
+                                  tma_bar_ptr=full)
                         cute.copy(tma_b, tBgB[(None, tn, kt, tl)], tBsB[(None, prod.index)],
                                   tma_bar_ptr=full, mcast_mask=b_mcast_mask)
                         ab_pipe.producer_commit(prod)
@@ -273,7 +256,7 @@ class GemmSm90:
             rd = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
             rel = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
             for tile in cutlass.range(cluster_id, num_tiles, num_clusters, unroll=1):
-                tm, tn, tl = self._tile_coord(tile, tiles_mc, tiles_nc, rank_mn)
+                tm, tn, tl = self._tile_coord(tile, tiles_mc, tiles_n, cta_rank)
                 tiled_mma.set(warpgroup.Field.ACCUMULATE, False)
                 for kt in cutlass.range(k_tiles, unroll=1):
                     ab_pipe.consumer_wait(rd)
@@ -358,16 +341,15 @@ class GemmSm90:
             polls += 1
 
     @cute.jit
-    def _tile_coord(self, tile, tiles_mc, tiles_nc, rank_mn):
+    def _tile_coord(self, tile, tiles_mc, tiles_n, cta_rank):
         """Cluster work unit -> this CTA's (m, n, batch) tile: clusters walk cluster tiles in
         grouped order; the CTAs of a cluster take adjacent M tiles of the same N tile (so B
-        is shared) and, with cluster_n, adjacent N tiles of the same M tile (A shared). A CTA
-        past M or N still runs the mainloop: its share feeds its peers; TMA zero-fills its
-        own operand and clips its store."""
-        tmc, tnc, tl = grouped_tile_coord(tile, tiles_mc, tiles_nc,
-                                          max(1, self.group_m // self.cluster_m),
-                                          minimum=cutlass.min)
-        return tmc * self.cluster_m + rank_mn[0], tnc * self.cluster_n + rank_mn[1], tl
+        is shared). A CTA past M still runs the mainloop: its half of B feeds its peer; TMA
+        zero-fills its own A and clips its store."""
+        tmc, tn, tl = grouped_tile_coord(tile, tiles_mc, tiles_n,
+                                         max(1, self.group_m // self.cluster_m),
+                                         minimum=cutlass.min)
+        return tmc * self.cluster_m + cta_rank, tn, tl
 
     @cute.jit
     def _gated_epilogue(self, acc, sC, tma_c, gC, tm, tn, tl, ctid, is_store_warp):
