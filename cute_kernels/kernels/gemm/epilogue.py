@@ -7,9 +7,11 @@ before the output conversion and store. Both GEMM kernels call it at exactly one
 the mainloop of a tile, before the store), so an epilogue is written once for both paths.
 
 Shipped: ``Epilogue(bias=..., activation=None | "gelu" | "gelu_tanh" | "silu" | "relu")``.
-Later kernels subclass it: gated pairing of adjacent columns, scatter into a cache,
-subtraction of a cached tile, residual add (their ``visit`` may need extra tensors, passed
-through ``params``).
+The gated MLP is not a subclass: a GEMM built with ``gated=`` runs ``visit`` on the 2I
+pre-activations (bias), then ``gate_pairs`` turns each thread's in-register (up, gate)
+column pair into act(gate) * up and ``gated_store_copy`` writes the half-width tile.
+Planned epilogues (scatter into a cache, subtraction of a cached tile, residual add) would
+subclass ``Epilogue``; extra tensors would travel through the ``mBias`` argument slot.
 """
 
 from __future__ import annotations
