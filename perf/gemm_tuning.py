@@ -24,7 +24,6 @@ CONFIGS = {
     "ampere": [dict(tile=(128, 128, 32), stages=3), dict(tile=(128, 128, 64), stages=3),
                dict(tile=(128, 128, 32), stages=4)],
     "hopper": [dict(tile=(128, 256, 64), cluster_m=1), dict(tile=(128, 256, 64), cluster_m=2),
-               dict(tile=(128, 256, 64), cluster_m=2, cluster_n=2),
                dict(tile=(128, 256, 64), cluster_m=2, group_m=32)],
 }
 
@@ -71,9 +70,9 @@ def main() -> None:
                              *counter))
         fn = compile_build(build, target)
         tm, tn = cfg.get("tile", (128, 128))[:2]
-        cm, cn = cfg.get("cluster_m", 2), cfg.get("cluster_n", 1)
-        units = cdiv(cdiv(m, tm), cm) * cdiv(cdiv(n, tn), cn)
-        grid = persistent_grid(units * cm * cn, sms, cluster_size=cm * cn)
+        cm = cfg.get("cluster_m", 2)
+        units = cdiv(cdiv(m, tm), cm) * cdiv(n, tn)
+        grid = persistent_grid(units * cm, sms, cluster_size=cm)
         def run(_s, fn=fn, grid=grid, limited=limited):
             if limited:
                 sync.zero_()

@@ -49,7 +49,7 @@ def build_names() -> list[str]:
                 if d == 128 and c.get("block_m") == 192:
                     continue  # over the smem budget: refused at construction
                 names.append(f"colsum:{d}:{group}:{json.dumps(c, sort_keys=True)}")
-    names += ["gemm:drift", "gemm:cluster2x2", "gemm:bias-gelu", "gemm:fp32-out",
+    names += ["gemm:drift", "gemm:bias-gelu", "gemm:fp32-out",
               "gated:bias-swiglu", "attn-ampere-colsum:64:128"]
     return names
 
@@ -82,16 +82,6 @@ def _build(name: str):
     bf16 = torch.bfloat16
     if name == "gemm:drift":
         return gemm.make_build("hopper", bf16, bf16, "k", "k", Epilogue(), drift=True), "sm_90a"
-    if name == "gemm:cluster2x2":
-        import cutlass
-
-        from cute_kernels.kernels.gemm.sm90 import GemmSm90
-        from cute_kernels.runtime.bridge import env_stream, fake_mkl
-        from cute_kernels.runtime.compile import Build
-
-        return Build(GemmSm90(cluster_m=2, cluster_n=2),
-                     (fake_mkl(bf16, "k"), fake_mkl(bf16, "k"), fake_mkl(bf16, "k"), None,
-                      cutlass.Int32(1), env_stream())), "sm_90a"
     if name == "gemm:bias-gelu":
         return gemm.make_build("hopper", bf16, bf16, "k", "n", Epilogue(bias=True,
                                                                         activation="gelu"),

@@ -196,26 +196,6 @@ def test_attention_overlap_ptx(head_dim, causal):
     assert all(instruction_mix(ptx)[f] > 0 for f in HOPPER)
 
 
-def test_gemm_2x2_cluster_multicasts_both_operands():
-    """The 2x2-cluster option (to be measured): A and B TMA loads are both multicast."""
-    import re
-
-    import cutlass
-    import torch
-
-    from cute_kernels.kernels.gemm.sm90 import GemmSm90
-    from cute_kernels.runtime.bridge import env_stream, fake_mkl
-    from cute_kernels.runtime.compile import Build, compile_ptx
-
-    kernel = GemmSm90(cluster_m=2, cluster_n=2)
-    build = Build(kernel, (fake_mkl(torch.bfloat16, "k"), fake_mkl(torch.bfloat16, "k"),
-                           fake_mkl(torch.bfloat16, "k"), None, cutlass.Int32(1), env_stream()))
-    ptx = compile_ptx(build, "sm_90a")
-    multicast = re.findall(r"cp\.async\.bulk\.tensor[^;]*multicast::cluster", ptx)
-    assert len(multicast) == 2, multicast  # one A and one B copy per k-tile (K-major tiles)
-
-
-
 @pytest.mark.parametrize("drift", [False, True])
 def test_gemm_drift_limiter_ptx(drift):
     """With the wave drift limiter the producer polls the tile counter with an acquire load

@@ -7,18 +7,23 @@ before the output conversion and store. Both GEMM kernels call it at exactly one
 the mainloop of a tile, before the store), so an epilogue is written once for both paths.
 
 Shipped: ``Epilogue(bias=..., activation=None | "gelu" | "gelu_tanh" | "silu" | "relu")``.
-Later kernels subclass it: gated pairing of adjacent columns, scatter into a cache,
-subtraction of a cached tile, residual add (their ``visit`` may need extra tensors, passed
-through ``params``).
+The gated MLP is not a subclass: a GEMM built with ``gated=`` runs ``visit`` on the 2I
+pre-activations (bias), then ``gate_pairs`` turns each thread's in-register (up, gate)
+column pair into act(gate) * up and ``gated_store_copy`` writes the half-width tile.
+Planned epilogues (scatter into a cache, subtraction of a cached tile, residual add) would
+subclass ``Epilogue``; extra tensors would travel through the ``mBias`` argument slot.
 """
 
 from __future__ import annotations
 
+import contextlib
+import warnings
 from dataclasses import dataclass
 
 import cutlass
 import cutlass.cute as cute
 from cutlass import Float32
+from cutlass.base_dsl.ast_helpers import DSLOptimizationWarning
 
 from ..common.activation_names import ACTIVATIONS, GATED_TO_ACT
 from ..common.constants import LOG2E
@@ -44,6 +49,21 @@ def activate(x: Float32, activation: cutlass.Constexpr) -> Float32:
     return y
 
 
+@contextlib.contextmanager
+def python_unrolled():
+    """Silences the DSL's "This static loop has N iterations" advice for one fragment loop.
+
+    The loops over a thread's accumulator fragment (128 values at 128x256) are unrolled in
+    Python on purpose: ``cutlass.range(..., unroll_full=True)``, the advice, compiles to other
+    code (ptxas: different SASS on sm_80 for ``visit`` and on both archs for ``gate_pairs``;
+    on sm_90a only the register names of ``visit`` change), which would need re-measuring.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="This static loop has",
+                                category=DSLOptimizationWarning)
+        yield
+
+
 @dataclass(frozen=True)
 class Epilogue:
     """bias (a length-N vector added per column) then an optional activation."""
@@ -63,15 +83,16 @@ class Epilogue:
     def visit(self, tRrAcc: cute.Tensor, tRcAcc: cute.Tensor, n_limit, mBias):
         """Rewrite the fp32 fragment ``tRrAcc`` in place; ``tRcAcc`` holds each element's
         (m, n) in the output; ``mBias`` is the bias vector (ignored without ``bias``)."""
-        for i in cutlass.range_constexpr(cute.size(tRrAcc)):
-            v = tRrAcc[i]
-            if cutlass.const_expr(self.bias):
-                n = tRcAcc[i][1]
-                if n < n_limit:
-                    v = v + Float32(mBias[n])
-            if cutlass.const_expr(self.activation is not None):
-                v = activate(v, self.activation)
-            tRrAcc[i] = v
+        with python_unrolled():
+            for i in cutlass.range_constexpr(cute.size(tRrAcc)):
+                v = tRrAcc[i]
+                if cutlass.const_expr(self.bias):
+                    n = tRcAcc[i][1]
+                    if n < n_limit:
+                        v = v + Float32(mBias[n])
+                if cutlass.const_expr(self.activation is not None):
+                    v = activate(v, self.activation)
+                tRrAcc[i] = v
 
 
 def gated_store_copy(c_dtype, gated_tv):
@@ -90,7 +111,8 @@ def gated_store_copy(c_dtype, gated_tv):
 @cute.jit
 def gate_pairs(tRrAcc: cute.Tensor, tGrC: cute.Tensor, gated: cutlass.Constexpr):
     """``tGrC[v] = act(gate) * up`` from the thread's accumulator pair (2v: up, 2v + 1: gate)."""
-    for v in cutlass.range_constexpr(cute.size(tGrC)):
-        up, gate = tRrAcc[2 * v], tRrAcc[2 * v + 1]
-        tGrC[v] = (activate(gate, GATED_TO_ACT[gated]) * up).to(tGrC.element_type)
+    with python_unrolled():
+        for v in cutlass.range_constexpr(cute.size(tGrC)):
+            up, gate = tRrAcc[2 * v], tRrAcc[2 * v + 1]
+            tGrC[v] = (activate(gate, GATED_TO_ACT[gated]) * up).to(tGrC.element_type)
 

@@ -6,6 +6,9 @@ either major, fp32 accumulation, C (M, N, L) row-major (bf16, fp16 or fp32).
 
 from __future__ import annotations
 
+import enum
+from types import SimpleNamespace
+
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
@@ -21,6 +24,23 @@ from ..common.tile_scheduler import grouped_tile_coord
 from ..common.warp_ptx import ld_acquire_gpu, nanosleep
 from .epilogue import Epilogue, gate_pairs, gated_store_copy
 
+# The drift limiter's wait for the other clusters gives up after about this long per tile
+# (~1 ms): a throttle, never a hang, even when a cluster is not resident.
+MAX_DRIFT_WAIT_NS = 1 << 20
+
+# Warp roles, by warp index in the CTA: warpgroup 0 produces, its warp 0 issuing the TMA loads
+# (one elected lane); the other warpgroups consume, and their first warp issues the TMA stores
+# of C.
+PRODUCER_WG = 0
+TMA_WARP = 0
+STORE_WARP = 4
+
+
+class Barrier(enum.IntEnum):
+    """Named barrier ids (0 is the CTA-wide barrier)."""
+
+    EPILOGUE = 1  # the consumer warpgroups, around each smem write of C and its TMA store
+
 
 def _major_mode(major: str):
     return OperandMajorMode.K if major == "k" else OperandMajorMode.MN
@@ -29,10 +49,13 @@ def _major_mode(major: str):
 class GemmSm90:
     """Warp-specialized persistent WGMMA GEMM.
 
-    Warp roles: warpgroup 0 is the producer (``setmaxnreg`` down to 40; warp 0 issues the TMA
-    loads of A and B, one elected lane); warpgroups 1 and 2 are consumers (``setmaxnreg`` up
-    to 232), each computing 64 rows of the ``tile_m x tile_n`` tile with ``wgmma.mma_async``
-    m64n{tile_n}k16 from 128B-swizzled smem, one WGMMA batch kept in flight.
+    Warp roles (``kernel`` sets up the shared state and dispatches): warpgroup 0 is the
+    producer (``setmaxnreg`` down to 40); its warp 0 runs ``load``, the TMA loads of A and B
+    (one elected lane). Warpgroups 1 and 2 are consumers (``setmaxnreg`` up to 232); per tile
+    they run ``mma``, each computing 64 rows of the ``tile_m x tile_n`` tile with
+    ``wgmma.mma_async`` m64n{tile_n}k16 from 128B-swizzled smem, one WGMMA batch kept in
+    flight, then ``epilogue_tile`` (``gated_epilogue_tile`` when gated); warp 4 issues the
+    TMA stores. Named barrier ``Barrier.EPILOGUE`` syncs the two consumer warpgroups.
     Cluster: ``cluster_m`` (2) CTAs along M share each B tile: each loads half of it and TMA
     multicasts it to both, and every consumer warp releases a stage in both CTAs (empty
     barriers count the peer's warps). This halves B's L2->SM traffic and keeps the pair in
@@ -49,25 +72,24 @@ class GemmSm90:
     loads past M, N, K and clips the stores.
     Shared memory at 128x256x64 bf16: 4 x 48 KiB stages + 2 x 8 KiB C subtiles = 208 KiB.
     Seams: the epilogue is ``Epilogue.visit`` (one call per tile); a gathered operand (rows
-    of B picked by an index list) replaces the producer's TMA tile load of B with a
+    of B picked by an index list) replaces the TMA tile load of B in ``load`` with a
     row-gather into the same smem stage and barrier, leaving the consumers unchanged.
     """
 
     def __init__(self, a_major: str = "k", b_major: str = "k", epilogue: Epilogue | None = None,
                  tile=DEFAULT_TILE, max_stages: int = 5, group_m: int = 16,
                  epi_n: int = 32, epi_stages: int = 2, gated: str | None = None,
-                 cluster_m: int = DEFAULT_CLUSTER_M, cluster_n: int = 1,
+                 cluster_m: int = DEFAULT_CLUSTER_M,
                  drift_slack: int | None = None):
         # drift_slack (with a zeroed int32 counter passed as mSync): a cluster starts its j-th
         # tile only once every cluster has issued the loads of its first j - drift_slack tiles,
         # so clusters that share A / B panels in L2 stay within drift_slack tiles of each other
-        # (the wait gives up after ~MAX_DRIFT_WAIT_NS per tile: a throttle, never a hang)
+        # (the wait gives up after ~MAX_DRIFT_WAIT_NS per tile)
         if drift_slack is not None and drift_slack < 0:
             raise ValueError(f"drift_slack must be >= 0, got {drift_slack}")
         self.drift_slack = drift_slack
-        # cluster_m CTAs along M share B tiles; cluster_n along N share A tiles (2x2: both
-        # multicast; an option to measure, the op launches cluster_n = 1)
-        self.cluster_m, self.cluster_n = cluster_m, cluster_n
+        # cluster_m CTAs along M share B tiles (multicast)
+        self.cluster_m = cluster_m
         self.a_major, self.b_major = a_major, b_major
         # gated: B holds interleaved (up, gate) rows; C gets act(gate) * up, N / 2 columns
         self.gated = gated
@@ -80,7 +102,6 @@ class GemmSm90:
         self.consumer_wgs = 2
         self.threads = 128 * (1 + self.consumer_wgs)
         self.producer_regs, self.consumer_regs = 40, 232
-        self.epi_barrier_id = 1
 
     def _stages(self, ab_bytes_per_stage: int, c_bytes: int) -> int:
         fit = (SM90_SMEM_BYTES - SM90_BARRIER_RESERVE - c_bytes) // ab_bytes_per_stage
@@ -115,11 +136,7 @@ class GemmSm90:
                                                     self.epi_stages)
         tma_a, tA = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mA,
                                                 cute.slice_(sA_layout, (None, None, 0)), (bm, bk))
-        cm, cn = self.cluster_m, self.cluster_n
-        if cutlass.const_expr(cn > 1):
-            tma_a, tA = cpasync.make_tiled_tma_atom(
-                cpasync.CopyBulkTensorTileG2SMulticastOp(), mA,
-                cute.slice_(sA_layout, (None, None, 0)), (bm, bk), num_multicast=cn)
+        cm = self.cluster_m
         b_op = (cpasync.CopyBulkTensorTileG2SMulticastOp() if cm > 1
                 else cpasync.CopyBulkTensorTileG2SOp())
         tma_b, tB = cpasync.make_tiled_tma_atom(b_op, mB, cute.slice_(sB_layout, (None, None, 0)),
@@ -141,7 +158,7 @@ class GemmSm90:
         self.c_layout = c_layout
         self.kernel(tiled_mma, tma_a, tA, tma_b, tB, tma_c, tC, mC, mBias,
                     sA_layout, sB_layout, sC_layout, mSync).launch(
-            grid=(num_ctas, 1, 1), block=(self.threads, 1, 1), cluster=(cm * cn, 1, 1),
+            grid=(num_ctas, 1, 1), block=(self.threads, 1, 1), cluster=(cm, 1, 1),
             stream=stream)
 
     @cute.kernel
@@ -149,30 +166,30 @@ class GemmSm90:
                tma_b: cute.CopyAtom, tB: cute.Tensor, tma_c: cute.CopyAtom, tC: cute.Tensor,
                mC: cute.Tensor, mBias, sA_layout: cute.ComposedLayout,
                sB_layout: cute.ComposedLayout, sC_layout: cute.ComposedLayout, mSync):
+        """The state every role shares (smem, the A/B pipeline, the tile views, the persistent
+        schedule), then the role of this warp: ``load`` in the producer's TMA warp; in the
+        consumers, ``mma`` then ``epilogue_tile`` (or ``gated_epilogue_tile``) per tile."""
         bm, bn, bk = self.tile
-        ab_dtype, c_dtype = self.ab_dtype, mC.element_type
+        ab_dtype = self.ab_dtype
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         gdimx, _, _ = cute.arch.grid_dim()
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         wg = warp // 4
-        if warp == 0:
+        is_tma_warp = warp == TMA_WARP
+        if is_tma_warp:
             cpasync.prefetch_descriptor(tma_a)
             cpasync.prefetch_descriptor(tma_b)
             cpasync.prefetch_descriptor(tma_c)
 
-        cm, cn = self.cluster_m, self.cluster_n
-        # a 1-D cluster of cm * cn CTAs viewed as (cm, cn): rank = m + cm * n
-        cta_layout_mnk = cute.make_layout((cm, cn, 1))
+        cm = self.cluster_m
+        # a 1-D cluster of cm CTAs along M: the rank is the M coordinate
+        cta_layout_mnk = cute.make_layout((cm, 1, 1))
         cta_rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
-        cluster_coord = cta_layout_mnk.get_flat_coord(cta_rank)  # (rank_m, rank_n, 0)
+        cluster_coord = cta_layout_mnk.get_flat_coord(cta_rank)  # (rank_m, 0, 0)
         b_mcast_mask = cute.make_layout_image_mask(cta_layout_mnk, cluster_coord, mode=0)
-        a_mcast_mask = cute.make_layout_image_mask(cta_layout_mnk, cluster_coord, mode=1)
-        rank_mn = (cta_rank, 0)  # 1-D cluster along M: the rank is the M coordinate
-        if cutlass.const_expr(cn > 1):
-            rank_mn = (cluster_coord[0], cluster_coord[1])
-        cluster_id = bidx // (cm * cn)
-        num_clusters = gdimx // (cm * cn)
+        cluster_id = bidx // cm
+        num_clusters = gdimx // cm
         storage = cutlass.memory.SmemAllocator().allocate(self.storage_cls)
         stage_bytes = (cute.size_in_bytes(ab_dtype, cute.slice_(sA_layout, (None, None, 0)))
                        + cute.size_in_bytes(ab_dtype, cute.slice_(sB_layout, (None, None, 0))))
@@ -180,8 +197,8 @@ class GemmSm90:
             barrier_storage=storage.mbar.data_ptr(), num_stages=self.stages,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
             consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
-                                                     self.consumer_wgs * 4 * (cm + cn - 1)),
-            tx_count=stage_bytes, cta_layout_vmnk=cute.make_layout((1, cm, cn, 1)))
+                                                     self.consumer_wgs * 4 * cm),
+            tx_count=stage_bytes, cta_layout_vmnk=cute.make_layout((1, cm, 1, 1)))
         sA = storage.sA.get_tensor(sA_layout.outer, swizzle=sA_layout.inner)
         sB = storage.sB.get_tensor(sB_layout.outer, swizzle=sB_layout.inner)
         sC = storage.sC.get_tensor(sC_layout.outer, swizzle=sC_layout.inner)
@@ -196,156 +213,85 @@ class GemmSm90:
         batches = cutlass.Int32(cute.size(gA, mode=[4]))
         k_tiles = cutlass.Int32(cute.size(gA, mode=[3]))
         tiles_mc = (tiles_m + cm - 1) // cm
-        tiles_nc = (tiles_n + cn - 1) // cn
-        num_tiles = tiles_mc * tiles_nc * batches
+        num_tiles = tiles_mc * tiles_n * batches
+        # the persistent schedule: this cluster's tiles are cluster_id, + num_clusters, ...
+        # below num_tiles, mapped to this CTA's (m, n, batch) tile by _tile_coord
+        sched = SimpleNamespace(cluster_id=cluster_id, num_clusters=num_clusters,
+                                num_tiles=num_tiles, tiles_mc=tiles_mc, tiles_n=tiles_n,
+                                k_tiles=k_tiles, cta_rank=cta_rank)
+        # what the producer loads: this CTA loads its b_rank-th share of each B tile and
+        # multicasts it to the CTAs of b_mcast_mask
+        ab = SimpleNamespace(pipe=ab_pipe, tma_a=tma_a, sA=sA, gA=gA, tma_b=tma_b, sB=sB, gB=gB,
+                             b_rank=cluster_coord[0], b_mcast_mask=b_mcast_mask)
 
-        if wg == 0:
-            # ---------------- producer: TMA loads of A and B k-tiles ----------------
+        is_producer_wg = wg == PRODUCER_WG
+        if is_producer_wg:
             cute.arch.setmaxregister_decrease(self.producer_regs)
-            if warp == 0:
-                # A (cn > 1): each CTA of a cluster row loads its part and multicasts it
-                tAsA, tAgA = cpasync.tma_partition(tma_a, cluster_coord[1],
-                                                   cute.make_layout(cn),
-                                                   cute.group_modes(sA, 0, 2),
-                                                   cute.group_modes(gA, 0, 2))
-                # B: each CTA of the cluster loads its half of the tile and multicasts it
-                tBsB, tBgB = cpasync.tma_partition(tma_b, cluster_coord[0],
-                                                   cute.make_layout(cm),
-                                                   cute.group_modes(sB, 0, 2),
-                                                   cute.group_modes(gB, 0, 2))
-                prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer,
-                                                    self.stages)
-                limit = self.drift_slack is not None and mSync is not None
-                wave = cutlass.Int32(0)
-                for tile in cutlass.range(cluster_id, num_tiles, num_clusters, unroll=1):
-                    if cutlass.const_expr(limit):
-                        self._await_clusters(mSync, (wave - self.drift_slack) * num_clusters)
-                    tm, tn, tl = self._tile_coord(tile, tiles_mc, tiles_nc, rank_mn)
-                    for kt in cutlass.range(k_tiles, unroll=1):
-                        ab_pipe.producer_acquire(prod)
-                        full = ab_pipe.producer_get_barrier(prod)
-                        if cutlass.const_expr(cn > 1):
-                            cute.copy(tma_a, tAgA[(None, tm, kt, tl)],
-                                      tAsA[(None, prod.index)], tma_bar_ptr=full,
-                                      mcast_mask=a_mcast_mask)
-                        else:
-                            cute.copy(tma_a, tAgA[(None, tm, kt, tl)],
-                                      tAsA[(None, prod.index)], tma_bar_ptr=full)
-                        cute.copy(tma_b, tBgB[(None, tn, kt, tl)], tBsB[(None, prod.index)],
-                                  tma_bar_ptr=full, mcast_mask=b_mcast_mask)
-                        ab_pipe.producer_commit(prod)
-                        prod.advance()
-                    if cutlass.const_expr(limit):
-                        if cta_rank == 0:
-                            with cute.arch.elect_one():
-                                cute.arch.red(mSync.iterator, cutlass.Int32(1), op="add",
-                                              dtype="s32", sem="release", scope="gpu")
-                    wave += 1
-                ab_pipe.producer_tail(prod)
+            if is_tma_warp:
+                self.load(ab, sched, mSync)
         else:
-            # ---------------- consumers: WGMMA mainloop + epilogue ----------------
             cute.arch.setmaxregister_increase(self.consumer_regs)
             ctid = tidx - 128
-            thr_mma = tiled_mma.get_slice(ctid)
-            tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
-            tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
-            acc = cute.make_rmem_tensor(tiled_mma.partition_shape_C((bm, bn)), cutlass.Float32)
-            k_blocks = cute.size(tCrA, mode=[2])
-
-            r2s_atom = sm90_utils.get_smem_store_op(self.c_layout, c_dtype, cutlass.Float32)
-            r2s = cute.make_tiled_copy_S(r2s_atom,
-                                         cute.make_tiled_copy_C_atom(r2s_atom, tiled_mma))
-            thr_r2s = r2s.get_slice(ctid)
-            tRS_sC = thr_r2s.partition_D(sC)  # (R2S, R2S_M, R2S_N, epi_stages)
-            tRS_rAcc = r2s.retile(acc)  # the accumulators in stmatrix order, subtile-major
-            sub_shape = cute.shape(thr_r2s.partition_S(sC))[:3]
-            tRS_rSub = cute.make_rmem_tensor(sub_shape, cutlass.Float32)
-            tRS_rOut = cute.make_rmem_tensor(sub_shape, c_dtype)
-            sub_size = cute.size(tRS_rSub)
-            n_sub = bn // self.epi_tile[1]
-            cC = cute.make_identity_tensor((mC.shape[0], mC.shape[1]))
-            is_store_warp = warp == 4
-            store_pipe = pipeline.PipelineTmaStore.create(
-                num_stages=self.epi_stages,
-                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
-                                                         128 * self.consumer_wgs))
-
+            frag = self._mma_fragments(tiled_mma, sA, sB, ctid)
+            epi = self._epilogue_state(tiled_mma, frag.acc, tma_c, sC, gC, mC, mBias, ctid,
+                                       warp)
             rd = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
             rel = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
-            for tile in cutlass.range(cluster_id, num_tiles, num_clusters, unroll=1):
-                tm, tn, tl = self._tile_coord(tile, tiles_mc, tiles_nc, rank_mn)
-                tiled_mma.set(warpgroup.Field.ACCUMULATE, False)
-                for kt in cutlass.range(k_tiles, unroll=1):
-                    ab_pipe.consumer_wait(rd)
-                    warpgroup.fence()
-                    for kb in cutlass.range_constexpr(k_blocks):
-                        cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, rd.index)],
-                                  tCrB[(None, None, kb, rd.index)], acc)
-                        tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
-                    warpgroup.commit_group()
-                    # one batch stays in flight; the stage before it is free for the producer
-                    warpgroup.wait_group(1)
-                    if kt > 0:
-                        ab_pipe.consumer_release(rel)
-                        rel.advance()
-                    rd.advance()
-                warpgroup.wait_group(0)
-                ab_pipe.consumer_release(rel)
-                rel.advance()
-
+            for tile in cutlass.range(sched.cluster_id, sched.num_tiles, sched.num_clusters,
+                                      unroll=1):
+                tm, tn, tl = self._tile_coord(tile, sched.tiles_mc, sched.tiles_n,
+                                              sched.cta_rank)
+                rel, rd = self.mma(tiled_mma, ab.pipe, frag, sched.k_tiles, rel, rd)
                 if cutlass.const_expr(self.gated is not None):
-                    if cutlass.const_expr(not self.epilogue.is_identity):
-                        # bias on the 2I pre-activations (coordinates of the full-width tile)
-                        cAcc = cute.make_identity_tensor((mC.shape[0], mC.shape[1] * 2))
-                        tCcAcc = thr_mma.partition_C(cute.local_tile(cAcc, (bm, bn), (tm, tn)))
-                        self.epilogue.visit(acc, tCcAcc, mC.shape[1] * 2, mBias)
-                    self._gated_epilogue(acc, sC, tma_c, gC, tm, tn, tl, ctid, is_store_warp)
+                    self.gated_epilogue_tile(frag, epi, tm, tn, tl)
                 else:
-                    # ---- epilogue hook on fp32 with coordinates, then stmatrix + TMA store ----
-                    if cutlass.const_expr(not self.epilogue.is_identity):
-                        tCcC = thr_mma.partition_C(cute.local_tile(cC, (bm, bn), (tm, tn)))
-                        self.epilogue.visit(acc, tCcC, mC.shape[1], mBias)
-                    # (epi_m, epi_n) subtiles, each a TMA store from a 2-deep smem ring: the
-                    # stmatrix of subtile s overlaps the store of subtile s - 1
-                    gC_epi = cute.zipped_divide(gC[(None, None, tm, tn, tl)], self.epi_tile)
-                    tCsC, tCgC = cpasync.tma_partition(tma_c, 0, cute.make_layout(1),
-                                                       cute.group_modes(sC, 0, 2), gC_epi)
-                    for sub in cutlass.range_constexpr(n_sub):
-                        buf = sub % self.epi_stages
-                        if cutlass.const_expr(n_sub == 1):
-                            # whole tile at once (fp32 output), in chunks of one copy atom
-                            r2s_c = cute.make_tiled_copy_C(r2s_atom, tiled_mma)
-                            tWS_sC = r2s_c.get_slice(ctid).partition_D(sC[(None, None, 0)])
-                            tWS_rAcc = r2s_c.retile(acc)
-                            tWS_rChunk = cute.make_rmem_tensor(
-                                cute.size(tWS_rAcc, mode=[0, 0]), c_dtype)
-                            n_chunks = cute.size(tWS_rAcc, mode=[0, 1])
-                            for j in cutlass.range_constexpr(n_chunks):
-                                tWS_rChunk.store(tWS_rAcc[(None, j), 0, 0].load().to(c_dtype))
-                                cute.copy(r2s_c, tWS_rChunk, tWS_sC[(None, j), 0, 0])
-                        else:
-                            # stmatrix order is subtile-major: subtile s is a contiguous run
-                            for v in cutlass.range_constexpr(sub_size):
-                                tRS_rSub[v] = tRS_rAcc[sub * sub_size + v]
-                            tRS_rOut.store(tRS_rSub.load().to(c_dtype))
-                            cute.copy(r2s, tRS_rOut, tRS_sC[(None, None, None, buf)])
-                        # smem written through the generic proxy; TMA reads through the async one
-                        cute.arch.fence_proxy("async.shared", space="cta")
-                        cute.arch.barrier(barrier_id=self.epi_barrier_id,
-                                          number_of_threads=128 * self.consumer_wgs)
-                        if is_store_warp:
-                            with cute.arch.elect_one():
-                                cute.copy(tma_c, tCsC[(None, buf)], tCgC[(None, (0, sub))])
-                                store_pipe.producer_commit()
-                                # the buffer written next must no longer be read by a store
-                                store_pipe.producer_acquire()
-                        cute.arch.barrier(barrier_id=self.epi_barrier_id,
-                                          number_of_threads=128 * self.consumer_wgs)
+                    self.epilogue_tile(tiled_mma, frag, epi, tm, tn, tl)
+            is_store_warp, store_pipe = epi.is_store_warp, epi.store_pipe
             if is_store_warp:
                 with cute.arch.elect_one():
                     store_pipe.producer_tail()
 
-    MAX_DRIFT_WAIT_NS = 1 << 20
+    # ---------------------------------- producer ----------------------------------
+
+    @cute.jit
+    def load(self, ab: SimpleNamespace, sched: SimpleNamespace, mSync):
+        """The TMA warp: for every tile of this cluster, the A and B k-tiles into the
+        ``ab.pipe`` ring (one elected lane). ``ab``: the pipeline, the TMA atoms, the smem
+        stages ``sA``/``sB``, the tile views ``gA``/``gB``, this CTA's share of B
+        (``b_rank``) and the CTAs it multicasts to (``b_mcast_mask``). With the drift limiter
+        (``drift_slack`` and ``mSync``), each tile first waits for the other clusters."""
+        ab_pipe, tma_a, tma_b, b_mcast_mask = ab.pipe, ab.tma_a, ab.tma_b, ab.b_mcast_mask
+        cta_rank, num_clusters = sched.cta_rank, sched.num_clusters
+        tAsA, tAgA = cpasync.tma_partition(tma_a, 0, cute.make_layout(1),
+                                           cute.group_modes(ab.sA, 0, 2),
+                                           cute.group_modes(ab.gA, 0, 2))
+        # B: each CTA of the cluster loads its half of the tile and multicasts it
+        tBsB, tBgB = cpasync.tma_partition(tma_b, ab.b_rank, cute.make_layout(self.cluster_m),
+                                           cute.group_modes(ab.sB, 0, 2),
+                                           cute.group_modes(ab.gB, 0, 2))
+        prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
+        limit = self.drift_slack is not None and mSync is not None
+        wave = cutlass.Int32(0)
+        for tile in cutlass.range(sched.cluster_id, sched.num_tiles, num_clusters, unroll=1):
+            if cutlass.const_expr(limit):
+                self._await_clusters(mSync, (wave - self.drift_slack) * num_clusters)
+            tm, tn, tl = self._tile_coord(tile, sched.tiles_mc, sched.tiles_n, cta_rank)
+            for kt in cutlass.range(sched.k_tiles, unroll=1):
+                ab_pipe.producer_acquire(prod)
+                full = ab_pipe.producer_get_barrier(prod)
+                cute.copy(tma_a, tAgA[(None, tm, kt, tl)], tAsA[(None, prod.index)],
+                          tma_bar_ptr=full)
+                cute.copy(tma_b, tBgB[(None, tn, kt, tl)], tBsB[(None, prod.index)],
+                          tma_bar_ptr=full, mcast_mask=b_mcast_mask)
+                ab_pipe.producer_commit(prod)
+                prod.advance()
+            if cutlass.const_expr(limit):
+                if cta_rank == 0:
+                    with cute.arch.elect_one():
+                        cute.arch.red(mSync.iterator, cutlass.Int32(1), op="add",
+                                      dtype="s32", sem="release", scope="gpu")
+            wave += 1
+        ab_pipe.producer_tail(prod)
 
     @cute.jit
     def _await_clusters(self, mSync, target):
@@ -353,48 +299,171 @@ class GemmSm90:
         MAX_DRIFT_WAIT_NS passed."""
         address = mSync.iterator.toint()
         polls = cutlass.Int32(0)
-        while ld_acquire_gpu(address) < target and polls < self.MAX_DRIFT_WAIT_NS // 256:
+        while ld_acquire_gpu(address) < target and polls < MAX_DRIFT_WAIT_NS // 256:
             nanosleep(256)
             polls += 1
 
     @cute.jit
-    def _tile_coord(self, tile, tiles_mc, tiles_nc, rank_mn):
+    def _tile_coord(self, tile, tiles_mc, tiles_n, cta_rank):
         """Cluster work unit -> this CTA's (m, n, batch) tile: clusters walk cluster tiles in
         grouped order; the CTAs of a cluster take adjacent M tiles of the same N tile (so B
-        is shared) and, with cluster_n, adjacent N tiles of the same M tile (A shared). A CTA
-        past M or N still runs the mainloop: its share feeds its peers; TMA zero-fills its
-        own operand and clips its store."""
-        tmc, tnc, tl = grouped_tile_coord(tile, tiles_mc, tiles_nc,
-                                          max(1, self.group_m // self.cluster_m),
-                                          minimum=cutlass.min)
-        return tmc * self.cluster_m + rank_mn[0], tnc * self.cluster_n + rank_mn[1], tl
+        is shared). A CTA past M still runs the mainloop: its half of B feeds its peer; TMA
+        zero-fills its own A and clips its store."""
+        tmc, tn, tl = grouped_tile_coord(tile, tiles_mc, tiles_n,
+                                         max(1, self.group_m // self.cluster_m),
+                                         minimum=cutlass.min)
+        return tmc * self.cluster_m + cta_rank, tn, tl
+
+    # ---------------------------------- consumers ----------------------------------
 
     @cute.jit
-    def _gated_epilogue(self, acc, sC, tma_c, gC, tm, tn, tl, ctid, is_store_warp):
-        """act(gate) * up for each thread's (up, gate) accumulator column pair, stored to the
-        half-width smem tile through the gated wgmma C layout's partition, then one TMA store.
+    def _mma_fragments(self, tiled_mma, sA, sB, ctid):
+        """This consumer thread's WGMMA operand views of the smem stages and its fp32
+        accumulators (``thr_mma``, ``tCrA``, ``tCrB``, ``acc``, ``k_blocks`` per k-tile)."""
+        bm, bn, _ = self.tile
+        thr_mma = tiled_mma.get_slice(ctid)
+        tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
+        tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
+        acc = cute.make_rmem_tensor(tiled_mma.partition_shape_C((bm, bn)), cutlass.Float32)
+        return SimpleNamespace(thr_mma=thr_mma, tCrA=tCrA, tCrB=tCrB, acc=acc,
+                               k_blocks=cute.size(tCrA, mode=[2]))
+
+    @cute.jit
+    def mma(self, tiled_mma, ab_pipe, frag: SimpleNamespace, k_tiles, rel, rd):
+        """One tile's mainloop into ``frag.acc``: per k-tile, wait for its stage, issue its
+        WGMMA batch and keep it in flight; the stage of the batch before is released then.
+        Takes and returns the release (``rel``) and read (``rd``) pipeline states, in this order:
+        the tile loop carries them so, which keeps the unsplit kernel's PTX register order."""
+        tCrA, tCrB, acc = frag.tCrA, frag.tCrB, frag.acc
+        tiled_mma.set(warpgroup.Field.ACCUMULATE, False)
+        for kt in cutlass.range(k_tiles, unroll=1):
+            ab_pipe.consumer_wait(rd)
+            warpgroup.fence()
+            for kb in cutlass.range_constexpr(frag.k_blocks):
+                cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, rd.index)],
+                          tCrB[(None, None, kb, rd.index)], acc)
+                tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
+            warpgroup.commit_group()
+            # one batch stays in flight; the stage before it is free for the producer
+            warpgroup.wait_group(1)
+            if kt > 0:
+                ab_pipe.consumer_release(rel)
+                rel.advance()
+            rd.advance()
+        warpgroup.wait_group(0)
+        ab_pipe.consumer_release(rel)
+        rel.advance()
+        return rel, rd
+
+    @cute.jit
+    def _epilogue_state(self, tiled_mma, acc, tma_c, sC, gC, mC, mBias, ctid, warp):
+        """What the epilogue of every tile reuses: the stmatrix copy of the accumulators into
+        the smem ring (``r2s``; ``tRS_rAcc`` is ``acc`` in its order, subtile-major), the
+        subtile registers, the coordinate tensor ``cC`` for the hook, the TMA store
+        pipeline and whether this warp issues the stores (``is_store_warp``)."""
+        bn = self.tile[1]
+        c_dtype = mC.element_type
+        r2s_atom = sm90_utils.get_smem_store_op(self.c_layout, c_dtype, cutlass.Float32)
+        r2s = cute.make_tiled_copy_S(r2s_atom, cute.make_tiled_copy_C_atom(r2s_atom, tiled_mma))
+        thr_r2s = r2s.get_slice(ctid)
+        tRS_sC = thr_r2s.partition_D(sC)  # (R2S, R2S_M, R2S_N, epi_stages)
+        tRS_rAcc = r2s.retile(acc)  # the accumulators in stmatrix order, subtile-major
+        sub_shape = cute.shape(thr_r2s.partition_S(sC))[:3]
+        tRS_rSub = cute.make_rmem_tensor(sub_shape, cutlass.Float32)
+        tRS_rOut = cute.make_rmem_tensor(sub_shape, c_dtype)
+        cC = cute.make_identity_tensor((mC.shape[0], mC.shape[1]))
+        is_store_warp = warp == STORE_WARP
+        store_pipe = pipeline.PipelineTmaStore.create(
+            num_stages=self.epi_stages,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
+                                                     128 * self.consumer_wgs))
+        return SimpleNamespace(tma_c=tma_c, sC=sC, gC=gC, mC=mC, mBias=mBias, ctid=ctid,
+                               r2s_atom=r2s_atom, r2s=r2s, tRS_sC=tRS_sC, tRS_rAcc=tRS_rAcc,
+                               tRS_rSub=tRS_rSub, tRS_rOut=tRS_rOut,
+                               sub_size=cute.size(tRS_rSub), n_sub=bn // self.epi_tile[1],
+                               cC=cC, is_store_warp=is_store_warp, store_pipe=store_pipe)
+
+    @cute.jit
+    def epilogue_tile(self, tiled_mma, frag: SimpleNamespace, epi: SimpleNamespace, tm, tn, tl):
+        """The ``Epilogue`` hook on fp32 with coordinates, then (epi_m, epi_n) subtiles, each a
+        TMA store from a 2-deep smem ring: the stmatrix of subtile s overlaps the store of
+        subtile s - 1."""
+        bm, bn, _ = self.tile
+        acc, mC, sC, tma_c, ctid = frag.acc, epi.mC, epi.sC, epi.tma_c, epi.ctid
+        c_dtype, n_sub, sub_size = mC.element_type, epi.n_sub, epi.sub_size
+        tRS_rAcc, tRS_rSub, tRS_rOut = epi.tRS_rAcc, epi.tRS_rSub, epi.tRS_rOut
+        is_store_warp, store_pipe = epi.is_store_warp, epi.store_pipe
+        if cutlass.const_expr(not self.epilogue.is_identity):
+            tCcC = frag.thr_mma.partition_C(cute.local_tile(epi.cC, (bm, bn), (tm, tn)))
+            self.epilogue.visit(acc, tCcC, mC.shape[1], epi.mBias)
+        gC_epi = cute.zipped_divide(epi.gC[(None, None, tm, tn, tl)], self.epi_tile)
+        tCsC, tCgC = cpasync.tma_partition(tma_c, 0, cute.make_layout(1),
+                                           cute.group_modes(sC, 0, 2), gC_epi)
+        for sub in cutlass.range_constexpr(n_sub):
+            buf = sub % self.epi_stages
+            if cutlass.const_expr(n_sub == 1):
+                # whole tile at once (fp32 output), in chunks of one copy atom
+                r2s_c = cute.make_tiled_copy_C(epi.r2s_atom, tiled_mma)
+                tWS_sC = r2s_c.get_slice(ctid).partition_D(sC[(None, None, 0)])
+                tWS_rAcc = r2s_c.retile(acc)
+                tWS_rChunk = cute.make_rmem_tensor(cute.size(tWS_rAcc, mode=[0, 0]), c_dtype)
+                n_chunks = cute.size(tWS_rAcc, mode=[0, 1])
+                for j in cutlass.range_constexpr(n_chunks):
+                    tWS_rChunk.store(tWS_rAcc[(None, j), 0, 0].load().to(c_dtype))
+                    cute.copy(r2s_c, tWS_rChunk, tWS_sC[(None, j), 0, 0])
+            else:
+                # stmatrix order is subtile-major: subtile s is a contiguous run
+                for v in cutlass.range_constexpr(sub_size):
+                    tRS_rSub[v] = tRS_rAcc[sub * sub_size + v]
+                tRS_rOut.store(tRS_rSub.load().to(c_dtype))
+                cute.copy(epi.r2s, tRS_rOut, epi.tRS_sC[(None, None, None, buf)])
+            # smem written through the generic proxy; TMA reads through the async one
+            cute.arch.fence_proxy("async.shared", space="cta")
+            cute.arch.barrier(barrier_id=Barrier.EPILOGUE,
+                              number_of_threads=128 * self.consumer_wgs)
+            if is_store_warp:
+                with cute.arch.elect_one():
+                    cute.copy(tma_c, tCsC[(None, buf)], tCgC[(None, (0, sub))])
+                    store_pipe.producer_commit()
+                    # the buffer written next must no longer be read by a store
+                    store_pipe.producer_acquire()
+            cute.arch.barrier(barrier_id=Barrier.EPILOGUE,
+                              number_of_threads=128 * self.consumer_wgs)
+
+    @cute.jit
+    def gated_epilogue_tile(self, frag: SimpleNamespace, epi: SimpleNamespace, tm, tn, tl):
+        """The ``Epilogue`` hook on the 2I pre-activations (coordinates of the full-width
+        tile), then act(gate) * up for each thread's (up, gate) accumulator column pair,
+        stored to the half-width smem tile through the gated wgmma C layout's partition, then
+        one TMA store.
 
         In CuTe's fragment order the pair is values (2v, 2v + 1) of one thread
         (tests/test_layouts_vs_cute.py), so no data moves between threads.
         """
         bm, bn, _ = self.tile
+        acc, mC, sC, tma_c = frag.acc, epi.mC, epi.sC, epi.tma_c
+        is_store_warp = epi.is_store_warp
+        if cutlass.const_expr(not self.epilogue.is_identity):
+            cAcc = cute.make_identity_tensor((mC.shape[0], mC.shape[1] * 2))
+            tCcAcc = frag.thr_mma.partition_C(cute.local_tile(cAcc, (bm, bn), (tm, tn)))
+            self.epilogue.visit(acc, tCcAcc, mC.shape[1] * 2, epi.mBias)
         barrier_threads = 128 * self.consumer_wgs
         r2s_gated = gated_store_copy(sC.element_type, tile_mma_tv(
             sm90_gated_c(bn), (self.consumer_wgs, 1), (bm, bn // 2)))
-        tGsC = r2s_gated.get_slice(ctid).partition_D(sC[(None, None, 0)])
+        tGsC = r2s_gated.get_slice(epi.ctid).partition_D(sC[(None, None, 0)])
         tGrC = cute.make_rmem_tensor_like(tGsC)
         gate_pairs(acc, tGrC, self.gated)
         if is_store_warp:
             with cute.arch.elect_one():
                 cute.arch.cp_async_bulk_wait_group(0, read=True)  # last tile's store read sC
-        cute.arch.barrier(barrier_id=self.epi_barrier_id, number_of_threads=barrier_threads)
+        cute.arch.barrier(barrier_id=Barrier.EPILOGUE, number_of_threads=barrier_threads)
         cute.copy(r2s_gated, tGrC, tGsC)
         cute.arch.fence_proxy("async.shared", space="cta")
-        cute.arch.barrier(barrier_id=self.epi_barrier_id, number_of_threads=barrier_threads)
+        cute.arch.barrier(barrier_id=Barrier.EPILOGUE, number_of_threads=barrier_threads)
         if is_store_warp:
             with cute.arch.elect_one():
                 tCsC, tCgC = cpasync.tma_partition(tma_c, 0, cute.make_layout(1),
                                                    cute.group_modes(sC, 0, 2),
-                                                   cute.group_modes(gC, 0, 2))
+                                                   cute.group_modes(epi.gC, 0, 2))
                 cute.copy(tma_c, tCsC[(None, 0)], tCgC[(None, tm, tn, tl)])
                 cute.arch.cp_async_bulk_commit_group()
