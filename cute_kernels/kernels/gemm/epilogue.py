@@ -16,17 +16,15 @@ subclass ``Epilogue``; extra tensors would travel through the ``mBias`` argument
 
 from __future__ import annotations
 
-import contextlib
-import warnings
 from dataclasses import dataclass
 
 import cutlass
 import cutlass.cute as cute
 from cutlass import Float32
-from cutlass.base_dsl.ast_helpers import DSLOptimizationWarning
 
 from ..common.activation_names import ACTIVATIONS, GATED_TO_ACT
 from ..common.constants import LOG2E
+from ..common.dsl import python_unrolled
 
 SQRT_2_OVER_PI = 0.7978845608028654
 INV_SQRT2 = 0.7071067811865476
@@ -47,21 +45,6 @@ def activate(x: Float32, activation: cutlass.Constexpr) -> Float32:
         inner = Float32(SQRT_2_OVER_PI) * (x + Float32(0.044715) * x * x * x)
         y = Float32(0.5) * x * (Float32(1.0) + cute.math.tanh(inner, fastmath=True))
     return y
-
-
-@contextlib.contextmanager
-def python_unrolled():
-    """Silences the DSL's "This static loop has N iterations" advice for one fragment loop.
-
-    The loops over a thread's accumulator fragment (128 values at 128x256) are unrolled in
-    Python on purpose: ``cutlass.range(..., unroll_full=True)``, the advice, compiles to other
-    code (ptxas: different SASS on sm_80 for ``visit`` and on both archs for ``gate_pairs``;
-    on sm_90a only the register names of ``visit`` change), which would need re-measuring.
-    """
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="This static loop has",
-                                category=DSLOptimizationWarning)
-        yield
 
 
 @dataclass(frozen=True)

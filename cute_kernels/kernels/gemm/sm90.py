@@ -20,6 +20,7 @@ from layouts import sm90_gated_c, tile_mma_tv
 
 from ...tuning.gemm import DEFAULT_CLUSTER_M, DEFAULT_TILE
 from ..common.constants import SM90_BARRIER_RESERVE, SM90_SMEM_BYTES
+from ..common.dsl import python_unrolled
 from ..common.tile_scheduler import grouped_tile_coord
 from ..common.warp_ptx import ld_acquire_gpu, nanosleep
 from .epilogue import Epilogue, gate_pairs, gated_store_copy
@@ -408,9 +409,10 @@ class GemmSm90:
                 tWS_rAcc = r2s_c.retile(acc)
                 tWS_rChunk = cute.make_rmem_tensor(cute.size(tWS_rAcc, mode=[0, 0]), c_dtype)
                 n_chunks = cute.size(tWS_rAcc, mode=[0, 1])
-                for j in cutlass.range_constexpr(n_chunks):
-                    tWS_rChunk.store(tWS_rAcc[(None, j), 0, 0].load().to(c_dtype))
-                    cute.copy(r2s_c, tWS_rChunk, tWS_sC[(None, j), 0, 0])
+                with python_unrolled():
+                    for j in cutlass.range_constexpr(n_chunks):
+                        tWS_rChunk.store(tWS_rAcc[(None, j), 0, 0].load().to(c_dtype))
+                        cute.copy(r2s_c, tWS_rChunk, tWS_sC[(None, j), 0, 0])
             else:
                 # stmatrix order is subtile-major: subtile s is a contiguous run
                 for v in cutlass.range_constexpr(sub_size):
