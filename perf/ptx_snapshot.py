@@ -83,15 +83,10 @@ def _build(name: str):
     if name == "gemm:drift":
         return gemm.make_build("hopper", bf16, bf16, "k", "k", Epilogue(), drift=True), "sm_90a"
     if name == "gemm:cluster2x2":
-        import cutlass
-
         from cute_kernels.kernels.gemm.sm90 import GemmSm90
-        from cute_kernels.runtime.bridge import env_stream, fake_mkl
-        from cute_kernels.runtime.compile import Build
 
-        return Build(GemmSm90(cluster_m=2, cluster_n=2),
-                     (fake_mkl(bf16, "k"), fake_mkl(bf16, "k"), fake_mkl(bf16, "k"), None,
-                      cutlass.Int32(1), env_stream())), "sm_90a"
+        return gemm.gemm_build(GemmSm90(cluster_m=2, cluster_n=2), bf16, bf16, "k", "k", None,
+                               drift=False), "sm_90a"
     if name == "gemm:bias-gelu":
         return gemm.make_build("hopper", bf16, bf16, "k", "n", Epilogue(bias=True,
                                                                         activation="gelu"),

@@ -2,7 +2,10 @@
 ordered by the kernel's ``__call__`` signature, and a disagreement raises."""
 
 import pytest
+import torch
 
+from cute_kernels.ops import attention as attention_ops
+from cute_kernels.ops import gemm as gemm_ops
 from cute_kernels.runtime.launch import KernelParams, kernel_params, launch_args
 
 
@@ -42,3 +45,24 @@ def test_call_args_drop_the_stream_and_take_every_parameter():
         p.call_args(mX=0, mB=1, scale=2, mC=3, mD=4)
     with pytest.raises(TypeError, match="disagree"):
         KernelParams(_Kernel, _Reordered)
+
+
+def test_every_op_kernel_family_shares_one_signature():
+    """An op calls its kernels on both paths with one argument list; the op modules' fake
+    builds agree with their kernels (launch_args raises otherwise)."""
+    from cute_kernels.registry import entries
+
+    assert gemm_ops.gemm_params().call_names == ("mA", "mB", "mC", "mBias", "num_ctas", "mSync")
+    assert attention_ops.attention_params().call_names == (
+        "mQ", "mK", "mV", "mO", "mLSE", "mPrevLSE", "mColsum", "scale")
+    for entry in entries().values():
+        for variant in entry.variants:
+            for path in ("hopper", "ampere"):
+                build = entry.build(variant, path)
+                names = kernel_params(type(build.fn)).names
+                assert len(build.args) == len(names) - (names[-1] == "mSync"), entry.name
+
+
+def test_gemm_plan_is_named():
+    plan = gemm_ops.GemmPlan((4, 8), torch.bfloat16, None, 0, False)
+    assert plan.shape == (4, 8) and plan.kernel is None and plan.drift is False
