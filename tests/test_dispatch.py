@@ -218,6 +218,20 @@ def test_eager_on_cpu_stops_at_the_device_check(custom_op_calls):
     assert c.calls == []
 
 
+def test_fake_tensors_take_the_op():
+    """Tensor subclasses (here the fake CUDA tensors of tracing) need torch's dispatcher: they
+    take the custom op, whose fake implementation answers."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        q = torch.empty(1, 2, 300, 64, dtype=BF, device="cuda")
+        prev = torch.empty(1, 2, 300, device="cuda")
+        assert attention_ops._ATTENTION.route(q, q, q, False, 0.125) == "op"
+        o, lse, colsum = ck.attention_colsum(q, q, q, prev, group=128)
+        assert colsum.shape == (1, 2, 3, 300) and o.device.type == "cuda"
+        assert ck.pack_mask(torch.empty(3, 17, dtype=torch.bool, device="cuda")).shape == (3, 3)
+
+
 def test_attention_ops_refuse_gradients():
     q, k, v = _attention_args("meta")
     q.requires_grad_(True)

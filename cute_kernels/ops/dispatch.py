@@ -9,8 +9,9 @@ under ``torch.compile``     ``op``: the registered custom op, traced through its
                             implementation (so ``fullgraph=True`` works)
 gradient needed             ``autograd``: the custom op with its autograd formula (an op
                             without one raises ``NotImplementedError``, in every mode)
-meta tensors                ``op``: the fake implementation gives the outputs' shapes and
-                            dtypes (shape inference, ``device="meta"`` models)
+meta tensors, tensor        ``op``: the fake implementation gives meta outputs' shapes and
+subclasses (fake, DTensor)  dtypes (``device="meta"`` models); subclasses get their own
+                            dispatch
 eager inference             ``direct``: the compiled kernel through TVM-FFI, no dispatcher
 ==========================  ==========================================================
 
@@ -35,8 +36,13 @@ def needs_grad(*tensors) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
 def _is_meta(t) -> bool:
-    return getattr(t, "is_meta", False)
+    """Whether ``t`` is a tensor only torch's dispatcher can handle: a meta tensor or a tensor
+    subclass (fake tensors of tracing, DTensor, ...)."""
+    return isinstance(t, torch.Tensor) and (t.is_meta or type(t) not in _PLAIN)
 
 
 class KernelOp:
