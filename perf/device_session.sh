@@ -33,6 +33,7 @@ if [ -z "${SKIP_PERF:-}" ]; then
     step "launch overhead" python perf/launch_overhead.py
     step "perf bitpack" python perf/bitpack.py --out "$OUT"
   fi
+  step "first call + host overhead" python perf/first_call.py --out "$OUT"
   # compile times are part of the GEMM report: measure them with the disk cache off
   step "perf gemm hopper" env CUTE_KERNELS_DISK_CACHE=0 python perf/gemm.py --path hopper ${GEMM_QUICK:+--quick} --out "$OUT"
   step "perf gemm ampere" env CUTE_KERNELS_DISK_CACHE=0 python perf/gemm.py --path ampere --quick --out "$OUT"

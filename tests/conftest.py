@@ -38,10 +38,10 @@ def forced_drift_limiter(monkeypatch):
         return plan
 
     def drift_counter(device, drift):
-        args = real_counter(device, drift)
+        counter = real_counter(device, drift)
         assert drift, "the limiter was not turned on"
-        launches.append((args[0], schedules[-1], device_target(device)[0]))
-        return args
+        launches.append((counter, schedules[-1], device_target(device)[0]))
+        return counter
 
     monkeypatch.setattr(gemm_ops, "schedule", schedule)
     monkeypatch.setattr(gemm_ops, "drift_counter", drift_counter)
@@ -54,3 +54,34 @@ def forced_drift_limiter(monkeypatch):
                 assert counter.item() == (units if path == "hopper" else 0), (units, path)
 
     return Check
+
+
+class _CustomOpCalls:
+    """A TorchDispatchMode recording every call of a ``namespace`` custom op that reaches
+    torch's dispatcher (whatever the route: the op object, ``torch.ops``, autograd)."""
+
+    def __init__(self, namespace: str = "cute_kernels"):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        calls = self.calls = []
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                if func.namespace == namespace:
+                    calls.append(func.name())
+                return func(*args, **(kwargs or {}))
+
+        self._mode = Mode()
+
+    def __enter__(self):
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._mode.__exit__(*exc)
+
+
+@pytest.fixture
+def custom_op_calls():
+    """``with custom_op_calls() as c: ...`` then ``c.calls``: the custom ops dispatched."""
+    return _CustomOpCalls

@@ -19,8 +19,11 @@ import math
 
 import torch
 
-from ..runtime.validate import check_no_overlap, check_tensor
+from ..runtime.arch import device_target
+from ..runtime.bridge import kernel_for
+from ..runtime.validate import check_cuda, check_no_overlap, check_same_device, check_tensor
 from ..tuning.attention import hopper_config
+from .dispatch import KernelOp
 
 IN_DTYPES = (torch.bfloat16, torch.float16)
 HEAD_DIMS = (64, 128)
@@ -157,8 +160,9 @@ def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = Fal
     import cutlass
     from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_tensor
 
-    from ..runtime.bridge import cutlass_dtype, env_stream, sym
+    from ..runtime.bridge import cutlass_dtype, sym
     from ..runtime.compile import Build
+    from ..runtime.launch import launch_args
 
     def bhsd():
         return make_fake_tensor(cutlass_dtype(dtype), (sym(), sym(), sym(), head_dim),
@@ -178,15 +182,24 @@ def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = Fal
         from ..kernels.attention.sm80 import AttentionSm80
 
         kernel = AttentionSm80(head_dim, causal, colsum=colsum, group=group)
-    extra = (f32(3), f32(4)) if colsum else (None, None)
-    return Build(kernel, (bhsd(), bhsd(), bhsd(), bhsd(), f32(3), *extra,
-                          cutlass.Float32(1.0), env_stream()))
+    prev_lse, colsums = (f32(3), f32(4)) if colsum else (None, None)
+    return Build(kernel, launch_args(
+        kernel, mQ=bhsd(), mK=bhsd(), mV=bhsd(), mO=bhsd(), mLSE=f32(3), mPrevLSE=prev_lse,
+        mColsum=colsums, scale=cutlass.Float32(1.0)))
+
+
+@functools.cache
+def attention_params():
+    """The runtime parameters shared by both paths' attention kernels."""
+    from ..kernels.attention.sm80 import AttentionSm80
+    from ..kernels.attention.sm90 import AttentionSm90
+    from ..runtime.launch import kernel_params
+
+    return kernel_params(AttentionSm90, AttentionSm80)
 
 
 def _check_device_args(**tensors) -> None:
     """On one CUDA device; q/k/v 16-byte aligned (TMA descriptors and 16-byte vector loads)."""
-    from ..runtime.validate import check_cuda, check_same_device
-
     for name, t in tensors.items():
         check_cuda(name, t)
         if name in ("q", "k", "v", "out") and t.data_ptr() % 16:
@@ -194,24 +207,15 @@ def _check_device_args(**tensors) -> None:
     check_same_device(**tensors)
 
 
-def _no_autograd(*tensors) -> None:
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        raise NotImplementedError(
-            "attention has no backward yet: call it under torch.no_grad() or "
-            "torch.inference_mode(), or detach q, k and v")
-
-
 def _config_key(config: dict | None) -> tuple:
     return () if config is None else tuple(sorted(config.items()))
 
 
-def _attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=None,
+def _attention(q, k, v, causal: bool = False, scale: float | None = None, out=None,
                config: dict | None = None):
-    """(o, lse) from the path's kernel; ``config``: Hopper kernel overrides (tests, tuning).
+    """The direct route, after ``validate_attention``: (o, lse) from the path's kernel;
+    ``scale`` None is 1 / sqrt(D); ``config``: Hopper kernel overrides (tests, tuning).
     o takes q's memory layout (``empty_like``) unless ``out`` is given."""
-    from ..runtime.bridge import kernel_for
-
-    scale = validate_attention(q, k, v, scale)
     _check_device_args(q=q, k=k, v=v, **({"out": out} if out is not None else {}))
     b, h, s_q, d = q.shape
     if out is None:
@@ -228,20 +232,25 @@ def _attention(q, k, v, *, causal: bool = False, scale: float | None = None, out
     key = ("attention", q.dtype, d, bool(causal))
     kernel = kernel_for(q.device, key, lambda path, target: make_build(
         path, q.dtype, d, bool(causal), config=config), hopper_key=_config_key(config))
-    kernel(q, k, v, o, lse, None, None, scale)
+    kernel(*attention_params().call_args(
+        mQ=q, mK=k, mV=v, mO=o, mLSE=lse, mPrevLSE=None, mColsum=None,
+        scale=1.0 / math.sqrt(d) if scale is None else scale))
     return o, lse
 
 
 @torch.library.custom_op("cute_kernels::attention", mutates_args=())
 def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                   scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    return _attention(q, k, v, causal=causal, scale=scale)
+    return _attention(q, k, v, causal, scale)
 
 
 @_attention_op.register_fake
 def _(q, k, v, causal, scale):
     b, h, s_q, _ = q.shape
     return torch.empty_like(q), q.new_empty(b, h, s_q, dtype=torch.float32)
+
+
+_ATTENTION = KernelOp(_attention_op, _attention, grad_inputs=("q", "k", "v"))
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
@@ -263,11 +272,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     scale = validate_attention(q, k, v, scale)
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-    _no_autograd(q, k, v)
-    if out is None:
-        o, lse = _attention_op(q, k, v, causal, scale)
-    else:
-        o, lse = _attention(q, k, v, causal=causal, scale=scale, out=out)
+    o, lse = _ATTENTION(q, k, v, causal, scale, out=out)
     return (o, lse) if return_lse else o
 
 
@@ -288,17 +293,14 @@ def attention_colsum(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """
     scale = validate_attention(q, k, v, scale)
     validate_colsum(q, prev_lse, group)
-    _check_device_args(q=q, k=k, v=v, prev_lse=prev_lse)
-    _no_autograd(q, k, v)
-    return _attention_colsum(q, k, v, prev_lse, group, scale)
+    return _ATTENTION_COLSUM(q, k, v, prev_lse, group, scale)
 
 
 def _attention_colsum(q, k, v, prev_lse, group: int, scale: float, config: dict | None = None):
-    """``attention_colsum`` after validation; ``config``: Hopper kernel overrides (tests,
-    tuning; must include colsum=True and the group)."""
-    from ..runtime.arch import device_target
-    from ..runtime.bridge import kernel_for
-
+    """The direct route of ``attention_colsum``, after ``validate_attention`` and
+    ``validate_colsum``; ``config``: Hopper kernel overrides (tests, tuning; must include
+    colsum=True and the group)."""
+    _check_device_args(q=q, k=k, v=v, prev_lse=prev_lse)
     b, h, s_q, d = q.shape
     o = torch.empty_like(q)
     lse = torch.empty(b, h, s_q, dtype=torch.float32, device=q.device)
@@ -311,5 +313,25 @@ def _attention_colsum(q, k, v, prev_lse, group: int, scale: float, config: dict 
     kernel = kernel_for(q.device, key, lambda path, target: make_build(
         path, q.dtype, d, False, colsum=True, group=group, config=config),
         hopper_key=_config_key(config))
-    kernel(q, k, v, o, lse, prev_lse.contiguous(), colsum, scale)
+    kernel(*attention_params().call_args(
+        mQ=q, mK=k, mV=v, mO=o, mLSE=lse, mPrevLSE=prev_lse.contiguous(), mColsum=colsum,
+        scale=scale))
     return o, lse, colsum
+
+
+@torch.library.custom_op("cute_kernels::attention_colsum", mutates_args=())
+def _attention_colsum_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                         prev_lse: torch.Tensor, group: int, scale: float
+                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _attention_colsum(q, k, v, prev_lse, group, scale)
+
+
+@_attention_colsum_op.register_fake
+def _(q, k, v, prev_lse, group, scale):
+    b, h, s_q, _ = q.shape
+    return (torch.empty_like(q), q.new_empty(b, h, s_q, dtype=torch.float32),
+            q.new_empty(b, h, -(-s_q // group), k.shape[2], dtype=torch.float32))
+
+
+_ATTENTION_COLSUM = KernelOp(_attention_colsum_op, _attention_colsum,
+                             grad_inputs=("q", "k", "v"))

@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 
 from ..kernels.bitpack import PackMaskFlat, PackMaskRows, UnpackMaskFlat, UnpackMaskRows
-from ..runtime.bridge import env_stream, fake_rows, fake_vector, kernel_for
+from ..runtime.bridge import fake_rows, fake_vector, kernel_for
 from ..runtime.compile import Build
+from ..runtime.launch import kernel_params, launch_args
 from ..runtime.validate import (
     VECTOR_BYTES,
     check_cuda,
@@ -15,6 +16,7 @@ from ..runtime.validate import (
     check_shape,
     check_tensor,
 )
+from .dispatch import KernelOp
 
 MAX_FLAT_VECTORS = 2**31 - 1  # the flat kernels index 16-byte vectors with int32
 
@@ -23,19 +25,30 @@ def packed_width(n: int) -> int:
     return (n + 7) // 8
 
 
+#: The kernel class of each (op, variant).
+KERNEL_CLASSES = {("pack_mask", "flat"): PackMaskFlat, ("unpack_mask", "flat"): UnpackMaskFlat,
+                  ("pack_mask", "rows"): PackMaskRows, ("unpack_mask", "rows"): UnpackMaskRows}
+
+
+def _named(op: str, variant: str, mask, packed) -> dict:
+    """The kernel's arguments by parameter name: the flat kernels copy ``mSrc`` into
+    ``mDst``; the row kernels name the mask and the packed bytes."""
+    if variant == "flat":
+        src, dst = (mask, packed) if op == "pack_mask" else (packed, mask)
+        return {"mSrc": src, "mDst": dst}
+    return {"mMask": mask, "mPacked": packed}
+
+
 def make_build(op: str, variant: str) -> Build:
     """The kernel object and fake arguments of one (op, variant); arch-independent."""
     if variant == "flat":
-        big, small = fake_vector(torch.uint8, divisibility=8), fake_vector(torch.uint8)
-        if op == "pack_mask":
-            return Build(PackMaskFlat(), (big, small, env_stream()))
-        return Build(UnpackMaskFlat(), (small, big, env_stream()))
-    if variant == "rows":
+        mask, packed = fake_vector(torch.uint8, divisibility=8), fake_vector(torch.uint8)
+    elif variant == "rows":
         mask, packed = fake_rows(torch.uint8, compact=False), fake_rows(torch.uint8, compact=True)
-        if op == "pack_mask":
-            return Build(PackMaskRows(), (mask, packed, env_stream()))
-        return Build(UnpackMaskRows(), (packed, mask, env_stream()))
-    raise ValueError(f"unknown variant {variant!r}")
+    else:
+        raise ValueError(f"unknown variant {variant!r}")
+    kernel = KERNEL_CLASSES[op, variant]()
+    return Build(kernel, launch_args(kernel, **_named(op, variant, mask, packed)))
 
 
 VARIANTS = ("flat", "rows")
@@ -65,14 +78,15 @@ def _run(op: str, device: torch.device, mask_bytes: torch.Tensor, packed: torch.
     variant = "flat" if _use_flat(mask_bytes, packed, n) else "rows"
     kernel = kernel_for(device, (op, variant), lambda path, target: make_build(op, variant))
     if variant == "flat":
-        args = (mask_bytes.view(-1), packed.view(-1))
+        mask_bytes, packed = mask_bytes.view(-1), packed.view(-1)
     else:
-        args = (_as_rows(mask_bytes, n), packed.view(-1, packed_width(n)))
-    kernel(*(args if op == "pack_mask" else args[::-1]))
+        mask_bytes, packed = _as_rows(mask_bytes, n), packed.view(-1, packed_width(n))
+    params = kernel_params(KERNEL_CLASSES[op, variant])
+    kernel(*params.call_args(**_named(op, variant, mask_bytes, packed)))
 
 
 def _check_mask(mask) -> None:
-    check_tensor("mask", mask, dtypes=(torch.bool,), min_ndim=1)
+    check_tensor("mask", mask, dtypes=(torch.bool,), min_ndim=1, on_cuda=False)
 
 
 def _check_packed(packed, n) -> None:
@@ -81,11 +95,10 @@ def _check_packed(packed, n) -> None:
     if packed.shape[-1] != packed_width(n):
         raise ValueError(f"packed.shape[-1] must be ceil(n / 8) = {packed_width(n)} for n = {n}, "
                          f"got {packed.shape[-1]}")
-    check_cuda("packed", packed)
 
 
 def _check_out(out, shape: tuple[int, ...], dtype: torch.dtype, like: torch.Tensor) -> None:
-    check_tensor("out", out, dtypes=(dtype,))
+    check_tensor("out", out, dtypes=(dtype,), on_cuda=False)  # the input's device: checked
     check_shape("out", out, shape)
     check_same_device(input=like, out=out)
     if not out.is_contiguous():
@@ -93,6 +106,8 @@ def _check_out(out, shape: tuple[int, ...], dtype: torch.dtype, like: torch.Tens
 
 
 def _pack_mask_impl(mask: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """The direct route (arguments validated but for the device)."""
+    check_cuda("mask", mask)
     n = mask.shape[-1]
     packed = out if out is not None else torch.empty(
         *mask.shape[:-1], packed_width(n), dtype=torch.uint8, device=mask.device)
@@ -103,6 +118,8 @@ def _pack_mask_impl(mask: torch.Tensor, out: torch.Tensor | None = None) -> torc
 
 def _unpack_mask_impl(packed: torch.Tensor, n: int,
                       out: torch.Tensor | None = None) -> torch.Tensor:
+    """The direct route (arguments validated but for the device)."""
+    check_cuda("packed", packed)
     mask = out if out is not None else torch.empty(
         *packed.shape[:-1], n, dtype=torch.bool, device=packed.device)
     if mask.numel():
@@ -131,6 +148,10 @@ def _(packed, n):
     return packed.new_empty((*packed.shape[:-1], n), dtype=torch.bool)
 
 
+_PACK_MASK = KernelOp(_pack_mask_op, _pack_mask_impl)
+_UNPACK_MASK = KernelOp(_unpack_mask_op, _unpack_mask_impl)
+
+
 def pack_mask(mask: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """Pack a bool mask ``[..., N]`` into ``uint8 [..., ceil(N / 8)]``.
 
@@ -143,10 +164,7 @@ def pack_mask(mask: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.T
     shape = (*mask.shape[:-1], packed_width(mask.shape[-1]))
     if out is not None:
         _check_out(out, shape, torch.uint8, mask)
-    if torch.compiler.is_compiling():
-        result = _pack_mask_op(mask)
-        return out.copy_(result) if out is not None else result
-    return _pack_mask_impl(mask, out)
+    return _PACK_MASK(mask, out=out)
 
 
 def unpack_mask(packed: torch.Tensor, n: int, *, out: torch.Tensor | None = None
@@ -159,10 +177,7 @@ def unpack_mask(packed: torch.Tensor, n: int, *, out: torch.Tensor | None = None
     _check_packed(packed, n)
     if out is not None:
         _check_out(out, (*packed.shape[:-1], n), torch.bool, packed)
-    if torch.compiler.is_compiling():
-        result = _unpack_mask_op(packed, n)
-        return out.copy_(result) if out is not None else result
-    return _unpack_mask_impl(packed, n, out)
+    return _UNPACK_MASK(packed, n, out=out)
 
 
 def pack_mask_reference(mask: torch.Tensor) -> torch.Tensor:

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import torch
 
+from ..runtime.bridge import kernel_for
 from ..runtime.validate import check_same_device, check_tensor
 from ..tuning.gemm import DEFAULT_CLUSTER_M, DEFAULT_TILE
+from . import gemm  # its attributes are looked up per call (tests patch schedule/drift_counter)
 from .activations import (
     GATED_ACTIVATIONS,
     GATED_TO_ACT,
@@ -20,6 +22,7 @@ from .activations import (
     check_activation,
     gate,
 )
+from .dispatch import KernelOp
 
 WEIGHT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -89,16 +92,11 @@ def make_build(path: str, dtype, out_dtype, a_major: str, b_major: str, activati
     """The gated GEMM: the dense GEMM kernel of ``path`` with its gated epilogue (and the
     bias hook on the 2I pre-activations when ``bias_dtype`` is set)."""
     from ..kernels.gemm.epilogue import Epilogue
-    from ..runtime.bridge import fake_mkl, fake_vector
-    from ..runtime.compile import Build
-    from .gemm import gemm_kernel, launch_args_fake
 
-    kernel = gemm_kernel(path, cluster_m, tile, drift, a_major=a_major, b_major=b_major,
+    kernel = gemm.gemm_kernel(path, cluster_m, tile, drift, a_major=a_major, b_major=b_major,
                          gated=activation,
                          epilogue=Epilogue(bias=bias_dtype is not None))
-    bias = fake_vector(bias_dtype, align=4, divisibility=8) if bias_dtype is not None else None
-    return Build(kernel, (fake_mkl(dtype, a_major), fake_mkl(dtype, b_major),
-                          fake_mkl(out_dtype, "k"), bias, *launch_args_fake(drift)))
+    return gemm.gemm_build(kernel, dtype, out_dtype, a_major, b_major, bias_dtype, drift)
 
 
 def _validate_gated(x, w_packed, bias, activation):
@@ -114,17 +112,14 @@ def _validate_gated(x, w_packed, bias, activation):
                          f"{w_packed.shape[1]} columns")
 
 
-def _gated_mlp_up(x: torch.Tensor, w_packed: torch.Tensor, activation: str = "swiglu",
-                  bias: torch.Tensor | None = None, out: torch.Tensor | None = None):
-    """The kernel call: ``act(x @ W_gate^T + b_gate) * (x @ W_up^T + b_up)``, (..., I)."""
-    from ..runtime.bridge import kernel_for
-    from .gemm import _as_mkl, _validate, drift_counter, schedule
-
+def _gated_mlp_up(x: torch.Tensor, w_packed: torch.Tensor, bias: torch.Tensor | None,
+                  activation: str, out: torch.Tensor | None = None):
+    """The direct route: ``act(x @ W_gate^T + b_gate) * (x @ W_up^T + b_up)``, (..., I)."""
     _validate_gated(x, w_packed, bias, activation)
     lead, k = x.shape[:-1], x.shape[-1]
     x2 = x.reshape(-1, k)
     inter = w_packed.shape[0] // 2
-    _, out_dtype, a_major, b_major = _validate(x2, w_packed, bias, None, None,
+    _, out_dtype, a_major, b_major = gemm._validate(x2, w_packed, bias, None, None,
                                                a_name="x", b_name="w_packed")
     if out is None:
         out = torch.empty(*lead, inter, dtype=out_dtype, device=x.device)
@@ -141,20 +136,21 @@ def _gated_mlp_up(x: torch.Tensor, w_packed: torch.Tensor, activation: str = "sw
         out.copy_(gate(pre[0::2], pre[1::2], activation).expand_as(out))
         return out
     bias_dtype = bias.dtype if bias is not None else None
-    tile, cluster_m, ctas, drift = schedule(x2, w_packed)
+    tile, cluster_m, ctas, drift = gemm.schedule(x2, w_packed)
     key = ("gated_mlp_up", x.dtype, out_dtype, a_major, b_major, activation, bias_dtype, drift)
     kernel = kernel_for(x.device, key, lambda path, target: make_build(
         path, x.dtype, out_dtype, a_major, b_major, activation, bias_dtype, cluster_m, tile,
         drift), hopper_key=(cluster_m, tile))
-    kernel(_as_mkl(x2), _as_mkl(w_packed), _as_mkl(out.view(-1, inter)), bias, ctas,
-           *drift_counter(x.device, drift))
+    kernel(*gemm.gemm_params().call_args(
+        mA=gemm._as_mkl(x2), mB=gemm._as_mkl(w_packed), mC=gemm._as_mkl(out.view(-1, inter)),
+        mBias=bias, num_ctas=ctas, mSync=gemm.drift_counter(x.device, drift)))
     return out
 
 
 @torch.library.custom_op("cute_kernels::gated_mlp_up", mutates_args=())
 def _gated_mlp_up_op(x: torch.Tensor, w_packed: torch.Tensor, bias: torch.Tensor | None,
                      activation: str) -> torch.Tensor:
-    return _gated_mlp_up(x, w_packed, activation, bias)
+    return _gated_mlp_up(x, w_packed, bias, activation)
 
 
 @_gated_mlp_up_op.register_fake
@@ -171,12 +167,10 @@ def _gated_setup(ctx, inputs, output):
 def _gated_backward(ctx, grad):
     """Recomputes the 2I pre-activations (fp32, one GEMM) instead of keeping them; the
     dgrad/wgrad GEMMs go through torch. Not fused yet."""
-    from .gemm import linear
-
     x, w_packed, bias = ctx.saved_tensors
     k = x.shape[-1]
     x2 = x.reshape(-1, k)
-    pre = linear(x2, w_packed, bias, out_dtype=torch.float32) if k else \
+    pre = gemm.linear(x2, w_packed, bias, out_dtype=torch.float32) if k else \
         torch.zeros(x2.shape[0], w_packed.shape[0], device=x.device)
     up, gate_pre = pre[:, 0::2], pre[:, 1::2]
     g = grad.reshape(-1, grad.shape[-1]).float()
@@ -192,6 +186,9 @@ def _gated_backward(ctx, grad):
 
 _gated_mlp_up_op.register_autograd(_gated_backward, setup_context=_gated_setup)
 
+_GATED_MLP_UP = KernelOp(_gated_mlp_up_op, _gated_mlp_up, grad_inputs=("x", "w_packed", "bias"),
+                         differentiable=True, check=_validate_gated)
+
 
 def gated_mlp_up(x: torch.Tensor, w_packed: torch.Tensor, *, activation: str = "swiglu",
                  bias: torch.Tensor | None = None,
@@ -206,15 +203,4 @@ def gated_mlp_up(x: torch.Tensor, w_packed: torch.Tensor, *, activation: str = "
     pairs and only (M, I) is written. Differentiable (the backward recomputes the
     pre-activations); ``out=`` only without autograd.
     """
-    from .gemm import needs_grad
-
-    if torch.compiler.is_compiling():
-        result = _gated_mlp_up_op(x, w_packed, bias, activation)
-        return out.copy_(result) if out is not None else result
-    if needs_grad(x, w_packed, bias):
-        if out is not None:
-            raise ValueError("out= is not supported when gradients are required "
-                             "(autograd needs a fresh output)")
-        _validate_gated(x, w_packed, bias, activation)
-        return _gated_mlp_up_op(x, w_packed, bias, activation)
-    return _gated_mlp_up(x, w_packed, activation, bias, out)
+    return _GATED_MLP_UP(x, w_packed, bias, activation, out=out)

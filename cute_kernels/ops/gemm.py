@@ -9,19 +9,24 @@ M/N-major per operand) and is part of the compile-cache key.
 
 from __future__ import annotations
 
+import functools
 import math
+from functools import partial
+from typing import NamedTuple
 
 import torch
 
 from ..kernels.common.activation_names import ACTIVATIONS
 from ..kernels.gemm.epilogue import Epilogue
 from ..runtime.arch import forced_path
-from ..runtime.bridge import env_stream, fake_mkl, fake_vector, kernel_for
+from ..runtime.bridge import fake_mkl, fake_vector, kernel_for
 from ..runtime.compile import Build
+from ..runtime.launch import KernelParams, kernel_params, launch_args
 from ..runtime.validate import check_aligned, check_cuda, check_same_device, check_tensor
 from ..tuning import gemm as gemm_tuning
 from ..tuning.gemm import DEFAULT_CLUSTER_M, DEFAULT_TILE
 from .activations import activation, activation_and_grad
+from .dispatch import KernelOp
 
 IN_DTYPES = (torch.bfloat16, torch.float16)
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -107,30 +112,56 @@ def gemm_kernel(path: str, cluster_m: int = DEFAULT_CLUSTER_M, tile=DEFAULT_TILE
 def make_build(path: str, dtype, out_dtype, a_major: str, b_major: str, epilogue: Epilogue,
                bias_dtype=None, cluster_m: int = DEFAULT_CLUSTER_M,
                tile=DEFAULT_TILE, drift: bool = False) -> Build:
+    if epilogue.bias and bias_dtype is None:
+        raise ValueError("a bias epilogue needs the bias dtype (bias_dtype)")
     kernel = gemm_kernel(path, cluster_m, tile, drift, a_major=a_major, b_major=b_major,
                          epilogue=epilogue)
-    bias = fake_vector(bias_dtype, align=4, divisibility=8) if epilogue.bias else None
-    return Build(kernel, (fake_mkl(dtype, a_major), fake_mkl(dtype, b_major),
-                          fake_mkl(out_dtype, "k"), bias, *launch_args_fake(drift)))
+    return gemm_build(kernel, dtype, out_dtype, a_major, b_major,
+                      bias_dtype if epilogue.bias else None, drift)
 
 
-def launch_args_fake(drift: bool) -> tuple:
-    """The trailing build arguments of a GEMM-kernel launch: CTA count, stream and, with the
-    drift limiter, its int32 tile counter."""
+def gemm_build(kernel, dtype, out_dtype, a_major: str, b_major: str, bias_dtype,
+               drift: bool) -> Build:
+    """A GEMM-kernel object (dense or gated) against canonical (rows, K, L) fake operands, a
+    bias when ``bias_dtype`` is set, a CTA count and, with the drift limiter, its int32 tile
+    counter (left out otherwise: the kernel's default)."""
     import cutlass
     from cutlass.cute.runtime import make_fake_compact_tensor
 
-    counter = (make_fake_compact_tensor(cutlass.Int32, (1,), assumed_align=4),) if drift else ()
-    return (cutlass.Int32(1), env_stream(), *counter)
+    bias = fake_vector(bias_dtype, align=4, divisibility=8) if bias_dtype is not None else None
+    return Build(kernel, launch_args(
+        kernel, mA=fake_mkl(dtype, a_major), mB=fake_mkl(dtype, b_major),
+        mC=fake_mkl(out_dtype, "k"), mBias=bias, num_ctas=cutlass.Int32(1),
+        **({"mSync": make_fake_compact_tensor(cutlass.Int32, (1,), assumed_align=4)}
+           if drift else {})))
 
 
-def drift_counter(device: torch.device, drift: bool) -> tuple:
-    """The launch's trailing counter argument: a zeroed int32 when the limiter is on, else
-    None (passed explicitly: a kernel loaded from the disk cache takes no defaults)."""
-    return (torch.zeros(1, dtype=torch.int32, device=device) if drift else None,)
+@functools.cache
+def gemm_params() -> KernelParams:
+    """The runtime parameters shared by both paths' GEMM kernels (dense and gated)."""
+    from ..kernels.gemm.sm80 import GemmSm80
+    from ..kernels.gemm.sm90 import GemmSm90
+
+    return kernel_params(GemmSm90, GemmSm80)
 
 
-#: (argument metadata) -> (out shape, out dtype, kernel, CTAs): a call whose tensors have the
+def drift_counter(device: torch.device, drift: bool):
+    """The launch's ``mSync`` argument: a zeroed int32 tile counter when the limiter is on,
+    else None (passed explicitly: a kernel loaded from the disk cache takes no defaults)."""
+    return torch.zeros(1, dtype=torch.int32, device=device) if drift else None
+
+
+class GemmPlan(NamedTuple):
+    """What a validated call resolved to: the output, the kernel and its launch size."""
+
+    shape: tuple
+    out_dtype: torch.dtype
+    kernel: object  # the compiled kernel; None when there is nothing to launch
+    ctas: int
+    drift: bool
+
+
+#: (argument metadata) -> GemmPlan: a call whose tensors have the
 #: same shapes, strides, dtypes, device and 16-byte alignment as a validated earlier call skips
 #: validation and scheduling (tens of µs of Python, more than a small GEMM's runtime).
 _PLANS: dict = {}
@@ -143,32 +174,34 @@ def _meta(t):
     return t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16
 
 
-def _gemm_nk(a, b_nk, bias, out, out_dtype, epilogue, a_name, b_name):
+def _gemm_nk(a, b_nk, bias, out_dtype, epilogue, out=None, *, names=("a", "b")):
+    """The direct route: ``act(a @ b_nk^T + bias)`` into ``out`` (or a new tensor); ``names``
+    are the operands' names in error messages."""
     sig = (_meta(a), _meta(b_nk), _meta(bias), _meta(out), out_dtype, epilogue, forced_path())
     plan = _PLANS.get(sig)
     if plan is None:
-        plan = _plan(a, b_nk, bias, out, out_dtype, epilogue, a_name, b_name)
-        if plan[2] is None:  # empty output or K == 0: no kernel
+        plan = _plan(a, b_nk, bias, out, out_dtype, epilogue, *names)
+        if plan.kernel is None:  # empty output or K == 0: no kernel
             return _degenerate(a, bias, out, plan, epilogue)
         if len(_PLANS) >= _MAX_PLANS:
             _PLANS.clear()
         _PLANS[sig] = plan
-    shape, out_dtype, kernel, ctas, drift = plan
     if out is None:
-        out = torch.empty(shape, dtype=out_dtype, device=a.device)
-    kernel(_as_mkl(a), _as_mkl(b_nk), _as_mkl(out), bias, ctas, *drift_counter(a.device, drift))
+        out = torch.empty(plan.shape, dtype=plan.out_dtype, device=a.device)
+    plan.kernel(*gemm_params().call_args(
+        mA=_as_mkl(a), mB=_as_mkl(b_nk), mC=_as_mkl(out), mBias=bias, num_ctas=plan.ctas,
+        mSync=drift_counter(a.device, plan.drift)))
     return out
 
 
-def _plan(a, b_nk, bias, out, out_dtype, epilogue, a_name, b_name):
-    """Validate, then pick the kernel and launch size: (shape, out dtype, kernel, CTAs);
-    kernel None when there is nothing to launch."""
+def _plan(a, b_nk, bias, out, out_dtype, epilogue, a_name, b_name) -> GemmPlan:
+    """Validate, then pick the kernel and launch size (kernel None: nothing to launch)."""
     if epilogue not in ACTIVATIONS:
         raise ValueError(f"epilogue must be one of {ACTIVATIONS}, got {epilogue!r}")
     shape, out_dtype, a_major, b_major = _validate(a, b_nk, bias, out, out_dtype,
                                                    a_name=a_name, b_name=b_name)
     if math.prod(shape) == 0 or a.shape[-1] == 0:
-        return shape, out_dtype, None, 0, False
+        return GemmPlan(shape, out_dtype, None, 0, False)
     epi = Epilogue(bias=bias is not None, activation=epilogue)
     tile, cluster_m, ctas, drift = schedule(a, b_nk)
     bias_dtype = bias.dtype if bias is not None else None
@@ -177,15 +210,14 @@ def _plan(a, b_nk, bias, out, out_dtype, epilogue, a_name, b_name):
     kernel = kernel_for(a.device, key, lambda path, target: make_build(
         path, a.dtype, out_dtype, a_major, b_major, epi, bias_dtype, cluster_m, tile, drift),
         hopper_key=(cluster_m, tile))
-    return shape, out_dtype, kernel, ctas, drift
+    return GemmPlan(shape, out_dtype, kernel, ctas, drift)
 
 
-def _degenerate(a, bias, out, plan, epilogue):
-    shape, out_dtype = plan[:2]
+def _degenerate(a, bias, out, plan: GemmPlan, epilogue):
     if out is None:
-        out = torch.empty(shape, dtype=out_dtype, device=a.device)
+        out = torch.empty(plan.shape, dtype=plan.out_dtype, device=a.device)
     if out.numel() and a.shape[-1] == 0:  # K == 0: the product is zero; the epilogue applies
-        out.copy_(_epilogue_reference(torch.zeros(shape, device=a.device), bias, epilogue))
+        out.copy_(_epilogue_reference(torch.zeros(plan.shape, device=a.device), bias, epilogue))
     return out
 
 
@@ -215,7 +247,7 @@ def _epilogue_reference(acc: torch.Tensor, bias, epilogue):
 @torch.library.custom_op("cute_kernels::gemm_nk", mutates_args=())
 def _gemm_nk_op(a: torch.Tensor, b_nk: torch.Tensor, bias: torch.Tensor | None,
                 out_dtype: torch.dtype, epilogue: str | None) -> torch.Tensor:
-    return _gemm_nk(a, b_nk, bias, None, out_dtype, epilogue, "a", "b")
+    return _gemm_nk(a, b_nk, bias, out_dtype, epilogue)
 
 
 @_gemm_nk_op.register_fake
@@ -248,24 +280,26 @@ def _gemm_backward(ctx, grad):
 _gemm_nk_op.register_autograd(_gemm_backward, setup_context=_gemm_setup)
 
 
-def needs_grad(*tensors) -> bool:
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+def _check_nk(a, b_nk, bias, out_dtype, epilogue, *, names=("a", "b")):
+    """Validation before the autograd route (the direct route validates in ``_plan``)."""
+    _validate(a, b_nk, bias, None, out_dtype, a_name=names[0], b_name=names[1])
 
 
-def _dispatch(a, b_nk, bias, out, out_dtype, epilogue, a_name, b_name):
-    """Eager inference: straight to the kernel. Under torch.compile or autograd: through the
-    custom op (the dispatcher costs tens of µs, so plain eager calls skip it)."""
-    if torch.compiler.is_compiling():
-        result = _gemm_nk_op(a, b_nk, bias, out_dtype or (out.dtype if out is not None
-                                                           else a.dtype), epilogue)
-        return out.copy_(result) if out is not None else result
-    if needs_grad(a, b_nk, bias):
-        if out is not None:
-            raise ValueError("out= is not supported when gradients are required "
-                             "(autograd needs a fresh output)")
-        _validate(a, b_nk, bias, None, out_dtype, a_name=a_name, b_name=b_name)
-        return _gemm_nk_op(a, b_nk, bias, out_dtype or a.dtype, epilogue)
-    return _gemm_nk(a, b_nk, bias, out, out_dtype, epilogue, a_name, b_name)
+def _gemm_op(names: tuple[str, str]) -> KernelOp:
+    return KernelOp(_gemm_nk_op, partial(_gemm_nk, names=names),
+                    grad_inputs=("a", "b_nk", "bias"), differentiable=True,
+                    check=partial(_check_nk, names=names))
+
+
+#: gemm and linear: one custom op, the operands named as each function names them
+_GEMM, _LINEAR = _gemm_op(("a", "b")), _gemm_op(("x", "w"))
+
+
+def _out_dtype(out_dtype, out, a):
+    """The output dtype: as given, else ``out``'s, else the input's (checked later)."""
+    if out_dtype is not None:
+        return out_dtype
+    return out.dtype if out is not None else getattr(a, "dtype", None)
 
 
 def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
@@ -280,7 +314,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
     check_tensor("b", b, dtypes=IN_DTYPES, on_cuda=False)
     if b.dim() < 2:
         raise ValueError(f"b must be 2-D or 3-D, got shape {tuple(b.shape)}")
-    return _dispatch(a, b.transpose(-1, -2), bias, out, out_dtype, epilogue, "a", "b")
+    return _GEMM(a, b.transpose(-1, -2), bias, _out_dtype(out_dtype, out, a), epilogue,
+                 out=out)
 
 
 def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, *,
@@ -302,5 +337,5 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, *
         if not out.is_contiguous():
             raise ValueError("out must be contiguous")
         out2 = out.view(-1, w.shape[0])
-    y = _dispatch(x2, w, bias, out2, out_dtype, epilogue, "x", "w")
+    y = _LINEAR(x2, w, bias, _out_dtype(out_dtype, out, x), epilogue, out=out2)
     return y.view(*lead, w.shape[0])

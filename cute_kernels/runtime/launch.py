@@ -1,0 +1,112 @@
+"""Kernel arguments by name: the order of a kernel's ``@cute.jit __call__`` parameters is read
+from its signature, so ops never restate it.
+
+Ops name the values they hand a kernel (``mQ=q, mK=k, ...``, the parameter names of the
+kernel's ``__call__``) and get positional tuples back:
+
+* :func:`launch_args` for the compiler: the fake arguments of a :class:`~.compile.Build`, in
+  parameter order, with the parameter named ``stream`` filled with TVM-FFI's environment stream
+  (:func:`~.bridge.env_stream`). A parameter with a default may be left out (the compiler then
+  sees its default), as long as no later parameter is given.
+* :meth:`KernelParams.call_args` for the compiled kernel: every parameter but ``stream`` (TVM-FFI
+  passes torch's current stream itself), none left out (a kernel loaded from the disk cache
+  takes no defaults).
+
+A name the kernel does not have, or a parameter without a value, raises a ``TypeError`` that
+lists both sides, so a reordered or renamed kernel parameter fails loudly instead of binding a
+tensor to the wrong parameter.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from operator import itemgetter
+
+#: The parameter TVM-FFI fills with torch's current stream (``env_stream()`` when compiling).
+STREAM = "stream"
+
+
+class KernelParams:
+    """The parameters of one or more kernel classes' ``__call__`` (after ``self``), which must
+    agree (an op's kernels on different paths are called the same way)."""
+
+    def __init__(self, *classes: type):
+        if not classes:
+            raise TypeError("KernelParams needs at least one kernel class")
+        params = [_parameters(cls) for cls in classes]
+        for cls, p in zip(classes[1:], params[1:]):
+            if p != params[0]:
+                raise TypeError(f"{classes[0].__name__}.__call__{_spell(params[0])} and "
+                                f"{cls.__name__}.__call__{_spell(p)} disagree: an op calls all "
+                                f"its kernels with one argument list")
+        self.owner = " / ".join(cls.__name__ for cls in classes)
+        self.names = tuple(name for name, _ in params[0])
+        self.has_default = tuple(has for _, has in params[0])
+        self.call_names = tuple(n for n in self.names if n != STREAM)
+        self._get = itemgetter(*self.call_names) if self.call_names else (lambda named: ())
+
+    def fake_args(self, named: dict) -> tuple:
+        """The compile-time arguments, in parameter order (see the module docstring)."""
+        from .bridge import env_stream
+
+        self._check_known(named)
+        values, missing = [], []
+        for name, has_default in zip(self.names, self.has_default):
+            if name in named:
+                if missing:
+                    raise TypeError(f"{self.owner}.__call__: {', '.join(missing)} left out "
+                                    f"before {name!r}, which is given (only trailing "
+                                    f"parameters with defaults may be left out)")
+                values.append(named[name])
+            elif name == STREAM:
+                values.append(env_stream())
+            elif has_default:
+                missing.append(name)
+            else:
+                raise self._mismatch(named, f"no value for parameter {name!r}")
+        return tuple(values)
+
+    def call_args(self, **named) -> tuple:
+        """The compiled kernel's runtime arguments: every parameter but ``stream``, in order."""
+        if len(named) != len(self.call_names) or STREAM in named:
+            raise self._mismatch(named, "runtime calls take every parameter but the stream")
+        try:
+            values = self._get(named)
+        except KeyError as err:
+            raise self._mismatch(named, f"no value for parameter {err.args[0]!r}") from None
+        return values if len(self.call_names) > 1 else (values,)
+
+    def _check_known(self, named: dict) -> None:
+        unknown = [n for n in named if n not in self.names]
+        if unknown:
+            raise self._mismatch(named, f"unknown argument(s) {', '.join(map(repr, unknown))}")
+
+    def _mismatch(self, named: dict, what: str) -> TypeError:
+        return TypeError(f"{self.owner}.__call__ has parameters ({', '.join(self.names)}); the "
+                         f"op named ({', '.join(named)}): {what}")
+
+
+@functools.cache
+def kernel_params(*classes: type) -> KernelParams:
+    """The (cached) :class:`KernelParams` of ``classes``."""
+    return KernelParams(*classes)
+
+
+def launch_args(kernel, /, **named) -> tuple:
+    """The fake arguments of a build of ``kernel`` (a kernel object) from named values, in the
+    order of ``type(kernel).__call__``'s parameters; ``stream`` is filled in."""
+    return kernel_params(type(kernel)).fake_args(named)
+
+
+def _parameters(cls: type) -> tuple[tuple[str, bool], ...]:
+    """(name, has a default) of each parameter of ``cls.__call__`` after ``self``."""
+    params = list(inspect.signature(cls.__call__).parameters.values())[1:]
+    for p in params:
+        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            raise TypeError(f"{cls.__name__}.__call__: parameter {p.name!r} must be positional")
+    return tuple((p.name, p.default is not p.empty) for p in params)
+
+
+def _spell(params) -> str:
+    return "(" + ", ".join(f"{n}=..." if d else n for n, d in params) + ")"

@@ -1,0 +1,68 @@
+"""Kernel arguments by name (runtime/launch.py): fake build arguments and runtime calls are
+ordered by the kernel's ``__call__`` signature, and a disagreement raises."""
+
+import pytest
+import torch
+
+from cute_kernels.ops import attention as attention_ops
+from cute_kernels.ops import gemm as gemm_ops
+from cute_kernels.runtime.launch import KernelParams, kernel_params, launch_args
+
+
+class _Kernel:
+    def __call__(self, mA, mB, scale, stream, mC=None, mD=None):
+        pass
+
+
+class _Reordered:
+    def __call__(self, mB, mA, scale, stream, mC=None, mD=None):
+        pass
+
+
+def test_launch_args_follow_the_kernel_signature():
+    from cutlass.cute.runtime import make_fake_stream
+
+    k = _Kernel()
+    args = launch_args(k, mB="b", scale=1.0, mA="a")
+    assert args[:3] == ("a", "b", 1.0) and len(args) == 4  # stream filled, defaults left out
+    assert type(args[3]) is type(make_fake_stream(use_tvm_ffi_env_stream=True))
+    assert launch_args(k, mA="a", mB="b", scale=1.0, mC="c")[4] == "c"
+    with pytest.raises(TypeError, match="mC left out before 'mD'"):
+        launch_args(k, mA="a", mB="b", scale=1.0, mD="d")
+    with pytest.raises(TypeError, match="unknown argument.*'mX'"):
+        launch_args(k, mA="a", mB="b", scale=1.0, mX="x")
+    with pytest.raises(TypeError, match="no value for parameter 'scale'"):
+        launch_args(k, mA="a", mB="b")
+
+
+def test_call_args_drop_the_stream_and_take_every_parameter():
+    p = kernel_params(_Kernel)
+    assert p.call_args(mD=4, mC=3, scale=2, mB=1, mA=0) == (0, 1, 2, 3, 4)
+    assert kernel_params(_Reordered).call_args(mD=4, mC=3, scale=2, mB=1, mA=0) == (1, 0, 2, 3, 4)
+    with pytest.raises(TypeError, match="every parameter but the stream"):
+        p.call_args(mA=0, mB=1, scale=2, mC=3)  # a loaded kernel takes no defaults
+    with pytest.raises(TypeError, match="no value for parameter 'mA'"):
+        p.call_args(mX=0, mB=1, scale=2, mC=3, mD=4)
+    with pytest.raises(TypeError, match="disagree"):
+        KernelParams(_Kernel, _Reordered)
+
+
+def test_every_op_kernel_family_shares_one_signature():
+    """An op calls its kernels on both paths with one argument list; the op modules' fake
+    builds agree with their kernels (launch_args raises otherwise)."""
+    from cute_kernels.registry import entries
+
+    assert gemm_ops.gemm_params().call_names == ("mA", "mB", "mC", "mBias", "num_ctas", "mSync")
+    assert attention_ops.attention_params().call_names == (
+        "mQ", "mK", "mV", "mO", "mLSE", "mPrevLSE", "mColsum", "scale")
+    for entry in entries().values():
+        for variant in entry.variants:
+            for path in ("hopper", "ampere"):
+                build = entry.build(variant, path)
+                names = kernel_params(type(build.fn)).names
+                assert len(build.args) == len(names) - (names[-1] == "mSync"), entry.name
+
+
+def test_gemm_plan_is_named():
+    plan = gemm_ops.GemmPlan((4, 8), torch.bfloat16, None, 0, False)
+    assert plan.shape == (4, 8) and plan.kernel is None and plan.drift is False
