@@ -1,13 +1,37 @@
-"""cute-kernels: GPU kernels written with the CuTe Python DSL, called from PyTorch."""
+"""cute-kernels: GPU kernels written with the CuTe Python DSL, called from PyTorch.
 
-from .modules import GatedMLP
-from .ops.attention import attention, attention_colsum
-from .ops.bitpack import pack_mask, unpack_mask
-from .ops.gated_mlp import gated_mlp_up, pack_gated_weight, unpack_gated_weight
-from .ops.gemm import gemm, linear
-from .runtime.arch import UnsupportedGPUError, force_path
+The public names below are loaded on first use (PEP 562), so ``import cute_kernels`` and the
+command line (``cute-kernels --help``, ``ptx --list``, ``layout``, ``cache``) start without
+importing torch or the DSL. The first access to any op loads every op module together, which
+also registers all ``torch.ops.cute_kernels.*`` custom ops (``import cute_kernels.ops.gemm``
+and its siblings do the same for code that only goes through ``torch.ops``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
+
+#: public name -> module that defines it
+_EXPORTS = {
+    "GatedMLP": ".modules",
+    "attention": ".ops.attention",
+    "attention_colsum": ".ops.attention",
+    "pack_mask": ".ops.bitpack",
+    "unpack_mask": ".ops.bitpack",
+    "gated_mlp_up": ".ops.gated_mlp",
+    "pack_gated_weight": ".ops.gated_mlp",
+    "unpack_gated_weight": ".ops.gated_mlp",
+    "gemm": ".ops.gemm",
+    "linear": ".ops.gemm",
+    "UnsupportedGPUError": ".runtime.arch",
+    "force_path": ".runtime.arch",
+}
+#: submodules reachable as attributes (``ck.reference.attention``) without an explicit import
+_SUBMODULES = ("reference",)
+
 __all__ = [
     "GatedMLP",
     "UnsupportedGPUError",
@@ -19,6 +43,34 @@ __all__ = [
     "linear",
     "pack_gated_weight",
     "pack_mask",
+    "reference",
     "unpack_gated_weight",
     "unpack_mask",
 ]
+
+if TYPE_CHECKING:  # static tools see the eager imports
+    from . import reference
+    from .modules import GatedMLP
+    from .ops.attention import attention, attention_colsum
+    from .ops.bitpack import pack_mask, unpack_mask
+    from .ops.gated_mlp import gated_mlp_up, pack_gated_weight, unpack_gated_weight
+    from .ops.gemm import gemm, linear
+    from .runtime.arch import UnsupportedGPUError, force_path
+
+
+def _load_exports() -> None:
+    for name, module in _EXPORTS.items():
+        globals()[name] = getattr(importlib.import_module(module, __name__), name)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        _load_exports()
+        return globals()[name]
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

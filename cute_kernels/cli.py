@@ -1,11 +1,10 @@
-"""``cute-kernels`` command line (also ``python -m cute_kernels``).
+"""The ``cute-kernels`` command line (also ``python -m cute_kernels``).
 
-  cute-kernels demo                       run every kernel vs its baseline (GPU) or show the
-                                          instruction mix of every kernel's PTX (no GPU)
-  cute-kernels ptx KERNEL --arch sm_90a   compile KERNEL for an arch (no GPU needed), print PTX
-  cute-kernels ptx --list                 list kernel names
-  cute-kernels layout NAME --out f.svg    draw a named TV layout (.svg, or .png with matplotlib)
-  cute-kernels cache clear|info           the on-disk compile cache
+Start-up is kept short: this module imports only the standard library at the top, and each
+command imports what it needs (torch and the DSL only for ``demo`` and for compiling in
+``ptx``), so ``--help``, ``ptx --list``, ``layout`` and ``cache`` answer in a fraction of a
+second (``perf/cli_startup.py`` measures it). Every user error ends in one
+``cute-kernels: error: ...`` line on stderr and exit status 2, checked before anything compiles.
 """
 
 from __future__ import annotations
@@ -14,67 +13,118 @@ import argparse
 import os
 import sys
 import time
+from pathlib import Path
+
+DESCRIPTION = """\
+GPU kernels written with NVIDIA's CuTe Python DSL, called from PyTorch.
+
+examples:
+  cute-kernels demo                        every kernel vs its baseline (GPU), or the
+                                           instruction mix of every kernel's PTX (no GPU)
+  cute-kernels ptx --list                  the kernels and their variants
+  cute-kernels ptx gemm --arch sm_80       compile for an arch (no GPU needed), print the PTX
+  cute-kernels layout --list               the layouts and swizzles that can be drawn
+  cute-kernels layout sm80_gated_c --out g.svg
+  cute-kernels cache info                  the on-disk compile cache
+"""
+
+DEFAULT_ARCH = "sm_90a"
+
+
+class CLIError(Exception):
+    """A user error: printed as one ``cute-kernels: error:`` line, exit status 2."""
+
+
+def _check_out(path: str, suffixes: tuple[str, ...] | None = None) -> Path:
+    """Refuse an ``--out`` that cannot be written, before any work is done."""
+    out = Path(path)
+    if suffixes and out.suffix.lower() not in suffixes:
+        raise CLIError(f"--out must end in {' or '.join(suffixes)}, got {out.name!r}")
+    folder = out.parent
+    if not folder.is_dir():
+        raise CLIError(f"--out {path}: folder {str(folder)!r} does not exist")
+    if out.is_dir():
+        raise CLIError(f"--out {path} is a folder; give a file name")
+    if not os.access(folder, os.W_OK):
+        raise CLIError(f"--out {path}: folder {str(folder)!r} is not writable")
+    return out
 
 
 def _cmd_ptx(args) -> int:
-    from .registry import entries, ptx_for
+    from .registry import entries
+    from .runtime.arch import PATH_OF_TARGET
 
+    table = entries()
     if args.list or not args.kernel:
-        for e in entries().values():
-            print(f"{e.name:<14} {e.summary}  (variants: {', '.join(e.variants)})")
+        width = max(len(name) for name in table)
+        for e in table.values():
+            print(f"{e.name:<{width}}  {e.summary}  (variants: {', '.join(e.variants)})")
         return 0
+    # every argument is checked before the (slow) compile
+    if args.kernel not in table:
+        raise CLIError(f"unknown kernel {args.kernel!r}; known: {', '.join(table)}")
+    if args.arch not in PATH_OF_TARGET:
+        raise CLIError(f"--arch must be one of {', '.join(PATH_OF_TARGET)}, got {args.arch!r}")
+    variants = table[args.kernel].variants
+    if args.variant is not None and args.variant not in variants:
+        raise CLIError(f"{args.kernel} has variants {', '.join(variants)}, not {args.variant!r}")
+    out = _check_out(args.out) if args.out else None
+
+    from .registry import ptx_for
+
     ptx = ptx_for(args.kernel, args.arch, args.variant)
     text = "\n".join(f"// ===== {args.kernel} [{v}] for {args.arch} =====\n{p}"
                      for v, p in ptx.items())
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
-        print(f"wrote {args.out} ({len(text)} chars, variants: {', '.join(ptx)})")
+    if out:
+        out.write_text(text)
+        print(f"wrote {out} ({len(text)} chars, variants: {', '.join(ptx)})")
     else:
         sys.stdout.write(text)
     return 0
 
 
 def _cmd_layout(args) -> int:
-    from layouts import get_tv_layout, layout_names
-    from layouts.visualize import render
+    import layouts
 
     if args.list or not args.name:
-        print("\n".join(layout_names() + [f"swizzle_{m}" for m in ("32B", "64B", "128B")]))
+        names = layouts.catalog()
+        width = max(len(n) for n in names)
+        for name, what in names.items():
+            print(f"{name:<{width}}  {what}")
         return 0
-    if args.name.startswith("swizzle_"):
-        return _render_swizzle(args.name.removeprefix("swizzle_"), args.out)
-    tv = get_tv_layout(args.name)
-    out = args.out or f"{tv.name}.svg"
-    render(tv, out)
-    print(f"{tv.name}: {tv.layout}  tile {tv.tile[0]}x{tv.tile[1]} -> {out}")
-    return 0
-
-
-def _render_swizzle(mode: str, out: str | None) -> int:
-    from layouts import swizzle_for
-    from layouts.swizzle import SWIZZLE_ROW_BYTES
-    from layouts.visualize import swizzle_to_svg
-
-    sw = swizzle_for(mode, 2)
-    out = out or f"swizzle_{mode}.svg"
-    if not out.endswith(".svg"):
-        raise ValueError("swizzle pictures are written as .svg")
-    with open(out, "w") as f:
-        f.write(swizzle_to_svg(sw, row_bytes=SWIZZLE_ROW_BYTES[mode]))
-    print(f"{sw} (bf16) -> {out}")
+    try:
+        obj = layouts.lookup(args.name)
+    except ValueError as e:
+        raise CLIError(str(e)) from None
+    out = _check_out(args.out or f"{args.name}.svg", (".svg", ".png"))
+    if out.suffix.lower() == ".png":
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise CLIError("PNG output needs matplotlib (pip install matplotlib), or write "
+                           ".svg") from None
+    layouts.render(obj, out)
+    what = (f"{obj.layout}  tile {obj.tile[0]}x{obj.tile[1]}" if isinstance(obj, layouts.TVLayout)
+            else f"{obj.swizzle} on bf16, rows of {obj.row_bytes} B")
+    print(f"{obj.name}: {what} -> {out}")
     return 0
 
 
 def _cmd_cache(args) -> int:
-    from .runtime.compile import cache_dir, clear_disk_cache
+    from .runtime.compile import ENV_DISK_CACHE, cache_dir, clear_disk_cache, disk_cache_enabled
 
+    d = cache_dir()
     if args.action == "clear":
-        print(f"removed {clear_disk_cache()} files from {cache_dir()}")
+        print(f"removed {clear_disk_cache()} files from {d}")
+        return 0
+    files = list(d.glob("*.o")) if d.is_dir() else []
+    size = f"{len(files)} kernels, {sum(f.stat().st_size for f in files) / 1e6:.1f} MB"
+    if disk_cache_enabled():
+        print(f"{d}: {size}")
     else:
-        d = cache_dir()
-        files = list(d.glob("*.o")) if d.is_dir() else []
-        print(f"{d}: {len(files)} kernels, {sum(f.stat().st_size for f in files) / 1e6:.1f} MB")
+        print(f"the disk cache is off ({ENV_DISK_CACHE}={os.environ[ENV_DISK_CACHE]}): kernels are "
+              f"compiled in every process, nothing is read from or written to {d} ({size} "
+              "there from earlier runs)")
     return 0
 
 
@@ -175,36 +225,48 @@ def _print_cache_stats() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="cute-kernels", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
+    from .runtime.arch import PATH_OF_TARGET
 
-    p = sub.add_parser("ptx", help="compile a kernel for an arch (no GPU needed) and print PTX")
-    p.add_argument("kernel", nargs="?")
-    p.add_argument("--arch", default="sm_90a", help="sm_80, sm_86, sm_89 or sm_90a")
-    p.add_argument("--variant", help="one variant of the kernel (default: all)")
-    p.add_argument("--out", help="write the PTX to this file")
-    p.add_argument("--list", action="store_true", help="list the kernels")
+    parser = argparse.ArgumentParser(prog="cute-kernels", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("ptx", help="compile a kernel for an arch (no GPU needed) and print PTX",
+                       description="Compile KERNEL for an arch with the CuTe DSL (no GPU "
+                       "needed) and print its PTX, one section per variant.")
+    p.add_argument("kernel", nargs="?", metavar="KERNEL",
+                   help="kernel name, as listed by --list (e.g. gemm, attention, pack_mask)")
+    p.add_argument("--arch", default=DEFAULT_ARCH,
+                   help=f"one of {', '.join(PATH_OF_TARGET)} (default: {DEFAULT_ARCH})")
+    p.add_argument("--variant", help="one variant of the kernel (default: all; see --list)")
+    p.add_argument("--out", metavar="FILE", help="write the PTX to FILE instead of stdout")
+    p.add_argument("--list", action="store_true", help="list the kernels and their variants")
     p.set_defaults(func=_cmd_ptx)
 
-    p = sub.add_parser("layout", help="render a named TV layout to SVG/PNG")
-    p.add_argument("name", nargs="?")
-    p.add_argument("--out", help="output file (.svg or .png); default NAME.svg")
-    p.add_argument("--list", action="store_true", help="list layout names")
+    p = sub.add_parser("layout", help="draw a named TV layout or swizzle (SVG or PNG)",
+                       description="Draw a named MMA TV layout or smem swizzle: each cell "
+                       "names the thread and register (or the physical chunk) it holds.")
+    p.add_argument("name", nargs="?", metavar="NAME",
+                   help="a name from --list, with N filled in where it has one (sm90_gated_c_n64)")
+    p.add_argument("--out", metavar="FILE",
+                   help="FILE.svg, or FILE.png with matplotlib installed (default: NAME.svg)")
+    p.add_argument("--list", action="store_true", help="list the names")
     p.set_defaults(func=_cmd_layout)
 
     p = sub.add_parser("demo", help="run every kernel vs its baseline (GPU) or show PTX mix")
     p.add_argument("--cpu", action="store_true", help="the no-GPU report even on a GPU machine")
     p.set_defaults(func=_cmd_demo)
 
-    p = sub.add_parser("cache", help="the on-disk compile cache")
+    p = sub.add_parser("cache", help="the on-disk compile cache",
+                       description="The on-disk compile cache ($CUTE_KERNELS_CACHE_DIR, default "
+                       "~/.cache/cute_kernels; CUTE_KERNELS_DISK_CACHE=0 turns it off).")
     p.add_argument("action", choices=["clear", "info"])
     p.set_defaults(func=_cmd_cache)
 
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, TypeError) as e:
+    except (CLIError, ValueError, TypeError, OSError) as e:
         print(f"cute-kernels: error: {e}", file=sys.stderr)
         return 2
 

@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .kernels.common.activation_names import GATED_ACTIVATIONS
 from .runtime.arch import PATH_OF_TARGET
 from .runtime.compile import Build, compile_ptx
 
@@ -23,23 +24,30 @@ class KernelEntry:
     build: Callable[[str, str], Build]  # (variant, path) -> Build
 
 
-def _bitpack_entry(op: str, summary: str) -> KernelEntry:
-    from .ops import bitpack
+# The entries import torch, the DSL and the ops only inside ``build``: listing them (``ptx
+# --list``) stays instant. tests/test_registry.py checks these tuples against the ops' own.
+BITPACK_VARIANTS = ("flat", "rows")
 
-    return KernelEntry(op, summary, bitpack.VARIANTS,
-                       lambda variant, path: bitpack.make_build(op, variant))
+
+def _bitpack_entry(op: str, summary: str) -> KernelEntry:
+    def build(variant: str, path: str) -> Build:
+        from .ops import bitpack
+
+        return bitpack.make_build(op, variant)
+
+    return KernelEntry(op, summary, BITPACK_VARIANTS, build)
 
 
 GEMM_VARIANTS = {"tn": ("k", "k"), "nn": ("k", "n"), "tt": ("m", "k"), "nt": ("m", "n")}
 
 
 def _gemm_entry() -> KernelEntry:
-    import torch
-
-    from .kernels.gemm.epilogue import Epilogue
-    from .ops.gemm import make_build
-
     def build(variant: str, path: str) -> Build:
+        import torch
+
+        from .kernels.gemm.epilogue import Epilogue
+        from .ops.gemm import make_build
+
         a_major, b_major = GEMM_VARIANTS[variant]
         return make_build(path, torch.bfloat16, torch.bfloat16, a_major, b_major, Epilogue())
 
@@ -48,12 +56,11 @@ def _gemm_entry() -> KernelEntry:
 
 
 def _gated_entry() -> KernelEntry:
-    import torch
-
-    from .ops.activations import GATED_ACTIVATIONS
-    from .ops.gated_mlp import make_build
-
     def build(variant: str, path: str) -> Build:
+        import torch
+
+        from .ops.gated_mlp import make_build
+
         return make_build(path, torch.bfloat16, torch.bfloat16, "k", "k", variant)
 
     return KernelEntry("gated_mlp_up", "bf16 act(x @ W_gate^T) * (x @ W_up^T) in one GEMM over "
@@ -65,14 +72,18 @@ ATTENTION_VARIANTS = {"d64": (64, False), "d128": (128, False), "d64-causal": (6
 
 
 def _attention_entries() -> list[KernelEntry]:
-    import torch
-
-    from .ops.attention import make_build
-
     def build(variant: str, path: str) -> Build:
+        import torch
+
+        from .ops.attention import make_build
+
         return make_build(path, torch.bfloat16, *ATTENTION_VARIANTS[variant])
 
     def build_colsum(variant: str, path: str) -> Build:
+        import torch
+
+        from .ops.attention import make_build
+
         return make_build(path, torch.bfloat16, ATTENTION_VARIANTS[variant][0], False,
                           colsum=True)
 

@@ -47,6 +47,10 @@ SM80_16x4x16_GATED_C = TVLayout(
     "gated mma.sync C fragment: (lane, g0..g1) -> (m, n/2) of the 16x4 gated tile",
 )
 
+# The same four under the names ``cute-kernels layout`` and :func:`get_tv_layout` use.
+sm80_mma_a, sm80_mma_b, sm80_mma_c = SM80_16x8x16_A, SM80_16x8x16_B, SM80_16x8x16_C
+sm80_gated_c = SM80_16x4x16_GATED_C
+
 
 def sm90_wgmma_c(n: int) -> TVLayout:
     """wgmma.mma_async m64nNk16 accumulator: (thread of the warpgroup, d_i) -> (m, n) of 64xN.
@@ -131,7 +135,8 @@ _PARAMETRIC = {"sm90_wgmma_c": sm90_wgmma_c, "sm90_gated_c": sm90_gated_c}
 
 
 def layout_names() -> list[str]:
-    """Every name :func:`get_tv_layout` accepts (``_nN`` picks the wgmma N, default shown)."""
+    """Every name :func:`get_tv_layout` accepts; in ``_n{N}`` N is the wgmma width, a multiple
+    of 8 from 8 to 256 (16 when the suffix is left out)."""
     return sorted(_FIXED) + [f"{p}_n{{N}}" for p in sorted(_PARAMETRIC)]
 
 
@@ -143,4 +148,5 @@ def get_tv_layout(name: str) -> TVLayout:
     m = re.fullmatch(r"(sm90_(?:wgmma|gated)_c)(?:_n(\d+))?", key)
     if m:
         return _PARAMETRIC[m.group(1)](int(m.group(2) or 16))
-    raise ValueError(f"unknown layout {name!r}; known: {', '.join(layout_names())}")
+    raise ValueError(f"unknown layout {name!r}; known: {', '.join(layout_names())} "
+                     "(N a multiple of 8 from 8 to 256)")

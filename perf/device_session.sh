@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# One device call: install the payload, run every test (GPU ones included), sanitizers,
-# the perf scripts and the demo. Usage on the device machine (repo root):
+# One GPU session: run every test (GPU ones included), sanitizers, the perf scripts and the
+# demo. On this project's offline device machine it first installs the DSL payload carried as
+# .whl/ (docs/gpu.md); elsewhere the package must be installed already. Usage (repo root):
 #   bash perf/device_session.sh            # everything
 #   SKIP_PERF=1 bash perf/device_session.sh
 set -u -o pipefail
 OUT=${OUT:-/tmp/ck-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-source .whl/setup-gpu-env.sh .whl . || exit 1
+if [ -f .whl/setup-gpu-env.sh ]; then source .whl/setup-gpu-env.sh .whl . || exit 1; fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 status=0
 step() { echo; echo "=== $1"; shift; "$@" || { echo "FAILED($?): $*"; status=1; }; }

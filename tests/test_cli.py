@@ -1,9 +1,36 @@
+import os
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
+import cute_kernels
 from cute_kernels.cli import main
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(cute_kernels.__file__)))
+
+
+def run_cli(*args: str, setup: str = "", env: dict | None = None) -> subprocess.CompletedProcess:
+    """``cute-kernels ARGS`` in a fresh interpreter (after ``setup``), as a user runs it."""
+    code = textwrap.dedent(f"""\
+        import sys
+        {setup}
+        from cute_kernels.cli import main
+        sys.exit(main({list(args)!r}))
+        """)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT, env={**os.environ, **(env or {})})
+
+
+def assert_one_line_error(r: subprocess.CompletedProcess, *fragments: str) -> None:
+    """Exit status 2, nothing on stdout, one ``cute-kernels: error:`` line, no traceback."""
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("cute-kernels: error: "), r.stderr
+    assert "Traceback" not in r.stderr and not r.stdout
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
 
 
 def test_layout_svg(tmp_path, capsys):
@@ -31,7 +58,119 @@ def test_layout_swizzle(tmp_path):
 
 def test_layout_unknown_is_a_clean_error(capsys):
     assert main(["layout", "nope"]) == 2
-    assert "unknown layout" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    # every name --list shows, the swizzles included, and what N may be
+    assert "unknown layout" in err and "swizzle_128B" in err and "sm80_gated_c" in err
+    assert "sm90_gated_c_n<N>" in err and "multiple of 8 from 8 to 256" in err
+    assert main(["layout", "sm90_gated_c_n12"]) == 2
+    assert "multiple of 8" in capsys.readouterr().err
+
+
+def test_layout_list_says_what_n_is(capsys):
+    assert main(["layout", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert "sm90_gated_c_n<N>" in out and "N a multiple of 8 from 8 to 256" in out
+    assert "swizzle_32B" in out and "layouts.sm80_gated_c" in out
+
+
+def test_swizzle_png(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "sw.png"
+    assert main(["layout", "swizzle_64B", "--out", str(out)]) == 0
+    assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_large_layout_png_is_compact(tmp_path, capsys):
+    """The 64x256 wgmma accumulator (16384 cells) is drawn without labels, within the cap."""
+    pytest.importorskip("matplotlib")
+    from PIL import Image
+
+    from layouts.visualize import MAX_PNG_PIXELS, png_geometry
+
+    out = tmp_path / "c.png"
+    assert main(["layout", "sm90_wgmma_c_n256", "--out", str(out)]) == 0
+    size = Image.open(out).size
+    assert max(size) <= MAX_PNG_PIXELS and out.stat().st_size < 1_000_000, size
+    assert png_geometry(64, 256)[2] is False and png_geometry(16, 4)[2] is True
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["layout", "sm80_gated_c", "--out", "/nonexistent/x.svg"], ["/nonexistent", "does not exist"]),
+    (["layout", "swizzle_128B", "--out", "/nonexistent/x.png"], ["does not exist"]),
+    (["layout", "sm80_gated_c", "--out", "x.pdf"], [".svg or .png"]),
+    (["layout", "nope"], ["unknown layout", "swizzle_32B"]),
+    # refused before compiling: the missing folder, a bad arch, kernel or variant
+    (["ptx", "pack_mask", "--out", "/nonexistent/x.ptx"], ["/nonexistent", "does not exist"]),
+    (["ptx", "pack_mask", "--arch", "sm_75"], ["sm_90a"]),
+    (["ptx", "nope"], ["unknown kernel", "attention_colsum"]),
+    (["ptx", "pack_mask", "--variant", "diagonal"], ["flat, rows"]),
+])
+def test_errors_are_one_line_without_traceback(args, fragments):
+    assert_one_line_error(run_cli(*args), *fragments)
+
+
+def test_png_without_matplotlib_is_a_clean_error(tmp_path):
+    r = run_cli("layout", "sm80_gated_c", "--out", str(tmp_path / "g.png"),
+                setup="sys.modules['matplotlib'] = None  # as if it were not installed")
+    assert_one_line_error(r, "matplotlib", ".svg")
+    assert not (tmp_path / "g.png").exists()
+
+
+def test_ptx_out_error_comes_before_any_compile(monkeypatch, capsys):
+    import cute_kernels.registry as registry
+
+    def no_compile(*a, **k):
+        raise AssertionError("compiled before checking --out")
+
+    monkeypatch.setattr(registry, "ptx_for", no_compile)
+    assert main(["ptx", "gemm", "--out", "/nonexistent/g.ptx"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_ptx_list_columns_align(capsys):
+    assert main(["ptx", "--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    names = [ln.split()[0] for ln in lines]
+    assert "attention_colsum" in names
+    # every summary starts in the same column, the longest name included
+    assert len({ln.index(ln.split()[1], len(ln.split()[0])) for ln in lines}) == 1
+
+
+def test_help_is_plain_text_and_states_the_defaults():
+    r = run_cli("--help")
+    assert r.returncode == 0 and "``" not in r.stdout and "cute-kernels ptx" in r.stdout
+    r = run_cli("ptx", "--help")
+    assert r.returncode == 0 and "default: sm_90a" in r.stdout and "KERNEL" in r.stdout
+    assert "kernel name" in r.stdout
+    r = run_cli("layout", "--help")
+    assert ".png with matplotlib" in r.stdout
+
+
+def test_cache_info_says_when_the_disk_cache_is_off(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("CUTE_KERNELS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("CUTE_KERNELS_DISK_CACHE", "0")
+    assert main(["cache", "info"]) == 0
+    assert "disk cache is off" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args", [["--help"], ["ptx", "--list"], ["layout", "--list"],
+                                  ["cache", "info"], ["layout", "sm80_gated_c", "--out", "{tmp}"]])
+def test_quick_commands_import_neither_torch_nor_the_dsl(args, tmp_path):
+    """What keeps them fast (timed by perf/cli_startup.py, not here): no torch, no DSL."""
+    args = [a.format(tmp=tmp_path / "g.svg") for a in args]
+    code = textwrap.dedent(f"""\
+        import sys
+        from cute_kernels.cli import main
+        try:
+            main({args!r})
+        except SystemExit:
+            pass
+        heavy = sorted(m for m in ("torch", "cutlass", "numpy", "tvm_ffi") if m in sys.modules)
+        assert not heavy, heavy
+        """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       cwd=ROOT)
+    assert r.returncode == 0, r.stderr
 
 
 def test_ptx_list_and_out(tmp_path, capsys):

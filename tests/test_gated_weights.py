@@ -3,11 +3,8 @@
 import pytest
 import torch
 
-from cute_kernels.ops.gated_mlp import (
-    gated_mlp_up_reference,
-    pack_gated_weight,
-    unpack_gated_weight,
-)
+from cute_kernels import reference
+from cute_kernels.ops.gated_mlp import pack_gated_weight, unpack_gated_weight
 
 
 def test_interleave_positions_and_roundtrip():
@@ -30,7 +27,7 @@ def test_interleave_positions_and_roundtrip():
 ])
 def test_reference_is_the_unfused_mlp(activation, fn):
     x, w_gate, w_up = torch.randn(7, 32), torch.randn(12, 32), torch.randn(12, 32)
-    out = gated_mlp_up_reference(x, pack_gated_weight(w_gate, w_up), activation)
+    out = reference.gated_mlp_up(x, pack_gated_weight(w_gate, w_up), activation=activation)
     torch.testing.assert_close(out, fn(x @ w_gate.t()) * (x @ w_up.t()))
     # the interleaved GEMM puts each output's (up, gate) pair in adjacent columns
     pairs = (x @ pack_gated_weight(w_gate, w_up).t()).view(7, 12, 2)
@@ -50,7 +47,7 @@ def test_rejects():
     with pytest.raises(TypeError, match="w_up must be a torch.Tensor"):
         pack_gated_weight(a)
     with pytest.raises(ValueError, match="activation must be one of"):
-        gated_mlp_up_reference(torch.randn(2, 8), pack_gated_weight(a, a), "swish")
+        reference.gated_mlp_up(torch.randn(2, 8), pack_gated_weight(a, a), activation="swish")
 
 
 def test_bias_packs_like_weights():
@@ -78,6 +75,8 @@ def test_gated_mlp_up_rejects_before_launch():
 
 
 def test_gated_meta_shape_for_torch_compile():
+    import cute_kernels.ops.gated_mlp  # noqa: F401  (registers the custom op)
+
     x = torch.empty(2, 5, 64, dtype=torch.bfloat16, device="meta")
     w = torch.empty(96, 64, dtype=torch.bfloat16, device="meta")
     out = torch.ops.cute_kernels.gated_mlp_up(x, w, None, "swiglu")

@@ -4,6 +4,8 @@ import pytest
 import torch
 
 import cute_kernels as ck
+import cute_kernels.ops.bitpack  # noqa: F401  (registers torch.ops.cute_kernels.*_mask)
+import cute_kernels.ops.gemm  # noqa: F401  (registers torch.ops.cute_kernels.gemm_nk)
 from cute_kernels.runtime import arch
 from cute_kernels.runtime.compile import KERNELS
 from cute_kernels.runtime.validate import check_aligned

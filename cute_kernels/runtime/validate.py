@@ -47,7 +47,9 @@ def check_tensor(
 
 def check_cuda(name: str, t: torch.Tensor) -> None:
     if t.device.type != "cuda":
-        raise ValueError(f"{name} must be on a CUDA device, got {t.device}")
+        raise ValueError(f"{name} must be on a CUDA device, got {t.device} (the float32 "
+                         "references in cute_kernels.reference run the same math on any "
+                         "device, e.g. cute_kernels.reference.attention)")
 
 
 def check_same_device(**tensors: torch.Tensor) -> None:

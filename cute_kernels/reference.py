@@ -1,0 +1,101 @@
+"""Float32 references of every op, in plain torch: they run on any device, the CPU included.
+
+Each takes the arguments of the op of the same name (``ck.attention`` ->
+``ck.reference.attention``) and returns what it returns, computed in float32 (the bit ops:
+exactly). They are the oracle the GPU tests compare the kernels against, and what to use to
+check a result, or to run the same math where there is no CUDA device::
+
+    import cute_kernels as ck
+
+    o = ck.attention(q, k, v, causal=True)                       # CUDA, bf16
+    torch.testing.assert_close(o.float(), ck.reference.attention(q, k, v, causal=True),
+                               rtol=2e-2, atol=2e-2)
+
+    o_cpu = ck.reference.attention(q.cpu(), k.cpu(), v.cpu())    # no GPU needed
+
+Argument rules follow the ops' where the math needs them (attention: the op's shape, dtype and
+head-dim rules, with the same error messages); the GEMMs take any sizes and dtypes.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .ops.activations import ACTIVATION_FNS, GATED_ACTIVATIONS, check_activation
+from .ops.attention import attention_colsum_reference, attention_reference
+from .ops.bitpack import pack_mask_reference, unpack_mask_reference
+from .ops.gated_mlp import gated_mlp_up_reference
+
+__all__ = ["attention", "attention_colsum", "gated_mlp_up", "gemm", "linear", "pack_mask",
+           "unpack_mask"]
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
+              scale: float | None = None, return_lse: bool = False):
+    """``softmax(scale * q k^T [+ causal mask]) v`` in float32, as :func:`cute_kernels.attention`.
+
+    q (B, H, S_q, D), k and v (B, H_kv, S_kv, D); GQA by repeating kv heads; causal masks
+    aligned bottom-right; a query that sees no key gets o = 0 and lse = -inf. Returns o
+    (B, H, S_q, D) fp32, and with ``return_lse`` also lse (B, H, S_q) fp32 (natural log).
+    """
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    o, lse = attention_reference(q, k, v, causal=causal, scale=scale)
+    return (o, lse) if return_lse else o
+
+
+def attention_colsum(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, prev_lse: torch.Tensor,
+                     *, group: int = 192, scale: float | None = None):
+    """``(o, lse, colsum)`` in float32, as :func:`cute_kernels.attention_colsum`:
+    ``colsum[b, h, g, j] = sum over queries i of group g of exp(scale q_i . k_j -
+    prev_lse[b, h, i])``, shape (B, H, ceil(S_q / group), S_kv)."""
+    return attention_colsum_reference(q, k, v, prev_lse, group=group, scale=scale)
+
+
+def _epilogue(acc: torch.Tensor, bias: torch.Tensor | None, epilogue: str | None):
+    check_activation("epilogue", epilogue, tuple(ACTIVATION_FNS))
+    if bias is not None:
+        acc = acc + bias.float()
+    return ACTIVATION_FNS[epilogue](acc)
+
+
+def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
+         epilogue: str | None = None) -> torch.Tensor:
+    """``act(a @ b + bias)`` in float32, as :func:`cute_kernels.gemm` (``epilogue`` None,
+    "relu", "gelu", "gelu_tanh" or "silu"); a (M, K), b (K, N), or both with a batch dim."""
+    return _epilogue(a.float() @ b.float(), bias, epilogue)
+
+
+def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, *,
+           epilogue: str | None = None) -> torch.Tensor:
+    """``act(x @ w.T + bias)`` in float32, as :func:`cute_kernels.linear`; x (..., K),
+    w (N, K)."""
+    return _epilogue(x.float() @ w.float().t(), bias, epilogue)
+
+
+def gated_mlp_up(x: torch.Tensor, w_packed: torch.Tensor, *, activation: str = "swiglu",
+                 bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``act(x @ W_gate^T + b_gate) * (x @ W_up^T + b_up)`` in float32, as
+    :func:`cute_kernels.gated_mlp_up`; ``w_packed`` (2I, K) with up rows even, gate rows odd
+    (:func:`cute_kernels.pack_gated_weight`)."""
+    check_activation("activation", activation, GATED_ACTIVATIONS)
+    return gated_mlp_up_reference(x, w_packed, activation, bias)
+
+
+def pack_mask(mask: torch.Tensor) -> torch.Tensor:
+    """``bool [..., N]`` -> ``uint8 [..., ceil(N / 8)]``, bit b of byte j = mask[..., 8j + b],
+    as :func:`cute_kernels.pack_mask` (bit-exact)."""
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.dim() < 1:
+        raise TypeError("mask must be a bool torch.Tensor with at least 1 dimension")
+    return pack_mask_reference(mask)
+
+
+def unpack_mask(packed: torch.Tensor, n: int) -> torch.Tensor:
+    """Inverse of :func:`pack_mask`: ``uint8 [..., ceil(n / 8)]`` -> ``bool [..., n]``, as
+    :func:`cute_kernels.unpack_mask` (bit-exact)."""
+    if not isinstance(packed, torch.Tensor) or packed.dtype != torch.uint8:
+        raise TypeError("packed must be a uint8 torch.Tensor")
+    if isinstance(n, bool) or not isinstance(n, int) or packed.shape[-1] != (n + 7) // 8:
+        raise ValueError(f"n must be an int with packed.shape[-1] == ceil(n / 8), got n = {n!r} "
+                         f"for packed.shape[-1] = {packed.shape[-1]}")
+    return unpack_mask_reference(packed, n)

@@ -1,0 +1,35 @@
+"""The kernel registry and the package's lazy exports: listing imports nothing heavy, yet names
+exactly what the ops dispatch between and export."""
+
+import subprocess
+import sys
+
+import cute_kernels
+from cute_kernels import registry
+
+
+def test_registry_variants_are_the_ops_variants():
+    from cute_kernels.ops import bitpack
+    from cute_kernels.ops.activations import GATED_ACTIVATIONS
+
+    table = registry.entries()
+    assert table["pack_mask"].variants == table["unpack_mask"].variants == bitpack.VARIANTS
+    assert table["gated_mlp_up"].variants == GATED_ACTIVATIONS
+
+
+def test_lazy_exports_are_complete():
+    assert set(cute_kernels.__all__) == set(cute_kernels._EXPORTS) | set(cute_kernels._SUBMODULES)
+    for name in cute_kernels.__all__:
+        assert getattr(cute_kernels, name) is not None
+    assert set(cute_kernels.__all__) <= set(dir(cute_kernels))
+
+
+def test_import_is_light_and_first_use_loads_every_op():
+    code = ("import sys, cute_kernels as ck\n"
+            "assert 'torch' not in sys.modules\n"
+            "ck.pack_mask\n"
+            "import torch\n"
+            "assert hasattr(torch.ops.cute_kernels, 'attention')\n"
+            "assert hasattr(torch.ops.cute_kernels, 'gemm_nk')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
