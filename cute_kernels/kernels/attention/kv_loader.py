@@ -6,6 +6,8 @@ tell which loader filled it. A loader has three parts:
 
 * ``make_atoms(mK, mV, sK_layout, sV_layout)`` (host side, in ``__call__``): whatever the
   launch needs (TMA descriptors here);
+* ``make_pipelines(...)`` (kernel, every thread): the K and V stage rings, whose full
+  barriers complete the way this loader's copies signal them (TMA transaction bytes here);
 * ``partition(...)`` (producer warp, once): the per-thread views of the global and shared
   tensors;
 * ``load_k`` / ``load_v`` (producer warp, per key block): acquire the stage, copy, and
@@ -20,6 +22,7 @@ index list, 16-byte cp.async into the same 128B-swizzled stage, completing the b
 from __future__ import annotations
 
 import cutlass.cute as cute
+import cutlass.pipeline as pipeline
 from cutlass.cute.nvgpu import cpasync
 
 
@@ -58,6 +61,22 @@ class TmaKVLoader:
         tma_v, tV = cpasync.make_tiled_tma_atom(g2s, _dshb(mV),
                                                 cute.slice_(sV_layout, (None, None, 0)), (D, BN))
         return tma_k, tK, tma_v, tV
+
+    def make_pipelines(self, barriers, stages, consumers, dtype, sK_layout, sV_layout):
+        """(k_pipe, v_pipe): ``stages``-deep rings on the 4 x ``stages`` mbarriers at
+        ``barriers``; one producer thread arms each stage with the tile's byte count."""
+        producer = pipeline.CooperativeGroup(pipeline.Agent.Thread)
+        k_pipe = pipeline.PipelineTmaAsync.create(
+            barrier_storage=barriers, num_stages=stages, producer_group=producer,
+            consumer_group=consumers,
+            tx_count=cute.size_in_bytes(dtype, cute.slice_(sK_layout, (None, None, 0))),
+            cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)))
+        v_pipe = pipeline.PipelineTmaAsync.create(
+            barrier_storage=barriers + 2 * stages, num_stages=stages,
+            producer_group=producer, consumer_group=consumers,
+            tx_count=cute.size_in_bytes(dtype, cute.slice_(sV_layout, (None, None, 0))),
+            cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)))
+        return k_pipe, v_pipe
 
     def tiles(self, tK, tV):
         """The (tile, rest...) views of K's and V's coordinate tensors."""

@@ -313,9 +313,9 @@ class AttentionSm90:
 
     @cute.jit
     def _pipelines(self, storage, dtype, sQ_layout, sK_layout, sV_layout):
-        """Q (one stage), K and V (``stages`` each, TMA transaction barriers) and, for column
-        sums, the consumers -> writer ring; barriers carved from ``storage.mbar`` in that
-        order."""
+        """Q (one stage, TMA), K and V (``stages`` each, made by the K/V loader) and, for
+        column sums, the consumers -> writer ring; barriers carved from ``storage.mbar`` in
+        that order (2 per stage)."""
         consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.consumer_wgs * 4)
         producer = pipeline.CooperativeGroup(pipeline.Agent.Thread)
         bar = storage.mbar.data_ptr()
@@ -323,16 +323,9 @@ class AttentionSm90:
             barrier_storage=bar, num_stages=1, producer_group=producer, consumer_group=consumers,
             tx_count=cute.size_in_bytes(dtype, cute.slice_(sQ_layout, (None, None, 0))),
             cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)))
-        k_pipe = pipeline.PipelineTmaAsync.create(
-            barrier_storage=bar + 2, num_stages=self.stages, producer_group=producer,
-            consumer_group=consumers,
-            tx_count=cute.size_in_bytes(dtype, cute.slice_(sK_layout, (None, None, 0))),
-            cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)))
-        v_pipe = pipeline.PipelineTmaAsync.create(
-            barrier_storage=bar + 2 + 2 * self.stages, num_stages=self.stages,
-            producer_group=producer, consumer_group=consumers,
-            tx_count=cute.size_in_bytes(dtype, cute.slice_(sV_layout, (None, None, 0))),
-            cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)))
+        # the loader decides how a K/V stage completes (TMA transaction bytes here)
+        k_pipe, v_pipe = self.kv_loader.make_pipelines(bar + 2, self.stages, consumers, dtype,
+                                                       sK_layout, sV_layout)
         col_pipe = None
         if cutlass.const_expr(self.colsum):
             # consumer threads -> the column-sum writer warp; every thread arrives (its own
