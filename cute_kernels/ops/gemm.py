@@ -22,7 +22,13 @@ from ..runtime.arch import forced_path
 from ..runtime.bridge import fake_mkl, fake_vector, kernel_for
 from ..runtime.compile import Build
 from ..runtime.launch import KernelParams, kernel_params, launch_args
-from ..runtime.validate import check_aligned, check_cuda, check_same_device, check_tensor
+from ..runtime.validate import (
+    check_aligned,
+    check_cuda,
+    check_same_device,
+    check_tensor,
+    dtype_names,
+)
 from ..tuning import gemm as gemm_tuning
 from ..tuning.gemm import DEFAULT_CLUSTER_M, DEFAULT_TILE
 from .activations import activation, activation_and_grad
@@ -68,7 +74,7 @@ def _validate(a, b_nk, bias, out, out_dtype, *, a_name: str, b_name: str):
                          f"K = {k}")
     out_dtype = out_dtype or (out.dtype if out is not None else a.dtype)
     if out_dtype not in OUT_DTYPES:
-        raise TypeError(f"out_dtype must be one of bfloat16, float16, float32, got {out_dtype}")
+        raise TypeError(f"out_dtype must be {dtype_names(OUT_DTYPES)}, got {out_dtype}")
     a_major = _major(a_name, a, "m")
     b_major = _major(b_name, b_nk, "n")
     shape = (*a.shape[:-2], m, n)
