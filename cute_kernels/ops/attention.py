@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 
 import torch
 
@@ -63,8 +64,12 @@ def validate_attention(q, k, v, scale=None) -> float:
         raise ValueError("q, k and v must be on the same device")
     if scale is None:
         return 1.0 / math.sqrt(d)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
-        raise ValueError(f"scale must be a positive number, got {scale!r}")
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        hint = " (pass a 0-d tensor as scale.item())" if isinstance(scale, torch.Tensor) else ""
+        raise TypeError(f"scale must be a number (a float > 0, or None for 1 / sqrt(D)), got "
+                        f"{type(scale).__name__} {scale!r}{hint}")
+    if not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
     return float(scale)
 
 
