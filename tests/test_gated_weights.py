@@ -45,9 +45,21 @@ def test_rejects():
     with pytest.raises(ValueError, match="layout must be"):
         pack_gated_weight(a, a, layout="interleaved")
     with pytest.raises(TypeError, match="w_up must be a torch.Tensor"):
-        pack_gated_weight(a)
+        pack_gated_weight(a, [[0.0] * 8] * 4)
     with pytest.raises(ValueError, match="activation must be one of"):
         reference.gated_mlp_up(torch.randn(2, 8), pack_gated_weight(a, a), activation="swish")
+
+
+@pytest.mark.parametrize("shape", [(8, 16), (8,)])
+def test_one_tensor_without_layout_points_at_concat(shape):
+    """A fused [gate; up] weight (or bias) passed alone must say how to pass it."""
+    fused = torch.randn(*shape)
+    with pytest.raises(TypeError, match=r'one tensor .*no w_up.*layout="concat".*'
+                                        r"pack_gated_weight\(w_gate, w_up\)"):
+        pack_gated_weight(fused)
+    packed = pack_gated_weight(fused, layout="concat")  # what the message asks for works
+    w_gate, w_up = unpack_gated_weight(packed)
+    assert torch.equal(w_gate, fused[:4]) and torch.equal(w_up, fused[4:])
 
 
 def test_bias_packs_like_weights():

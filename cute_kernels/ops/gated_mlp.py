@@ -54,6 +54,13 @@ def pack_gated_weight(w_gate: torch.Tensor, w_up: torch.Tensor | None = None, *,
         w_gate, w_up = w_gate.chunk(2, dim=0)
     elif layout == "separate":
         _check_weight("w_gate", w_gate)
+        if w_up is None:
+            rows = w_gate.shape[0]
+            raise TypeError(
+                f"pack_gated_weight got one tensor (shape {tuple(w_gate.shape)}) and no w_up: "
+                f"for a fused [gate; up] weight ({rows} = 2I rows, gate first) pass "
+                f"layout=\"concat\"; for separate projections pass both, "
+                f"pack_gated_weight(w_gate, w_up)")
         _check_weight("w_up", w_up)
         if w_up.shape != w_gate.shape:
             raise ValueError(f"w_gate and w_up must have the same shape, got "
