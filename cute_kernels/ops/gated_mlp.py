@@ -1,10 +1,11 @@
 """Gated-MLP weights: the interleaved layout the fused gated kernels read.
 
-Convention (the fused gated MLP write-up's): the packed weight ``w_packed (2I, K)`` holds
-``up`` row ``i`` at row ``2i`` and ``gate`` row ``i`` at row ``2i + 1``. A GEMM against it puts
-each output column's (up, gate) pair in adjacent accumulator columns, which every thread owns
-together (layouts.gated_source), so ``act(gate) * up`` is computed in registers and only the
-(M, I) result is written.
+Convention (that of "Towards Fused Kernels for Gated MLP", the public post on a fused
+up-projection + gating kernel in CuTe C++; docs/gated_mlp.md, References): the packed weight
+``w_packed (2I, K)`` holds ``up`` row ``i`` at row ``2i`` and ``gate`` row ``i`` at row
+``2i + 1``. A GEMM against it puts each output column's (up, gate) pair in adjacent accumulator
+columns, which every thread owns together (layouts.gated_source), so ``act(gate) * up`` is
+computed in registers and only the (M, I) result is written.
 """
 
 from __future__ import annotations
