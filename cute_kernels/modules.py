@@ -26,6 +26,11 @@ class GatedMLP(nn.Module):
     The gate and up projections live in one interleaved ``w_packed`` (2I, hidden) parameter
     (up rows even, gate rows odd), computed by the fused gated kernel, which writes only the
     (tokens, I) activation; the down projection is our GEMM. bf16 or fp16 parameters.
+
+    ``GatedMLP(hidden, intermediate, activation="swiglu", bias=False, device=, dtype=)``
+    builds one with fresh weights; :meth:`from_llama` converts a Hugging Face ``LlamaMLP``
+    (pass ``dtype=torch.bfloat16`` for a float32 model). ``forward(x)`` maps (..., hidden)
+    to (..., hidden). See ``help(GatedMLP.__init__)`` and ``help(GatedMLP.forward)``.
     """
 
     def __init__(self, hidden: int, intermediate: int, activation: str = "swiglu",
