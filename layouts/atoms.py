@@ -10,7 +10,8 @@ The gated layouts are the accumulator layouts after the gated-MLP epilogue has m
 thread's adjacent (even, odd) column pair into one value: the column-pair value mode disappears
 and the tile is half as wide, so every gated value lands at ``(m, n // 2)`` of the pair it came
 from. Feeding these to the same partitioning code as the full C tile gives the half-width output
-fragments without hand-built strides (the fused gated MLP write-up's custom 16x4x16 atom).
+fragments without hand-built strides (the custom 16x4x16 atom of "Towards Fused Kernels for
+Gated MLP", the public post on a fused gated MLP kernel in CuTe C++).
 """
 
 from __future__ import annotations

@@ -69,7 +69,7 @@ def test_argument_rules():
         validate_attention(q, k.half(), v)
     with pytest.raises(ValueError, match="unit-stride last"):
         validate_attention(q.transpose(-1, -2), k, v)
-    with pytest.raises(ValueError, match="scale must be a positive number"):
+    with pytest.raises(ValueError, match="scale must be a finite number > 0, got -1.0"):
         validate_attention(q, k, v, scale=-1.0)
     # (B, S, H, D) storage through transpose(1, 2) is accepted without a copy
     qs = torch.randn(2, 33, 4, 64).bfloat16().transpose(1, 2)
@@ -105,6 +105,48 @@ def test_public_api_rejects_bad_input_before_launch():
         ck.attention_colsum(q, k, v, prev[:, :, :-1])
     with pytest.raises(TypeError, match="prev_lse"):
         ck.attention_colsum(q, k, v, prev.double())
+
+
+@pytest.mark.parametrize("scale", ["0.1", b"0.1", [0.125], True, 1j, object()])
+def test_scale_that_is_not_a_number_is_a_type_error(scale):
+    """Not a number at all: TypeError naming ``scale``, from the ops and the references."""
+    import cute_kernels as ck
+
+    q, k, v = qkv()
+    prev = torch.zeros(q.shape[:3])
+    with pytest.raises(TypeError, match="scale must be a number"):
+        ck.attention(q, k, v, scale=scale)
+    with pytest.raises(TypeError, match="scale must be a number"):
+        ck.attention_colsum(q, k, v, prev, scale=scale)
+    with pytest.raises(TypeError, match="scale must be a number"):
+        reference.attention(q, k, v, scale=scale)
+
+
+def test_scale_tensor_gets_a_hint():
+    q, k, v = qkv()
+    with pytest.raises(TypeError, match=r"scale must be a number.*scale\.item\(\)"):
+        validate_attention(q, k, v, scale=torch.tensor(0.125))
+
+
+@pytest.mark.parametrize("scale", [0, -0.5, float("nan"), float("inf"), -float("inf")])
+def test_scale_that_is_not_a_positive_finite_number_is_a_value_error(scale):
+    import cute_kernels as ck
+
+    q, k, v = qkv()
+    prev = torch.zeros(q.shape[:3])
+    with pytest.raises(ValueError, match="scale must be a finite number > 0"):
+        ck.attention(q, k, v, scale=scale)
+    with pytest.raises(ValueError, match="scale must be a finite number > 0"):
+        ck.attention_colsum(q, k, v, prev, scale=scale)
+
+
+def test_numeric_scales_are_accepted():
+    import numpy as np
+
+    q, k, v = qkv()
+    for scale in (1, 0.125, np.float32(0.125), np.float64(0.125), np.int64(1)):
+        got = validate_attention(q, k, v, scale=scale)
+        assert type(got) is float and got == pytest.approx(float(scale))
 
 
 def test_out_must_not_alias_the_inputs():

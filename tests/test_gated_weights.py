@@ -45,9 +45,21 @@ def test_rejects():
     with pytest.raises(ValueError, match="layout must be"):
         pack_gated_weight(a, a, layout="interleaved")
     with pytest.raises(TypeError, match="w_up must be a torch.Tensor"):
-        pack_gated_weight(a)
+        pack_gated_weight(a, [[0.0] * 8] * 4)
     with pytest.raises(ValueError, match="activation must be one of"):
         reference.gated_mlp_up(torch.randn(2, 8), pack_gated_weight(a, a), activation="swish")
+
+
+@pytest.mark.parametrize("shape", [(8, 16), (8,)])
+def test_one_tensor_without_layout_points_at_concat(shape):
+    """A fused [gate; up] weight (or bias) passed alone must say how to pass it."""
+    fused = torch.randn(*shape)
+    with pytest.raises(TypeError, match=r'one tensor .*no w_up.*layout="concat".*'
+                                        r"pack_gated_weight\(w_gate, w_up\)"):
+        pack_gated_weight(fused)
+    packed = pack_gated_weight(fused, layout="concat")  # what the message asks for works
+    w_gate, w_up = unpack_gated_weight(packed)
+    assert torch.equal(w_gate, fused[:4]) and torch.equal(w_up, fused[4:])
 
 
 def test_bias_packs_like_weights():
@@ -115,3 +127,53 @@ def test_gated_mlp_module_rules_and_llama_conversion():
     mlp.up_proj = None
     with pytest.raises(TypeError, match="mlp.up_proj must be an nn.Linear"):
         ck.GatedMLP.from_llama(mlp)
+
+
+def _llama_mlp(dtype, bias=False):
+    from torch import nn
+
+    class Config:
+        hidden_act = "silu"
+
+    mlp = nn.Module()
+    mlp.gate_proj, mlp.up_proj = nn.Linear(64, 128, bias=bias), nn.Linear(64, 128, bias=bias)
+    mlp.down_proj, mlp.config = nn.Linear(128, 64, bias=bias), Config()
+    return mlp.to(dtype)
+
+
+def test_from_llama_on_float32_says_to_pass_dtype():
+    """Hugging Face models load as float32 by default: the error names the fix."""
+    import cute_kernels as ck
+
+    mlp = _llama_mlp(torch.float32)
+    with pytest.raises(TypeError, match=r"torch\.float32 weights.*dtype=torch\.bfloat16"):
+        ck.GatedMLP.from_llama(mlp)
+    with pytest.raises(TypeError, match="dtype must be torch.bfloat16 or torch.float16"):
+        ck.GatedMLP.from_llama(mlp, dtype=torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("bias", [False, True])
+def test_from_llama_dtype_converts(dtype, bias):
+    import cute_kernels as ck
+
+    mlp = _llama_mlp(torch.float32, bias=bias)
+    ours = ck.GatedMLP.from_llama(mlp, dtype=dtype)
+    assert ours.w_packed.dtype == ours.w_down.dtype == dtype and ours.activation == "swiglu"
+    w_gate, w_up = ours.gate_up_weights
+    assert torch.equal(w_gate, mlp.gate_proj.weight.to(dtype))
+    assert torch.equal(w_up, mlp.up_proj.weight.to(dtype))
+    assert torch.equal(ours.w_down, mlp.down_proj.weight.to(dtype))
+    assert mlp.gate_proj.weight.dtype == torch.float32  # the source module is left alone
+    if bias:
+        b_gate, b_up = unpack_gated_weight(ours.b_packed)
+        assert torch.equal(b_gate, mlp.gate_proj.bias.to(dtype))
+        assert torch.equal(b_up, mlp.up_proj.bias.to(dtype))
+        assert torch.equal(ours.b_down, mlp.down_proj.bias.to(dtype))
+
+
+def test_from_llama_keeps_a_half_module_dtype():
+    import cute_kernels as ck
+
+    assert ck.GatedMLP.from_llama(_llama_mlp(torch.float16)).w_packed.dtype == torch.float16
+    assert ck.GatedMLP.from_llama(_llama_mlp(torch.bfloat16)).w_down.dtype == torch.bfloat16

@@ -108,7 +108,8 @@ def test_gated_layout_maps_each_pair_to_half_column(full, gated):
 
 
 def test_gated_atom_is_the_write_up_layout():
-    # ((4,8),2):((16,1),8) - the CLayout of the write-up's SM80_16x4x16 gated atom.
+    # ((4,8),2):((16,1),8) - the CLayout of the SM80_16x4x16 gated atom of "Towards Fused
+    # Kernels for Gated MLP" (docs/gated_mlp.md, References).
     assert SM80_16x4x16_GATED_C.layout == Layout(((4, 8), 2), ((16, 1), 8))
 
 

@@ -102,7 +102,7 @@ def test_arch_env_override(monkeypatch):
 def test_gemm_rejects():
     bf = torch.bfloat16
     a, b = torch.zeros(64, 64, dtype=bf), torch.zeros(64, 64, dtype=bf)
-    with pytest.raises(TypeError, match="a must have dtype bfloat16, float16"):
+    with pytest.raises(TypeError, match="a must have dtype bfloat16 or float16, got torch.float3"):
         ck.gemm(a.float(), b)
     with pytest.raises(TypeError, match="same dtype"):
         ck.gemm(a, b.half())
@@ -116,7 +116,7 @@ def test_gemm_rejects():
         ck.gemm(torch.zeros(64, 128, dtype=bf)[:, ::2], b)
     with pytest.raises(ValueError, match=r"bias must have shape \(64,\)"):
         ck.gemm(a, b, bias=torch.zeros(32, dtype=bf))
-    with pytest.raises(TypeError, match="out_dtype must be one of"):
+    with pytest.raises(TypeError, match="out_dtype must be bfloat16, float16 or float32, got"):
         ck.gemm(a, b, out_dtype=torch.int8)
     with pytest.raises(ValueError, match="epilogue must be one of"):
         ck.gemm(a, b, epilogue="tanh")
@@ -126,3 +126,20 @@ def test_gemm_rejects():
         ck.linear(torch.zeros(2, 3, 64, dtype=bf), b, out=torch.zeros(6, 64, dtype=bf))
     with pytest.raises(ValueError, match="w must be 2-D"):
         ck.linear(a, torch.zeros(2, 64, 64, dtype=bf))
+
+
+def test_dtype_lists_read_as_english():
+    """One allowed dtype is named alone, two are joined by "or", three read "a, b or c"."""
+    from cute_kernels.runtime.validate import check_tensor, dtype_names
+
+    assert dtype_names([torch.bool]) == "bool"
+    assert dtype_names([torch.bfloat16, torch.float16]) == "bfloat16 or float16"
+    assert dtype_names([torch.bfloat16, torch.float16, torch.float32]) == \
+        "bfloat16, float16 or float32"
+    only_halves = r"^x must have dtype bfloat16 or float16, got torch\.int8$"
+    with pytest.raises(TypeError, match=only_halves):
+        check_tensor("x", torch.zeros(2, dtype=torch.int8),
+                     dtypes=(torch.bfloat16, torch.float16), on_cuda=False)
+    with pytest.raises(TypeError, match="w_gate must have dtype bfloat16, float16 or float32, got"):
+        ck.pack_gated_weight(torch.zeros(8, 8, dtype=torch.int32),
+                             torch.zeros(8, 8, dtype=torch.int32))

@@ -1,8 +1,10 @@
 """Bitpacked boolean masks: 8 mask entries per byte, little-endian bit order within a byte.
 
-A bool mask costs one byte per entry; packed it costs one bit (the column-sparse attention
-write-up stores its sparsity masks this way). Both directions are memory-bound SIMT kernels,
-the same code on the Hopper and Ampere paths (no tensor-core or TMA work to specialise).
+A bool mask costs one byte per entry; packed it costs one bit ("Chipmunk: Deep Dive on GPU
+Kernel Optimizations and Systems (Part III)", the public post on column-sparse attention and
+MLP kernels, bitpacks its sparsity masks this way; docs/attention.md, References). Both
+directions are memory-bound SIMT kernels, the same code on the Hopper and Ampere paths (no
+tensor-core or TMA work to specialise).
 
 Two layouts are handled by two kernels each:
 

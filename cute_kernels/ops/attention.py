@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 
 import torch
 
@@ -63,8 +64,12 @@ def validate_attention(q, k, v, scale=None) -> float:
         raise ValueError("q, k and v must be on the same device")
     if scale is None:
         return 1.0 / math.sqrt(d)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
-        raise ValueError(f"scale must be a positive number, got {scale!r}")
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        hint = " (pass a 0-d tensor as scale.item())" if isinstance(scale, torch.Tensor) else ""
+        raise TypeError(f"scale must be a number (a float > 0, or None for 1 / sqrt(D)), got "
+                        f"{type(scale).__name__} {scale!r}{hint}")
+    if not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
     return float(scale)
 
 
@@ -258,16 +263,37 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
               out: torch.Tensor | None = None):
     """Flash attention forward: ``softmax(scale * q k^T [+ causal mask]) v``.
 
-    q (B, H, S_q, D), k and v (B, H_kv, S_kv, D) in bf16 or fp16 (the layout of
-    ``scaled_dot_product_attention``), any strides with a unit-stride head dim, so a
-    (B, S, H, D) tensor passed as ``.transpose(1, 2)`` needs no copy. D is 64 or 128; H a
-    multiple of H_kv (GQA/MQA); any S_q, S_kv >= 1. ``scale`` defaults to 1 / sqrt(D).
-    ``causal`` masks are aligned bottom-right: query i sees key j iff j <= i + S_kv - S_q; a
-    query that sees no key gets o = 0 and lse = -inf.
+    The layout of ``scaled_dot_product_attention``, with any strides that have a unit-stride
+    head dim (the others multiples of 16 bytes), so a (B, S, H, D) tensor passed as
+    ``.transpose(1, 2)`` needs no copy. Softmax and accumulation in fp32. Forward only:
+    inputs that require grad raise ``NotImplementedError`` under grad mode (use
+    ``torch.no_grad()`` or ``.detach()``).
 
-    Returns o (q's memory layout, or ``out``), and with ``return_lse`` also lse (B, H, S_q)
-    fp32, the natural-log log-sum-exp of each row's scaled logits. Forward only: inputs that
-    require grad raise under grad mode.
+    Args:
+        q: (B, H, S_q, D) queries, bfloat16 or float16, on a CUDA device; D is 64 or 128.
+        k: (B, H_kv, S_kv, D) keys, q's dtype; H a multiple of H_kv (GQA/MQA: query head
+            h reads kv head ``h // (H // H_kv)``); any S_q, S_kv >= 1.
+        v: (B, H_kv, S_kv, D) values, k's shape and q's dtype.
+        causal: bottom-right aligned mask (FlashAttention's convention): query i sees key
+            j iff ``j <= i + S_kv - S_q``; a query that sees no key gets o = 0 and
+            lse = -inf.
+        scale: the logits' factor, a finite number > 0; None (default) is 1 / sqrt(D).
+        return_lse: also return the log-sum-exp.
+        out: optional tensor of q's shape and dtype (unit-stride head dim, 16-byte
+            strides), not overlapping q, k or v, to write o into.
+
+    Returns:
+        o (B, H, S_q, D) in q's dtype and memory layout (``out`` itself when given); with
+        ``return_lse``, ``(o, lse)`` where lse (B, H, S_q) float32 is the natural-log
+        log-sum-exp of each row's scaled logits.
+
+    Raises:
+        TypeError: a non-tensor, a dtype other than bfloat16/float16, q, k and v of
+            different dtypes, a non-bool ``causal`` or a ``scale`` that is not a number.
+        ValueError: a shape rule above broken (rank, D, heads, sequence lengths,
+            strides), a ``scale`` <= 0 or not finite, a bad or overlapping ``out``, or
+            CPU tensors (``cute_kernels.reference.attention`` runs anywhere).
+        UnsupportedGPUError: a GPU without a kernel path.
     """
     scale = validate_attention(q, k, v, scale)
     if not isinstance(causal, bool):
@@ -281,15 +307,31 @@ def attention_colsum(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """Non-causal attention plus the column sums that pick the important keys for the
     column-sparse steps (docs/attention.md).
 
-    Returns ``(o, lse, colsum)``: o and lse exactly as ``attention(..., return_lse=True)``,
-    and colsum (B, H, ceil(S_q / group), S_kv) fp32 with
     ``colsum[b, h, g, j] = sum over queries i of group g of exp(scale q_i . k_j -
-    prev_lse[b, h, i])``: probabilities under the previous step's softmax normalisers
-    ``prev_lse`` (B, H, S_q) fp32, so every tile shares one scale. ``group`` is 128 or 192.
-    The sums are deterministic; on Hopper most configurations form them on the tensor cores
-    from bf16 probabilities and factors (relative error ~2e-3, fp32 accumulation). A prev_lse
-    far (~88) below a row's scaled logits overflows fp32, as it would in the float32
-    reference.
+    prev_lse[b, h, i])``: softmax probabilities under the previous step's normalisers, so
+    every tile shares one scale. The sums are deterministic; on Hopper most configurations
+    form them on the tensor cores from bf16 probabilities and factors (relative error
+    ~2e-3, fp32 accumulation). A prev_lse far (~88) below a row's scaled logits overflows
+    fp32, as it would in the float32 reference. Forward only, like :func:`attention`.
+
+    Args:
+        q: (B, H, S_q, D) queries, bfloat16 or float16, on a CUDA device; D is 64 or 128.
+        k: (B, H_kv, S_kv, D) keys, q's dtype; H a multiple of H_kv.
+        v: (B, H_kv, S_kv, D) values. q, k and v follow :func:`attention`'s rules.
+        prev_lse: (B, H, S_q) float32 log-sum-exp of the previous step (e.g. the lse an
+            earlier call returned).
+        group: query rows per column sum, 128 or 192 (default).
+        scale: the logits' factor, a finite number > 0; None (default) is 1 / sqrt(D).
+
+    Returns:
+        ``(o, lse, colsum)``: o and lse exactly as ``attention(q, k, v, scale=scale,
+        return_lse=True)``, and colsum (B, H, ceil(S_q / group), S_kv) float32.
+
+    Raises:
+        TypeError: as :func:`attention`, or a ``prev_lse`` that is not float32.
+        ValueError: as :func:`attention`, a ``prev_lse`` not of shape (B, H, S_q), or a
+            ``group`` other than 128 or 192.
+        UnsupportedGPUError: a GPU without a kernel path.
     """
     scale = validate_attention(q, k, v, scale)
     validate_colsum(q, prev_lse, group)

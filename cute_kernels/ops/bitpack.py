@@ -153,12 +153,27 @@ _UNPACK_MASK = KernelOp(_unpack_mask_op, _unpack_mask_impl)
 
 
 def pack_mask(mask: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
-    """Pack a bool mask ``[..., N]`` into ``uint8 [..., ceil(N / 8)]``.
+    """Pack a bool mask ``[..., N]`` into ``uint8 [..., ceil(N / 8)]``: 8x less memory.
 
     Bit ``b`` of byte ``j`` holds ``mask[..., 8 * j + b]`` (little-endian within a byte); the
-    unused high bits of a row's last byte are 0. Any leading shape, any ``N``; inputs whose
-    rows cannot be viewed with unit stride are copied once first. ``out``: an optional
-    contiguous uint8 tensor of the result's shape to write into.
+    unused high bits of a row's last byte are 0. The same bits as
+    ``cute_kernels.reference.pack_mask`` (plain torch, any device). Not differentiable
+    (bool in, uint8 out).
+
+    Args:
+        mask: bool tensor ``[..., N]`` on a CUDA device, at least 1-D; any leading shape,
+            any ``N``. Rows that cannot be viewed with unit stride are copied once first.
+        out: optional contiguous uint8 tensor of shape ``[..., ceil(N / 8)]`` on mask's
+            device to write into.
+
+    Returns:
+        uint8 ``[..., ceil(N / 8)]`` on mask's device (``out`` itself when given).
+
+    Raises:
+        TypeError: ``mask`` not a tensor or not bool; ``out`` not uint8.
+        ValueError: a 0-d ``mask``, an ``out`` of the wrong shape, device or strides, or a
+            CPU tensor.
+        UnsupportedGPUError: a GPU without a kernel path.
     """
     _check_mask(mask)
     shape = (*mask.shape[:-1], packed_width(mask.shape[-1]))
@@ -171,8 +186,25 @@ def unpack_mask(packed: torch.Tensor, n: int, *, out: torch.Tensor | None = None
                 ) -> torch.Tensor:
     """Inverse of :func:`pack_mask`: ``uint8 [..., ceil(n / 8)]`` -> ``bool [..., n]``.
 
-    Bits past ``n`` in each row's last byte are ignored. ``out``: an optional contiguous bool
-    tensor of the result's shape to write into.
+    ``mask[..., 8 * j + b]`` is bit ``b`` of byte ``j`` (little-endian within a byte); bits
+    past ``n`` in each row's last byte are ignored. The same values as
+    ``cute_kernels.reference.unpack_mask`` (plain torch, any device).
+
+    Args:
+        packed: uint8 tensor ``[..., ceil(n / 8)]`` on a CUDA device, at least 1-D.
+        n: the number of mask entries per row (an int >= 0); the row length of the result.
+        out: optional contiguous bool tensor of shape ``[..., n]`` on packed's device to
+            write into.
+
+    Returns:
+        bool ``[..., n]`` on packed's device (``out`` itself when given).
+
+    Raises:
+        TypeError: ``packed`` not a tensor or not uint8, ``n`` not an int, ``out`` not
+            bool.
+        ValueError: ``n < 0``, ``packed.shape[-1] != ceil(n / 8)``, an ``out`` of the wrong
+            shape, device or strides, or a CPU tensor.
+        UnsupportedGPUError: a GPU without a kernel path.
     """
     _check_packed(packed, n)
     if out is not None:

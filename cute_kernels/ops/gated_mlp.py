@@ -1,10 +1,11 @@
 """Gated-MLP weights: the interleaved layout the fused gated kernels read.
 
-Convention (the fused gated MLP write-up's): the packed weight ``w_packed (2I, K)`` holds
-``up`` row ``i`` at row ``2i`` and ``gate`` row ``i`` at row ``2i + 1``. A GEMM against it puts
-each output column's (up, gate) pair in adjacent accumulator columns, which every thread owns
-together (layouts.gated_source), so ``act(gate) * up`` is computed in registers and only the
-(M, I) result is written.
+Convention (that of "Towards Fused Kernels for Gated MLP", the public post on a fused
+up-projection + gating kernel in CuTe C++; docs/gated_mlp.md, References): the packed weight
+``w_packed (2I, K)`` holds ``up`` row ``i`` at row ``2i`` and ``gate`` row ``i`` at row
+``2i + 1``. A GEMM against it puts each output column's (up, gate) pair in adjacent accumulator
+columns, which every thread owns together (layouts.gated_source), so ``act(gate) * up`` is
+computed in registers and only the (M, I) result is written.
 """
 
 from __future__ import annotations
@@ -38,11 +39,28 @@ def pack_gated_weight(w_gate: torch.Tensor, w_up: torch.Tensor | None = None, *,
                       layout: str = "separate") -> torch.Tensor:
     """Interleave gate and up projections into one ``(2I, K)`` weight (up even, gate odd).
 
-    ``layout="separate"``: ``w_gate`` and ``w_up`` are ``(I, K)`` each (``nn.Linear`` weights,
-    e.g. Llama's ``gate_proj.weight`` and ``up_proj.weight``). ``layout="concat"``: ``w_gate``
-    is one ``(2I, K)`` tensor holding ``[gate; up]`` stacked (a fused ``gate_up_proj``) and
-    ``w_up`` is None. 1-D biases ``(I,)`` / ``(2I,)`` pack the same way into ``(2I,)``.
-    Converts once; returns a new contiguous tensor on the input's device.
+    The weight layout :func:`gated_mlp_up` and :class:`GatedMLP` read: row ``2i`` is up row
+    ``i`` and row ``2i + 1`` is gate row ``i``. Converts once (do it at load time, not per
+    call); pure torch, any device, no GPU needed.
+
+    Args:
+        w_gate: with ``layout="separate"``, the gate projection ``(I, K)`` (an ``nn.Linear``
+            weight, e.g. Llama's ``gate_proj.weight``); with ``layout="concat"``, one
+            ``(2I, K)`` tensor holding ``[gate; up]`` stacked, gate first (a fused
+            ``gate_up_proj``). A 1-D bias ``(I,)`` / ``(2I,)`` packs the same way.
+        w_up: the up projection ``(I, K)``, same shape, dtype and device as ``w_gate``
+            (``layout="separate"``); None with ``layout="concat"``.
+        layout: "separate" (default) or "concat".
+
+    Returns:
+        A new contiguous ``(2I, K)`` (or ``(2I,)``) tensor of the inputs' dtype and device.
+
+    Raises:
+        TypeError: a non-tensor, a dtype other than bfloat16, float16 or float32, or one
+            tensor without ``w_up`` and without ``layout="concat"``.
+        ValueError: an unknown ``layout``, ``w_up`` given with ``layout="concat"``, an odd
+            number of rows to split, mismatched shapes, dtypes or devices, or a tensor that
+            is neither 1-D nor 2-D.
     """
     if layout == "concat":
         _check_weight("w_gate", w_gate)
@@ -54,6 +72,13 @@ def pack_gated_weight(w_gate: torch.Tensor, w_up: torch.Tensor | None = None, *,
         w_gate, w_up = w_gate.chunk(2, dim=0)
     elif layout == "separate":
         _check_weight("w_gate", w_gate)
+        if w_up is None:
+            rows = w_gate.shape[0]
+            raise TypeError(
+                f"pack_gated_weight got one tensor (shape {tuple(w_gate.shape)}) and no w_up: "
+                f"for a fused [gate; up] weight ({rows} = 2I rows, gate first) pass "
+                f"layout=\"concat\"; for separate projections pass both, "
+                f"pack_gated_weight(w_gate, w_up)")
         _check_weight("w_up", w_up)
         if w_up.shape != w_gate.shape:
             raise ValueError(f"w_gate and w_up must have the same shape, got "
@@ -66,7 +91,23 @@ def pack_gated_weight(w_gate: torch.Tensor, w_up: torch.Tensor | None = None, *,
 
 
 def unpack_gated_weight(w_packed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(w_gate, w_up)`` views of an interleaved ``(2I, K)`` weight (or ``(2I,)`` bias)."""
+    """Split an interleaved weight back into its gate and up projections.
+
+    The inverse of :func:`pack_gated_weight` (``layout="separate"``): pure torch, any device,
+    no copy.
+
+    Args:
+        w_packed: an interleaved ``(2I, K)`` weight (up rows even, gate rows odd) or
+            ``(2I,)`` bias, of dtype bfloat16, float16 or float32.
+
+    Returns:
+        ``(w_gate, w_up)``: two ``(I, K)`` (or ``(I,)``) strided views of ``w_packed``
+        (writing into them writes into ``w_packed``).
+
+    Raises:
+        TypeError: not a tensor, or another dtype.
+        ValueError: neither 1-D nor 2-D, or an odd number of rows.
+    """
     _check_weight("w_packed", w_packed)
     if w_packed.shape[0] % 2:
         raise ValueError(f"w_packed must have an even number of rows, got {w_packed.shape[0]}")
@@ -195,12 +236,32 @@ def gated_mlp_up(x: torch.Tensor, w_packed: torch.Tensor, *, activation: str = "
                  out: torch.Tensor | None = None) -> torch.Tensor:
     """``act(x @ W_gate^T + b_gate) * (x @ W_up^T + b_up)`` in one GEMM, shape (..., I).
 
-    ``w_packed`` (2I, K) from :func:`pack_gated_weight` (up rows even, gate rows odd);
-    ``bias`` (2I,) interleaved the same way (``pack_gated_weight(b_gate, b_up)``).
-    ``activation``: "swiglu" (SiLU gate, Llama), "geglu" (erf GELU), "geglu_tanh" or "reglu".
-    x (..., K) bf16/fp16; K and I multiples of 8; any number of rows. The (M, 2I)
-    pre-activations never reach memory: each thread gates its own (up, gate) accumulator
-    pairs and only (M, I) is written. Differentiable (the backward recomputes the
-    pre-activations); ``out=`` only without autograd.
+    The up-projection of a gated MLP (SwiGLU, GeGLU, ReGLU) in one kernel launch. The
+    (M, 2I) pre-activations never reach memory: each thread gates its own (up, gate)
+    accumulator pairs in fp32 and only the (M, I) result is written. Differentiable (the
+    backward recomputes the pre-activations rather than storing them).
+
+    Args:
+        x: (..., K) bfloat16 or float16 activations on a CUDA device; any number of rows
+            (leading dims are flattened, copying only if they cannot be viewed so).
+        w_packed: (2I, K) weight of x's dtype from :func:`pack_gated_weight` (up rows
+            even, gate rows odd); K and I multiples of 8.
+        activation: "swiglu" (SiLU gate, Llama; default), "geglu" (erf GELU),
+            "geglu_tanh" (tanh GELU) or "reglu" (ReLU).
+        bias: optional (2I,) bias interleaved the same way
+            (``pack_gated_weight(b_gate, b_up)``), x's dtype or float32.
+        out: optional contiguous (..., I) tensor of x's dtype to write into (not with
+            autograd).
+
+    Returns:
+        (..., I) in x's dtype (``out`` itself when given).
+
+    Raises:
+        TypeError: a non-tensor, a dtype other than bfloat16/float16, or x and w_packed
+            of different dtypes.
+        ValueError: an unknown ``activation``, x's K not w_packed's, I or K not a multiple
+            of 8, a bad ``bias`` or ``out`` shape, or CPU tensors
+            (``cute_kernels.reference.gated_mlp_up`` runs anywhere).
+        UnsupportedGPUError: a GPU without a kernel path.
     """
     return _GATED_MLP_UP(x, w_packed, bias, activation, out=out)

@@ -22,7 +22,13 @@ from ..runtime.arch import forced_path
 from ..runtime.bridge import fake_mkl, fake_vector, kernel_for
 from ..runtime.compile import Build
 from ..runtime.launch import KernelParams, kernel_params, launch_args
-from ..runtime.validate import check_aligned, check_cuda, check_same_device, check_tensor
+from ..runtime.validate import (
+    check_aligned,
+    check_cuda,
+    check_same_device,
+    check_tensor,
+    dtype_names,
+)
 from ..tuning import gemm as gemm_tuning
 from ..tuning.gemm import DEFAULT_CLUSTER_M, DEFAULT_TILE
 from .activations import activation, activation_and_grad
@@ -68,7 +74,7 @@ def _validate(a, b_nk, bias, out, out_dtype, *, a_name: str, b_name: str):
                          f"K = {k}")
     out_dtype = out_dtype or (out.dtype if out is not None else a.dtype)
     if out_dtype not in OUT_DTYPES:
-        raise TypeError(f"out_dtype must be one of bfloat16, float16, float32, got {out_dtype}")
+        raise TypeError(f"out_dtype must be {dtype_names(OUT_DTYPES)}, got {out_dtype}")
     a_major = _major(a_name, a, "m")
     b_major = _major(b_name, b_nk, "n")
     shape = (*a.shape[:-2], m, n)
@@ -307,9 +313,35 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
          epilogue: str | None = None) -> torch.Tensor:
     """``act(a @ b + bias)`` for ``a (M, K)``, ``b (K, N)`` (or both with a leading batch dim).
 
-    bf16/fp16 inputs, fp32 accumulation, output bf16/fp16/fp32 (default: the input dtype).
-    Any M; N and K multiples of 8; either major for either operand (no copies).
-    ``epilogue``: None, "relu", "gelu", "gelu_tanh" or "silu".
+    One kernel launch: fp32 accumulation on the tensor cores, the bias and activation applied
+    in the epilogue, one rounding to the output dtype. Either operand may be row- or
+    column-major (``b.t()`` of a contiguous (N, K) weight reaches the kernel without a copy).
+    Differentiable (the backward's GEMMs run in torch).
+
+    Args:
+        a: (M, K) or (L, M, K), bfloat16 or float16, on a CUDA device. Any M.
+        b: (K, N) or (L, K, N), a's dtype; N and K multiples of 8. Both operands need a
+            unit stride in one of their last two dims and 16-byte aligned data pointers.
+        out: optional row-major tensor of the result's shape and dtype to write into (not
+            with autograd).
+        out_dtype: bfloat16, float16 or float32; default ``out``'s dtype, else a's.
+        bias: optional (N,) contiguous vector, a's dtype or float32, added before the
+            activation.
+        epilogue: None, "relu", "gelu" (erf), "gelu_tanh" or "silu", applied to
+            ``a @ b + bias`` in fp32.
+
+    Returns:
+        (M, N) or (L, M, N) in ``out_dtype`` (``out`` itself when given).
+
+    Raises:
+        TypeError: a non-tensor, a dtype outside the lists above, or a and b of different
+            dtypes.
+        ValueError: mismatched K or batch dims, N or K not a multiple of 8, an operand with
+            no unit-stride dim or misaligned, a bad ``bias``/``out`` shape, an unknown
+            ``epilogue``, or CPU tensors (the references in :mod:`cute_kernels.reference`
+            run anywhere).
+        UnsupportedGPUError: a GPU without a kernel path (neither sm_80/86/87/89 nor
+            sm_90).
     """
     check_tensor("b", b, dtypes=IN_DTYPES, on_cuda=False)
     if b.dim() < 2:
@@ -321,9 +353,30 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
 def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, *,
            out: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
            epilogue: str | None = None) -> torch.Tensor:
-    """``x @ w.T + bias`` like ``torch.nn.functional.linear``, ``x (..., K)``, ``w (N, K)``.
+    """``act(x @ w.T + bias)``, like ``torch.nn.functional.linear`` with a fused activation.
 
-    Leading dims of ``x`` are flattened into M when they can be viewed so (else copied).
+    The same kernel as :func:`gemm` with ``w`` as an ``nn.Linear`` weight (N, K), read
+    without a transpose copy. Leading dims of ``x`` are flattened into M when they can be
+    viewed so (else copied once). Differentiable (the backward's GEMMs run in torch).
+
+    Args:
+        x: (..., K) bfloat16 or float16 activations on a CUDA device; any number of rows.
+        w: (N, K) weight of x's dtype; N and K multiples of 8, 16-byte aligned.
+        bias: optional (N,) contiguous vector, x's dtype or float32.
+        out: optional contiguous (..., N) tensor of the output dtype to write into (not
+            with autograd).
+        out_dtype: bfloat16, float16 or float32; default ``out``'s dtype, else x's.
+        epilogue: None, "relu", "gelu" (erf), "gelu_tanh" or "silu", applied to
+            ``x @ w.T + bias`` in fp32 before the single rounding.
+
+    Returns:
+        (..., N) in ``out_dtype`` (``out`` itself when given).
+
+    Raises:
+        TypeError / ValueError: as :func:`gemm`, naming ``x``, ``w``, ``bias`` or ``out``
+            (e.g. ``x must have dtype bfloat16 or float16``; ``x must be on a CUDA
+            device``).
+        UnsupportedGPUError: a GPU without a kernel path.
     """
     check_tensor("x", x, dtypes=IN_DTYPES, min_ndim=1, on_cuda=False)
     check_tensor("w", w, dtypes=IN_DTYPES, ndim=2, on_cuda=False)

@@ -26,7 +26,14 @@ _local = threading.local()
 
 
 class UnsupportedGPUError(RuntimeError):
-    """The GPU's architecture has no kernel path in cute-kernels."""
+    """The GPU's architecture has no kernel path in cute-kernels.
+
+    A ``RuntimeError`` raised by an op on a CUDA device whose compute capability is neither
+    9.0 (the Hopper path, sm_90a) nor 8.0/8.6/8.7/8.9 (the Ampere path), or when the Hopper
+    path is forced (:func:`force_path`, ``CUTE_KERNELS_PATH``) on a GPU that is not sm_90.
+    The message names the capability found. The float32 references in
+    ``cute_kernels.reference`` run on any device.
+    """
 
 
 def _check_path_name(path: str) -> str:
@@ -37,7 +44,22 @@ def _check_path_name(path: str) -> str:
 
 @contextlib.contextmanager
 def force_path(path: str | None) -> Iterator[None]:
-    """Run the ops inside with the given kernel path (``None``: automatic). Thread-local."""
+    """Context manager: the ops called inside run the given kernel path.
+
+    ``with ck.force_path("ampere"): y = ck.gemm(a, b)`` runs the Ampere kernels (cp.async,
+    mma.sync) on a Hopper GPU, e.g. to compare the two paths; the path takes precedence over
+    the ``CUTE_KERNELS_PATH`` environment variable. Thread-local; nests (the previous path
+    comes back on exit). Compiled kernels are cached per path, so switching costs nothing
+    after the first call of each.
+
+    Args:
+        path: "hopper" (sm_90 GPUs only), "ampere" (any supported GPU) or None (automatic:
+            the GPU's own path, or ``CUTE_KERNELS_PATH`` when set).
+
+    Raises:
+        ValueError: any other ``path`` (at the ``with`` statement).
+        UnsupportedGPUError: (from the ops inside) "hopper" on a GPU that is not sm_90.
+    """
     if path is not None:
         _check_path_name(path)
     prev = getattr(_local, "path", None)

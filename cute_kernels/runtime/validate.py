@@ -14,8 +14,15 @@ import torch
 VECTOR_BYTES = 16
 
 
-def _dtype_names(dtypes: Iterable[torch.dtype]) -> str:
-    return ", ".join(str(d).replace("torch.", "") for d in dtypes)
+def dtype_names(dtypes: Iterable[torch.dtype]) -> str:
+    """``bfloat16``, ``bfloat16 or float16``, ``bfloat16, float16 or float32``."""
+    return or_list(str(d).replace("torch.", "") for d in dtypes)
+
+
+def or_list(items: Iterable[object]) -> str:
+    """The items as English alternatives: ``a``, ``a or b``, ``a, b or c``."""
+    words = [str(i) for i in items]
+    return "".join(words) if len(words) < 2 else ", ".join(words[:-1]) + " or " + words[-1]
 
 
 def check_tensor(
@@ -33,7 +40,7 @@ def check_tensor(
     if dtypes is not None:
         dtypes = tuple(dtypes)
         if t.dtype not in dtypes:
-            raise TypeError(f"{name} must have dtype {_dtype_names(dtypes)}, got {t.dtype}")
+            raise TypeError(f"{name} must have dtype {dtype_names(dtypes)}, got {t.dtype}")
     if ndim is not None and t.dim() != ndim:
         raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(t.shape)}")
     if t.dim() < min_ndim:
