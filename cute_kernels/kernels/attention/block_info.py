@@ -24,8 +24,8 @@ scores and later visits never meet a fully masked row they did not already see.
 Policies that read their block lists from global memory (block-sparse attention: a
 per-(batch, head, query tile) count and index list as in FlexAttention's ``BlockMask``; and
 column-sparse attention: a packed list of key rows, chunked into tiles) implement the same
-members (``tile``, ``block``, ``needs_mask``, ``causal``); ``docs/README.md`` shows how one
-plugs in.
+members (``tile``, ``block``, ``has_next``, ``next_block``, ``needs_mask``, ``causal``);
+``docs/README.md`` shows how one plugs in.
 """
 
 from __future__ import annotations
@@ -59,6 +59,16 @@ class DenseKeyBlocks:
     def block(self, tile: KeyBlockTile, step):
         """The key block of visit ``step`` (0 <= step < tile.n_blocks): last to first."""
         return tile.n_blocks - 1 - step
+
+    def has_next(self, tile: KeyBlockTile, step, n):
+        """Whether visit ``step`` (of key block ``n``) is followed by another: a loop that
+        prefetches the next visit's tile asks this instead of counting visits."""
+        return n > 0
+
+    def next_block(self, tile: KeyBlockTile, step, n):
+        """The key block of visit ``step + 1``, ``n`` being visit ``step``'s (blocks run
+        contiguously from the last to the first)."""
+        return n - 1
 
     @cute.jit
     def needs_mask(self, tile: KeyBlockTile, n):

@@ -181,8 +181,8 @@ class AttentionSm80:
             cute.arch.cp_async_wait_group(0)
             cute.arch.sync_threads()
             # the next visit's K streams in during the softmax and P V(n)
-            if step + 1 < n_blocks:
-                n_next = self.key_blocks.block(blocks, step + 1)
+            if self.key_blocks.has_next(blocks, step, n):
+                n_next = self.key_blocks.next_block(blocks, step, n)
                 self._load_rows(copy_qkv, tKgK[None, None, None, n_next], tKsK,
                                 tKVcKV[None, None, None, n_next], s_kv)
             cute.arch.cp_async_commit_group()
