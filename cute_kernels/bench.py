@@ -89,6 +89,20 @@ def bench_interleaved(
     return out
 
 
+def commit_id() -> str:
+    """The commit measured: $CK_COMMIT (the device copy has no git history), else git."""
+    import os
+    import subprocess
+
+    if os.environ.get("CK_COMMIT"):
+        return os.environ["CK_COMMIT"]
+    try:
+        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True,
+                                       stderr=subprocess.DEVNULL).strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
 def device_name() -> str:
     return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
 

@@ -10,28 +10,14 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import subprocess
 
 import torch
 
-from cute_kernels.bench import device_name, format_table, plot_lines, save_results
+from cute_kernels.bench import commit_id, device_name, format_table, plot_lines, save_results
 from cute_kernels.suites import bitpack_rows, copy_bandwidth_gbs, gbs
 
 SHAPES = [(1024, 4096), (4096, 4096), (8192, 8192), (16384, 16384), (32768, 32768),
           (4096, 4097), (16384, 16383)]
-
-
-def commit() -> str:
-    """The commit measured: $CK_COMMIT (the device copy has no git history), else git."""
-    import os
-
-    if os.environ.get("CK_COMMIT"):
-        return os.environ["CK_COMMIT"]
-    try:
-        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True,
-                                       stderr=subprocess.DEVNULL).strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def main() -> None:
@@ -50,9 +36,9 @@ def main() -> None:
     headers = ["op", "us", "GB/s", "torch.compile GB/s", "vs compile", "copy same bytes GB/s",
                "of copy BW"]
     print(f"{device_name()} | large-copy bandwidth {ceiling:.0f} GB/s (read+write) | "
-          f"commit {commit()} | {datetime.date.today()}\n")
+          f"commit {commit_id()} | {datetime.date.today()}\n")
     print(format_table(headers, table))
-    payload = {"device": device_name(), "commit": commit(), "date": str(datetime.date.today()),
+    payload = {"device": device_name(), "commit": commit_id(), "date": str(datetime.date.today()),
                "torch": torch.__version__, "copy_bandwidth_gbs": ceiling,
                "headers": headers, "rows": table, "timings": rows}
     print("wrote", save_results(args.out, "bitpack", payload))

@@ -186,16 +186,6 @@ def steady_state(names, rounds: int) -> dict:
     return out
 
 
-def commit() -> str:
-    if os.environ.get("CK_COMMIT"):
-        return os.environ["CK_COMMIT"]
-    try:
-        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True,
-                                       stderr=subprocess.DEVNULL).strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="perf/results")
@@ -214,7 +204,7 @@ def main() -> None:
 
     import torch
 
-    from cute_kernels.bench import device_name, format_table, save_results
+    from cute_kernels.bench import commit_id, device_name, format_table, save_results
 
     first = {}
     for name in names:
@@ -231,7 +221,7 @@ def main() -> None:
                      warm["second_call_s"] * 1e3, warm["import_ck_s"], st["op_us"],
                      st["raw_us"], st["overhead_us"],
                      ",".join(warm["dispatcher_modules"][:2]) or "no"])
-    print(f"\n{device_name()} | torch {torch.__version__} | commit {commit()} | "
+    print(f"\n{device_name()} | torch {torch.__version__} | commit {commit_id()} | "
           f"{datetime.date.today()}\n")
     print(format_table(headers, rows))
     goals = {"warm_first_call_s_max": max(first[n]["warm"]["first_call_s"] for n in names),
@@ -246,7 +236,7 @@ def main() -> None:
         print(f"attention overhead - linear overhead: {gap:.1f} us (goal <= "
               f"{ATTENTION_VS_LINEAR_GOAL_US:.0f} us): "
               f"{'met' if gap <= ATTENTION_VS_LINEAR_GOAL_US else 'MISSED'}")
-    payload = {"device": device_name(), "commit": commit(), "date": str(datetime.date.today()),
+    payload = {"device": device_name(), "commit": commit_id(), "date": str(datetime.date.today()),
                "torch": torch.__version__, "headers": headers, "rows": rows,
                "first_calls": first, "steady_state": steady, "goals": goals}
     print("wrote", save_results(args.out, "first_call", payload))
