@@ -190,7 +190,7 @@ def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = Fal
     prev_lse, colsums = (f32(3), f32(4)) if colsum else (None, None)
     return Build(kernel, launch_args(
         kernel, mQ=bhsd(), mK=bhsd(), mV=bhsd(), mO=bhsd(), mLSE=f32(3), mPrevLSE=prev_lse,
-        mColsum=colsums, scale=cutlass.Float32(1.0)))
+        mColsum=colsums, mIndices=None, mCounts=None, scale=cutlass.Float32(1.0)))
 
 
 @functools.cache
@@ -238,8 +238,8 @@ def _attention(q, k, v, causal: bool = False, scale: float | None = None, out=No
     kernel = kernel_for(q.device, key, lambda path, target: make_build(
         path, q.dtype, d, bool(causal), config=config), hopper_key=_config_key(config))
     kernel(*attention_params().call_args(
-        mQ=q, mK=k, mV=v, mO=o, mLSE=lse, mPrevLSE=None, mColsum=None,
-        scale=1.0 / math.sqrt(d) if scale is None else scale))
+        mQ=q, mK=k, mV=v, mO=o, mLSE=lse, mPrevLSE=None, mColsum=None, mIndices=None,
+        mCounts=None, scale=1.0 / math.sqrt(d) if scale is None else scale))
     return o, lse
 
 
@@ -357,7 +357,7 @@ def _attention_colsum(q, k, v, prev_lse, group: int, scale: float, config: dict 
         hopper_key=_config_key(config))
     kernel(*attention_params().call_args(
         mQ=q, mK=k, mV=v, mO=o, mLSE=lse, mPrevLSE=prev_lse.contiguous(), mColsum=colsum,
-        scale=scale))
+        mIndices=None, mCounts=None, scale=scale))
     return o, lse, colsum
 
 

@@ -206,7 +206,10 @@ class AttentionSm90:
 
     @cute.jit
     def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
-                 mLSE: cute.Tensor, mPrevLSE, mColsum, scale: Float32, stream):
+                 mLSE: cute.Tensor, mPrevLSE, mColsum, mIndices, mCounts, scale: Float32,
+                 stream):
+        """Tensors as AttentionSm80.__call__ (column sums: ``mPrevLSE``, ``mColsum``;
+        column-sparse key rows: ``mIndices``, ``mCounts``; each None when unused)."""
         dtype = mQ.element_type
         BM, BN, D = self.block_m, self.block_n, self.head_dim
         qk_mma = sm90_utils.make_trivial_tiled_mma(
