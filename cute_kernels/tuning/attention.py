@@ -23,3 +23,16 @@ def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
     if head_dim == 128:
         return dict(overlap=True)
     return dict() if causal else dict(block_m=192)
+
+
+def hopper_gather_config(head_dim: int, group: int) -> dict:
+    """AttentionSm90 keyword arguments for column-sparse attention (the gather loader): the
+    query tile is the group (its rows share one key list), so group 128 runs two consumer
+    warpgroups and group 192 three. At D = 128 with 192 rows (160 registers per consumer
+    thread) 128-key tiles spill 256 bytes (ptxas, CUDA 13.0; the dense 192 x 128 tile spills
+    44): 64-key tiles there, which spill nothing. Not yet measured on a GPU."""
+    if group not in (128, 192):
+        raise ValueError(f"the Hopper gather kernel takes group 128 or 192 (one consumer "
+                         f"warpgroup per 64 rows of a group), got {group}")
+    block_n = 64 if (head_dim == 128 and group == 192) else 128
+    return dict(block_m=group, block_n=block_n, gather=True, group=group)

@@ -21,6 +21,7 @@ index list, 16-byte cp.async into the same 128B-swizzled stage, completing the b
 
 from __future__ import annotations
 
+import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 from cutlass.cute.nvgpu import cpasync
@@ -62,10 +63,15 @@ class TmaKVLoader:
                                                 cute.slice_(sV_layout, (None, None, 0)), (D, BN))
         return tma_k, tK, tma_v, tV
 
-    def make_pipelines(self, barriers, stages, consumers, dtype, sK_layout, sV_layout):
+    #: producer threads that run ``load_k`` / ``load_v`` (one elected thread issues each TMA)
+    producer_threads = 1
+
+    def make_pipelines(self, barriers, stages, consumer_wgs, dtype, sK_layout, sV_layout):
         """(k_pipe, v_pipe): ``stages``-deep rings on the 4 x ``stages`` mbarriers at
-        ``barriers``; one producer thread arms each stage with the tile's byte count."""
+        ``barriers``; one producer thread arms each stage with the tile's byte count, one
+        thread per consumer warp releases it."""
         producer = pipeline.CooperativeGroup(pipeline.Agent.Thread)
+        consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, consumer_wgs * 4)
         k_pipe = pipeline.PipelineTmaAsync.create(
             barrier_storage=barriers, num_stages=stages, producer_group=producer,
             consumer_group=consumers,
@@ -108,4 +114,107 @@ class TmaKVLoader:
         cute.copy(part.tma_v, part.tVgV[(None, 0, n, kv_head, batch)],
                   part.tVsV[(None, v_state.index)],
                   tma_bar_ptr=v_pipe.producer_get_barrier(v_state))
+        v_pipe.producer_commit(v_state)
+
+
+class GatherRows:
+    """One producer thread's share of a gathered tile: its 16-byte column chunk and first
+    tile row, the views it copies between, the group's key list and the smem index ring."""
+
+    def __init__(self, mK, mV, sK_rows, sV_rows, sIdx, rows, count, s_kv, ptid):
+        self.mK, self.mV, self.sK_rows, self.sV_rows, self.sIdx = mK, mV, sK_rows, sV_rows, sIdx
+        self.rows, self.count, self.s_kv, self.ptid = rows, count, s_kv, ptid
+
+
+class GatherKVLoader:
+    """K and V rows gathered through an index list (column-sparse attention, "tile packing"):
+    packed position ``p`` of the query group's list is key row ``rows[p]``, and key block
+    ``n`` is packed positions ``n * block_n ...``. The producer warpgroup's 128 threads fill
+    the same 128B-swizzled stage the TMA loader fills:
+
+    1. per key block, thread ``t`` reads index ``n * block_n + t`` (one coalesced load),
+       clamps it into [0, S_kv) and stores it to the stage's slot of a small smem ring; a
+       named barrier over the 128 producer threads publishes the tile's indices;
+    2. a row of D elements is D / 8 16-byte chunks; ``128 / (D / 8)`` rows go per pass, one
+       chunk per thread (``cp.async``, L2 only), ``block_n / rows-per-pass`` passes (D = 128:
+       8 rows a pass, 16 passes); V reuses the indices K's load staged (same stage index).
+
+    A stage completes when every producer thread's copies have landed
+    (``cp.async.mbarrier.arrive.noinc`` on its full barrier, ``PipelineCpAsync``). Positions
+    past the group's count load the list's last valid row (the softmax masks them, and p = 0
+    times a finite row adds nothing); clamping means a bad list can never read out of bounds
+    (the op validates the values in its debug mode).
+    """
+
+    producer_threads = 128
+
+    def __init__(self, block_n: int, head_dim: int, indices_barrier: int):
+        self.block_n, self.head_dim = block_n, head_dim
+        self.indices_barrier = int(indices_barrier)
+        self.chunks = head_dim // 8  # 16-byte chunks per 16-bit row
+        self.rows_per_pass = self.producer_threads // self.chunks
+        if block_n > self.producer_threads or block_n % self.rows_per_pass:
+            raise ValueError(f"the gather needs block_n <= {self.producer_threads} and a "
+                             f"multiple of {self.rows_per_pass} rows at head dim {head_dim}, "
+                             f"got {block_n}")
+        self.passes = block_n // self.rows_per_pass
+
+    def make_atoms(self, mK, mV, sK_layout, sV_layout):
+        """No descriptors: the kernel's TMA slots carry the K and V tensors themselves."""
+        return None, mK, None, mV
+
+    def make_pipelines(self, barriers, stages, consumer_wgs, dtype, sK_layout, sV_layout):
+        """(k_pipe, v_pipe): full barriers count the 128 producer threads' cp.async arrivals,
+        empty barriers every consumer thread's release."""
+        producer = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.producer_threads)
+        consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, 128 * consumer_wgs)
+        k_pipe = pipeline.PipelineCpAsync.create(
+            barrier_storage=barriers, num_stages=stages, producer_group=producer,
+            consumer_group=consumers)
+        v_pipe = pipeline.PipelineCpAsync.create(
+            barrier_storage=barriers + 2 * stages, num_stages=stages, producer_group=producer,
+            consumer_group=consumers)
+        return k_pipe, v_pipe
+
+    def partition(self, ptid, mK, mV, sK, sV, sIdx, rows, count, s_kv) -> GatherRows:
+        """Producer thread ``ptid`` (0..127) of the group whose key list is ``rows`` (1-D
+        int32) with ``count`` entries. ``sK`` (block_n, D, stages), ``sV`` (D, block_n,
+        stages), ``sIdx`` (block_n, stages) int32."""
+        sV_rows = cute.make_tensor(sV.iterator, cute.select(sV.layout, mode=[1, 0, 2]))
+        return GatherRows(mK, mV, sK, sV_rows, sIdx, rows, count, s_kv, ptid)
+
+    @cute.jit
+    def _stage_indices(self, part: GatherRows, n, slot):
+        """Key block ``n``'s row indices, clamped, into ``sIdx[:, slot]``."""
+        # locals: a run-time ``if`` carries what it writes, and a GatherRows cannot be carried
+        sIdx, rows, ptid, count, s_kv = part.sIdx, part.rows, part.ptid, part.count, part.s_kv
+        if ptid < self.block_n:
+            row = rows[cutlass.min(n * self.block_n + ptid, count - 1)]
+            sIdx[ptid, slot] = cutlass.max(cutlass.min(row, s_kv - 1), 0)
+        cute.arch.barrier(barrier_id=self.indices_barrier,
+                          number_of_threads=self.producer_threads)
+
+    @cute.jit
+    def _gather(self, part: GatherRows, src, dst_rows, slot, kv_head, batch):
+        atom = cute.make_copy_atom(cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL),
+                                   src.element_type, num_bits_per_copy=128)
+        chunk, row0, sIdx = part.ptid % self.chunks, part.ptid // self.chunks, part.sIdx
+        for p in cutlass.range(self.passes, unroll=2):
+            r = row0 + p * self.rows_per_pass
+            src_row = cute.zipped_divide(src[batch, kv_head, sIdx[r, slot], None], (8,))
+            dst_row = cute.zipped_divide(dst_rows[r, None, slot], (8,))
+            cute.copy(atom, src_row[None, chunk], dst_row[None, chunk])
+
+    def load_k(self, part: GatherRows, k_pipe, k_state, n, kv_head, batch):
+        """Stage key block ``n``'s indices, then its K rows, into stage ``k_state``."""
+        k_pipe.producer_acquire(k_state)
+        self._stage_indices(part, n, k_state.index)
+        self._gather(part, part.mK, part.sK_rows, k_state.index, kv_head, batch)
+        k_pipe.producer_commit(k_state)
+
+    def load_v(self, part: GatherRows, v_pipe, v_state, n, kv_head, batch):
+        """V rows of key block ``n`` into stage ``v_state``, by the indices ``load_k`` staged
+        for it (the K and V states advance together, so the stage index is the slot)."""
+        v_pipe.producer_acquire(v_state)
+        self._gather(part, part.mV, part.sV_rows, v_state.index, kv_head, batch)
         v_pipe.producer_commit(v_state)

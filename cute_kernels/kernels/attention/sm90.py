@@ -25,7 +25,7 @@ from cutlass.tensor_utils import LayoutEnum
 from ..common.constants import LOG2E, SM90_SMEM_BYTES
 from .block_info import key_block_policy
 from .column_sums import ColumnSumsSm90, NoColumnSums
-from .kv_loader import TmaKVLoader, _sdhb
+from .kv_loader import GatherKVLoader, TmaKVLoader, _sdhb
 from .online_softmax import (
     acc_as_a_operand,
     acc_mn_view,
@@ -48,6 +48,7 @@ class NamedBarrier(enum.IntEnum):
     EPILOGUE = 1  # the consumers, around the O tile's smem
     PINGPONG = 2  # 2, 3, 4: consumer warpgroup c's turn to issue Q K^T
     COLSUM_OPERANDS = 5  # 5, 6, 7: consumer c's column-sum operands (P, f) are in smem
+    GATHER_INDICES = 8  # the producer warpgroup: a key tile's row indices are in smem
 
 
 class Pipelines:
@@ -116,13 +117,19 @@ class AttentionSm90:
     64 x block_n x 2 B + factors 8 x 64 x 2 B (204 KiB in all at the D = 128 default).
     Epilogue: O normalised, converted, written to Q's smem and stored by TMA (which clips
     rows past S_q); lse written by the first thread of each quad.
+    Gather variant (``gather``, column-sparse attention; GPU-unverified so far): the tile is
+    one query group, its key blocks are chunks of the group's packed key list
+    (``mIndices``/``mCounts``, the last chunk masked past the count), and the whole producer
+    warpgroup runs ``load_gathered``: Q by TMA, K and V rows by 16-byte cp.async into the
+    same swizzled stages (``GatherKVLoader``); the consumers are unchanged. Adds a
+    ``block_n x stages`` int32 index ring to shared memory.
     """
 
     def __init__(self, head_dim: int, causal: bool, stages: int = 2, colsum: bool = False,
                  overlap: bool = False, block_m: int | None = None,
                  block_n: int | None = None, group: int = 192, pingpong: bool = False,
                  colsum_method: str = "mma", colsum_rounds: int = 3, colsum_writers: int = 1,
-                 colsum_stages: int = 4):
+                 colsum_stages: int = 4, gather: bool = False):
         self.head_dim, self.causal, self.stages, self.colsum = head_dim, causal, stages, colsum
         # overlap: the softmax of S(n) runs while O += P(n + 1) V(n + 1) is on the tensor cores
         # (intra-warpgroup pipelining)
@@ -176,8 +183,19 @@ class AttentionSm90:
         if pingpong and overlap:
             raise ValueError("pingpong applies to the sequential loop (overlap=False)")
         self.pingpong = pingpong
+        # gather (column-sparse attention): each query group attends to its own list of key
+        # rows, packed into dense tiles by the gather loader; the tile must be the group
+        self.gather = gather
+        if gather:
+            if causal or colsum:
+                raise ValueError("the gather (column-sparse) variant is neither causal nor a "
+                                 "column-sum kernel")
+            if group != self.block_m:
+                raise ValueError(f"the gather variant needs block_m == group (the rows of a "
+                                 f"tile share one key list), got {self.block_m} and {group}")
         self.key_blocks = key_block_policy((self.block_m, self.block_n), causal)
-        self.kv_loader = TmaKVLoader(self.block_n, head_dim)
+        self.kv_loader = (GatherKVLoader(self.block_n, head_dim, NamedBarrier.GATHER_INDICES)
+                          if gather else TmaKVLoader(self.block_n, head_dim))
         self.sums = NoColumnSums()
         if colsum:
             self.sums = ColumnSumsSm90(
@@ -254,11 +272,13 @@ class AttentionSm90:
                 BFloat16, cute.cosize(sF_layout) if mma_sums else 1], 1024]
             sCol: cute.struct.MemRange[
                 Float32, BN * self.colsum_partials * self.colsum_stages if self.colsum else 1]
+            # the gather loader's row indices, one tile per K/V stage
+            sIdx: cute.struct.MemRange[Int32, BN * self.stages if self.gather else 1]
 
         self.storage_cls = SharedStorage
         grid = (cute.ceil_div(mQ.shape[2], BM), mQ.shape[1], mQ.shape[0])
         self.kernel(qk_mma, pv_mma, col_mma, tma_q, tQ, tma_k, tK, tma_v, tV, tma_o, tO, mLSE,
-                    mPrevLSE, mColsum,
+                    mPrevLSE, mColsum, mIndices, mCounts,
                     mQ.shape[2], mK.shape[2], mQ.shape[1] // mK.shape[1],
                     scale * Float32(LOG2E), sQ_layout, sK_layout, sV_layout, sP_layout,
                     sF_layout).launch(
@@ -270,7 +290,7 @@ class AttentionSm90:
                tma_q: cute.CopyAtom,
                tQ: cute.Tensor, tma_k: cute.CopyAtom, tK: cute.Tensor, tma_v: cute.CopyAtom,
                tV: cute.Tensor, tma_o: cute.CopyAtom, tO: cute.Tensor, mLSE: cute.Tensor,
-               mPrevLSE, mColsum,
+               mPrevLSE, mColsum, mIndices, mCounts,
                s_q: Int32, s_kv: Int32, q_per_kv: Int32, scale_log2: Float32,
                sQ_layout: cute.ComposedLayout, sK_layout: cute.ComposedLayout,
                sV_layout: cute.ComposedLayout, sP_layout: cute.ComposedLayout,
@@ -285,7 +305,8 @@ class AttentionSm90:
         wg = warp // 4
         if warp == TMA_WARP:
             for atom in (tma_q, tma_k, tma_v, tma_o):
-                cpasync.prefetch_descriptor(atom)
+                if cutlass.const_expr(atom is not None):  # the gather loader has no K/V TMA
+                    cpasync.prefetch_descriptor(atom)
 
         storage = cutlass.memory.SmemAllocator().allocate(self.storage_cls)
         sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
@@ -297,12 +318,22 @@ class AttentionSm90:
             sCol = cute.make_tensor(storage.sCol.data_ptr(), cute.make_layout(
                 (BN, self.colsum_partials, self.colsum_stages)))
 
-        blocks = self.key_blocks.tile(m_block, s_q, s_kv)
         tile = TileCoord(m_block, head, kv_head, batch)
+        if cutlass.const_expr(self.gather):
+            # the group's packed key list: visits walk packed positions [0, count)
+            rows = mIndices[batch, head, m_block, None]
+            blocks = self.key_blocks.tile(m_block, s_q, mCounts[batch, head, m_block])
+        else:
+            rows = None
+            blocks = self.key_blocks.tile(m_block, s_q, s_kv)
 
         if wg == PRODUCER_WARPGROUP:
             cute.arch.setmaxregister_decrease(self.producer_regs)
-            if warp == TMA_WARP:
+            if cutlass.const_expr(self.gather):
+                # every producer thread gathers; Q still comes by TMA from one warp
+                self.load_gathered(tma_q, tQ, tK, tV, sQ, sK, sV, storage, pipes, blocks, tile,
+                                   rows, s_kv, tidx, warp)
+            elif warp == TMA_WARP:
                 self.load(tma_q, tQ, tma_k, tK, tma_v, tV, sQ, sK, sV, pipes, blocks, tile)
             if cutlass.const_expr(self.colsum):
                 if warp >= 1 and warp <= self.colsum_writers:
@@ -327,8 +358,8 @@ class AttentionSm90:
             tx_count=cute.size_in_bytes(dtype, cute.slice_(sQ_layout, (None, None, 0))),
             cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)))
         # the loader decides how a K/V stage completes (TMA transaction bytes here)
-        k_pipe, v_pipe = self.kv_loader.make_pipelines(bar + 2, self.stages, consumers, dtype,
-                                                       sK_layout, sV_layout)
+        k_pipe, v_pipe = self.kv_loader.make_pipelines(bar + 2, self.stages, self.consumer_wgs,
+                                                       dtype, sK_layout, sV_layout)
         col_pipe = None
         if cutlass.const_expr(self.colsum):
             # consumer threads -> the column-sum writer warp; every thread arrives (its own
@@ -358,6 +389,37 @@ class AttentionSm90:
         cute.copy(tma_q, tQgQ[(None, tile.m_block, 0, tile.head, tile.batch)], tQsQ[(None, 0)],
                   tma_bar_ptr=q_pipe.producer_get_barrier(q_state))
         q_pipe.producer_commit(q_state)
+        k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
+        v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
+        for step in cutlass.range(blocks.n_blocks, unroll=1):
+            n = self.key_blocks.block(blocks, step)
+            self.kv_loader.load_k(kv, k_pipe, k_state, n, tile.kv_head, tile.batch)
+            k_state.advance()
+            self.kv_loader.load_v(kv, v_pipe, v_state, n, tile.kv_head, tile.batch)
+            v_state.advance()
+        k_pipe.producer_tail(k_state)
+        v_pipe.producer_tail(v_state)
+
+    @cute.jit
+    def load_gathered(self, tma_q, tQ, mK, mV, sQ, sK, sV, storage, pipes, blocks, tile, rows,
+                      s_kv, tidx, warp):
+        """Producer (the whole warpgroup) for the gather loader: warp 0 brings Q by TMA, then
+        every thread copies its share of each visited key block's K and V rows."""
+        BM, D = self.block_m, self.head_dim
+        q_pipe, k_pipe, v_pipe = pipes.q_pipe, pipes.k_pipe, pipes.v_pipe
+        if warp == TMA_WARP:
+            gQ = cute.local_tile(tQ, (BM, D), (None, None, None, None))
+            tQsQ, tQgQ = cpasync.tma_partition(tma_q, 0, cute.make_layout(1),
+                                               cute.group_modes(sQ, 0, 2),
+                                               cute.group_modes(gQ, 0, 2))
+            q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+            q_pipe.producer_acquire(q_state)
+            cute.copy(tma_q, tQgQ[(None, tile.m_block, 0, tile.head, tile.batch)],
+                      tQsQ[(None, 0)], tma_bar_ptr=q_pipe.producer_get_barrier(q_state))
+            q_pipe.producer_commit(q_state)
+        sIdx = cute.make_tensor(storage.sIdx.data_ptr(),
+                                cute.make_layout((self.block_n, self.stages)))
+        kv = self.kv_loader.partition(tidx, mK, mV, sK, sV, sIdx, rows, blocks.s_kv, s_kv)
         k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
         v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
         for step in cutlass.range(blocks.n_blocks, unroll=1):
