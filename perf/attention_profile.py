@@ -28,7 +28,7 @@ def main() -> None:
     scale = 1.0 / math.sqrt(d)
     plain = compile_build(Build(AttentionSm90(d, False),
                                 make_build("hopper", torch.bfloat16, d, False).args), "sm_90a")
-    plain(q, k, v, o, lse, None, None, None, None, scale)
+    plain(q, k, v, o, lse, None, None, None, None, scale, None)
     extra = (None, None)
     kern = AttentionSm90(d, False, **cfg)
     if cfg.get("colsum"):
@@ -36,10 +36,10 @@ def main() -> None:
     fake = make_build("hopper", torch.bfloat16, d, False, colsum=bool(cfg.get("colsum"))).args
     fn = compile_build(Build(kern, fake), "sm_90a")
     for _ in range(2):
-        fn(q, k, v, o, lse, *extra, None, None, scale)
+        fn(q, k, v, o, lse, *extra, None, None, scale, None)
     torch.cuda.synchronize()
     torch.cuda.nvtx.range_push("profile")
-    fn(q, k, v, o, lse, *extra, None, None, scale)
+    fn(q, k, v, o, lse, *extra, None, None, scale, None)
     torch.cuda.nvtx.range_pop()
     torch.cuda.synchronize()
     print("ok")

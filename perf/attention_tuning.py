@@ -73,7 +73,7 @@ def main() -> None:
             if not prev:  # prev_lse per input set: that set's own lse, from the plain kernel
                 plain = compile_build(Build(AttentionSm90(d, False), plain_fake), "sm_90a")
                 for st in sets:
-                    plain(*st, o, lse, None, None, None, None, scale)
+                    plain(*st, o, lse, None, None, None, None, scale, None)
                     prev[id(st[0])] = lse.clone()
 
             colsum = colsums[kern.group]
@@ -81,10 +81,10 @@ def main() -> None:
             def run(st, fn=fn, colsum=colsum, zero=kern.colsum_atomic):
                 if zero:
                     colsum.zero_()
-                fn(*st, o, lse, prev[id(st[0])], colsum, None, None, scale)
+                fn(*st, o, lse, prev[id(st[0])], colsum, None, None, scale, None)
         else:
             def run(st, fn=fn):
-                fn(*st, o, lse, None, None, None, None, scale)
+                fn(*st, o, lse, None, None, None, None, scale, None)
         o.fill_(float("nan"))
         for c in colsums.values():
             c.fill_(float("nan"))

@@ -8,7 +8,7 @@ import pytest
 from test_ptx import _assert_no_spills
 
 
-def _gather_build(head_dim, group):
+def _gather_build(head_dim, group, accumulate=False):
     import cutlass
     import torch
     from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_tensor
@@ -28,11 +28,13 @@ def _gather_build(head_dim, group):
                                         stride_order=tuple(range(rank - 1, -1, -1)),
                                         assumed_align=4)
 
-    kernel = AttentionSm90(head_dim, False, **hopper_gather_config(head_dim, group))
+    kernel = AttentionSm90(head_dim, False, **hopper_gather_config(head_dim, group),
+                           accumulate=accumulate)
     return kernel, Build(kernel, launch_args(
         kernel, mQ=bhsd(), mK=bhsd(), mV=bhsd(), mO=bhsd(), mLSE=compact(cutlass.Float32, 3),
         mPrevLSE=None, mColsum=None, mIndices=compact(cutlass.Int32, 4),
-        mCounts=compact(cutlass.Int32, 3), scale=cutlass.Float32(1.0)))
+        mCounts=compact(cutlass.Int32, 3), scale=cutlass.Float32(1.0),
+        out_scale=cutlass.Float32(1.0) if accumulate else None))
 
 
 @pytest.mark.parametrize("head_dim, group", [(64, 128), (64, 192), (128, 128), (128, 192)])
@@ -67,3 +69,15 @@ def test_gather_config_rules():
         AttentionSm90(128, False, block_m=128, gather=True, group=192)
     with pytest.raises(ValueError, match="neither causal"):
         AttentionSm90(128, True, gather=True, group=128)
+
+
+def test_accumulate_stores_by_tma_reduce_add():
+    """accumulate=True: O (times out_scale) leaves by a TMA reduce-add, not a plain store."""
+    from cute_kernels.runtime.compile import compile_ptx
+
+    _, build = _gather_build(128, 128, accumulate=True)
+    ptx = compile_ptx(build, "sm_90a")
+    assert re.search(r"cp\.reduce\.async\.bulk\.tensor\.\dd\.global\.shared::cta\.add", ptx)
+    assert not re.search(r"cp\.async\.bulk\.tensor\.\dd\.global\.shared::cta", ptx)
+    _, plain = _gather_build(128, 128)
+    assert "cp.reduce.async.bulk" not in compile_ptx(plain, "sm_90a")

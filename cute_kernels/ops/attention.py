@@ -190,7 +190,8 @@ def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = Fal
     prev_lse, colsums = (f32(3), f32(4)) if colsum else (None, None)
     return Build(kernel, launch_args(
         kernel, mQ=bhsd(), mK=bhsd(), mV=bhsd(), mO=bhsd(), mLSE=f32(3), mPrevLSE=prev_lse,
-        mColsum=colsums, mIndices=None, mCounts=None, scale=cutlass.Float32(1.0)))
+        mColsum=colsums, mIndices=None, mCounts=None, scale=cutlass.Float32(1.0),
+        out_scale=None))
 
 
 @functools.cache
@@ -239,7 +240,7 @@ def _attention(q, k, v, causal: bool = False, scale: float | None = None, out=No
         path, q.dtype, d, bool(causal), config=config), hopper_key=_config_key(config))
     kernel(*attention_params().call_args(
         mQ=q, mK=k, mV=v, mO=o, mLSE=lse, mPrevLSE=None, mColsum=None, mIndices=None,
-        mCounts=None, scale=1.0 / math.sqrt(d) if scale is None else scale))
+        mCounts=None, scale=1.0 / math.sqrt(d) if scale is None else scale, out_scale=None))
     return o, lse
 
 
@@ -357,7 +358,7 @@ def _attention_colsum(q, k, v, prev_lse, group: int, scale: float, config: dict 
         hopper_key=_config_key(config))
     kernel(*attention_params().call_args(
         mQ=q, mK=k, mV=v, mO=o, mLSE=lse, mPrevLSE=prev_lse.contiguous(), mColsum=colsum,
-        mIndices=None, mCounts=None, scale=scale))
+        mIndices=None, mCounts=None, scale=scale, out_scale=None))
     return o, lse, colsum
 
 

@@ -72,11 +72,12 @@ class AttentionSm80:
     @cute.jit
     def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
                  mLSE: cute.Tensor, mPrevLSE, mColsum, mIndices, mCounts, scale: Float32,
-                 stream):
+                 out_scale, stream):
         """``mPrevLSE`` (B, H, S_q) and ``mColsum`` (B, H, groups, S_kv), both compact fp32,
         the latter zero-filled: the column-sum variant's (None otherwise). ``mIndices``
         (B, H, groups, L) and ``mCounts`` (B, H, groups) int32: the key rows each query group
-        attends to, for column-sparse attention (None otherwise)."""
+        attends to, for column-sparse attention (None otherwise). ``out_scale``: the
+        accumulating variant's factor (None otherwise)."""
         dtype = mQ.element_type
         tiled_mma = cute.make_tiled_mma(
             warp.MmaF16BF16Op(dtype, Float32, (16, 8, 16)), (self.warps, 1, 1),

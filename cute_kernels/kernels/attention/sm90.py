@@ -116,7 +116,9 @@ class AttentionSm90:
     add the ring, colsum_stages x slots x block_n x 4 B, and for wgmma sums per consumer P
     64 x block_n x 2 B + factors 8 x 64 x 2 B (204 KiB in all at the D = 128 default).
     Epilogue: O normalised, converted, written to Q's smem and stored by TMA (which clips
-    rows past S_q); lse written by the first thread of each quad.
+    rows past S_q); lse written by the first thread of each quad. With ``accumulate`` the
+    store is a TMA reduce-add (``cp.reduce.async.bulk.tensor.add``) of ``out_scale * O``
+    into the output: every output tile belongs to exactly one CTA, which adds it once.
     Gather variant (``gather``, column-sparse attention; GPU-unverified so far): the tile is
     one query group, its key blocks are chunks of the group's packed key list
     (``mIndices``/``mCounts``, the last chunk masked past the count), and the whole producer
@@ -129,7 +131,7 @@ class AttentionSm90:
                  overlap: bool = False, block_m: int | None = None,
                  block_n: int | None = None, group: int = 192, pingpong: bool = False,
                  colsum_method: str = "mma", colsum_rounds: int = 3, colsum_writers: int = 1,
-                 colsum_stages: int = 4, gather: bool = False):
+                 colsum_stages: int = 4, gather: bool = False, accumulate: bool = False):
         self.head_dim, self.causal, self.stages, self.colsum = head_dim, causal, stages, colsum
         # overlap: the softmax of S(n) runs while O += P(n + 1) V(n + 1) is on the tensor cores
         # (intra-warpgroup pipelining)
@@ -193,6 +195,11 @@ class AttentionSm90:
             if group != self.block_m:
                 raise ValueError(f"the gather variant needs block_m == group (the rows of a "
                                  f"tile share one key list), got {self.block_m} and {group}")
+        # accumulate: out += out_scale * O by a TMA reduce-add store (the cross-step delta);
+        # each output tile belongs to one CTA, which adds it once, so no two adds race
+        if accumulate and colsum:
+            raise ValueError("accumulate does not combine with the column-sum variant")
+        self.accumulate = accumulate
         self.key_blocks = key_block_policy((self.block_m, self.block_n), causal)
         self.kv_loader = (GatherKVLoader(self.block_n, head_dim, NamedBarrier.GATHER_INDICES)
                           if gather else TmaKVLoader(self.block_n, head_dim))
@@ -225,9 +232,10 @@ class AttentionSm90:
     @cute.jit
     def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
                  mLSE: cute.Tensor, mPrevLSE, mColsum, mIndices, mCounts, scale: Float32,
-                 stream):
+                 out_scale, stream):
         """Tensors as AttentionSm80.__call__ (column sums: ``mPrevLSE``, ``mColsum``;
-        column-sparse key rows: ``mIndices``, ``mCounts``; each None when unused)."""
+        column-sparse key rows: ``mIndices``, ``mCounts``; ``out_scale`` (Float32) with
+        ``accumulate``: O is added, times it, into ``mO``; each None when unused)."""
         dtype = mQ.element_type
         BM, BN, D = self.block_m, self.block_n, self.head_dim
         qk_mma = sm90_utils.make_trivial_tiled_mma(
@@ -245,7 +253,9 @@ class AttentionSm90:
         tma_q, tQ = cpasync.make_tiled_tma_atom(g2s, _sdhb(mQ),
                                                 cute.slice_(sQ_layout, (None, None, 0)), (BM, D))
         tma_k, tK, tma_v, tV = self.kv_loader.make_atoms(mK, mV, sK_layout, sV_layout)
-        tma_o, tO = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileS2GOp(), _sdhb(mO),
+        store_op = (cpasync.CopyReduceBulkTensorTileS2GOp() if self.accumulate
+                    else cpasync.CopyBulkTensorTileS2GOp())
+        tma_o, tO = cpasync.make_tiled_tma_atom(store_op, _sdhb(mO),
                                                 cute.slice_(sQ_layout, (None, None, 0)), (BM, D))
         # column sums: out(keys, 8) = P^T(keys, rows) f(rows, 8), one warpgroup's 64 rows; P is
         # the MN-major A operand (keys contiguous), f the K-major B operand (one per consumer)
@@ -281,7 +291,7 @@ class AttentionSm90:
                     mPrevLSE, mColsum, mIndices, mCounts,
                     mQ.shape[2], mK.shape[2], mQ.shape[1] // mK.shape[1],
                     scale * Float32(LOG2E), sQ_layout, sK_layout, sV_layout, sP_layout,
-                    sF_layout).launch(
+                    sF_layout, out_scale).launch(
             grid=grid, block=(self.threads, 1, 1), stream=stream)
 
 
@@ -294,7 +304,7 @@ class AttentionSm90:
                s_q: Int32, s_kv: Int32, q_per_kv: Int32, scale_log2: Float32,
                sQ_layout: cute.ComposedLayout, sK_layout: cute.ComposedLayout,
                sV_layout: cute.ComposedLayout, sP_layout: cute.ComposedLayout,
-               sF_layout: cute.ComposedLayout):
+               sF_layout: cute.ComposedLayout, out_scale):
         """Shared state for every role, then the role's method: the producer warpgroup's
         ``load`` (and the column-sum writers), or the consumers' ``mma``."""
         BN = self.block_n
@@ -343,7 +353,7 @@ class AttentionSm90:
             cute.arch.setmaxregister_increase(self.consumer_regs)
             self.mma(qk_mma, pv_mma, col_mma, sQ, sK, sV, storage, sP_layout, sF_layout, sCol,
                      pipes, blocks, tile, tma_o, tO, mLSE, mPrevLSE, s_q, scale_log2, tidx,
-                     warp)
+                     warp, out_scale)
 
     @cute.jit
     def _pipelines(self, storage, dtype, sQ_layout, sK_layout, sV_layout):
@@ -433,7 +443,8 @@ class AttentionSm90:
 
     @cute.jit
     def mma(self, qk_mma, pv_mma, col_mma, sQ, sK, sV, storage, sP_layout, sF_layout, sCol,
-            pipes, blocks, tile, tma_o, tO, mLSE, mPrevLSE, s_q, scale_log2, tidx, warp):
+            pipes, blocks, tile, tma_o, tO, mLSE, mPrevLSE, s_q, scale_log2, tidx, warp,
+            out_scale):
         """Consumers: fragments and running softmax state, the mainloop of the configured
         schedule, then the epilogue."""
         BM, BN, D = self.block_m, self.block_n, self.head_dim
@@ -476,6 +487,8 @@ class AttentionSm90:
 
         lse = cute.make_rmem_tensor(rows, Float32)
         softmax_finish(acc_O, row_max, row_sum, lse, scale_log2)
+        if cutlass.const_expr(self.accumulate):
+            acc_O.store(acc_O.load() * Float32(out_scale))  # the reduce-add store adds it
         self.epilogue(acc_O, lse, thr_pv, pv_mma, sQ, tma_o, tO, mLSE, s_q, tile.batch,
                       tile.head, tile.m_block, ctid, warp)
 
