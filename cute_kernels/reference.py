@@ -15,6 +15,9 @@ check a result, or to run the same math where there is no CUDA device::
 
 Argument rules follow the ops' where the math needs them (attention: the op's shape, dtype and
 head-dim rules, with the same error messages); the GEMMs take any sizes and dtypes.
+
+The ops of ``NOT_YET_PUBLIC`` have their references here before the ops are exported from
+``cute_kernels`` (their kernels are not GPU-verified yet): they live in the module named there.
 """
 
 from __future__ import annotations
@@ -24,10 +27,19 @@ import torch
 from .ops.activations import ACTIVATION_FNS, GATED_ACTIVATIONS, check_activation
 from .ops.attention import attention_colsum_reference, attention_reference
 from .ops.bitpack import pack_mask_reference, unpack_mask_reference
+from .ops.column_sparse import (
+    column_indices_reference,
+    column_sparse_attention_reference,
+    topk_indices_reference,
+)
 from .ops.gated_mlp import gated_mlp_up_reference
 
-__all__ = ["attention", "attention_colsum", "gated_mlp_up", "gemm", "linear", "pack_mask",
-           "unpack_mask"]
+__all__ = ["attention", "attention_colsum", "column_indices", "column_sparse_attention",
+           "gated_mlp_up", "gemm", "linear", "pack_mask", "topk_indices", "unpack_mask"]
+
+#: References whose ops are not exported from ``cute_kernels`` yet: name -> the op's module.
+NOT_YET_PUBLIC = {name: "cute_kernels.ops.column_sparse"
+                  for name in ("column_indices", "column_sparse_attention", "topk_indices")}
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
@@ -50,6 +62,42 @@ def attention_colsum(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, prev_lse
     ``colsum[b, h, g, j] = sum over queries i of group g of exp(scale q_i . k_j -
     prev_lse[b, h, i])``, shape (B, H, ceil(S_q / group), S_kv)."""
     return attention_colsum_reference(q, k, v, prev_lse, group=group, scale=scale)
+
+
+def column_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                            indices: torch.Tensor, counts: torch.Tensor, *, group: int = 192,
+                            scale: float | None = None, out: torch.Tensor | None = None,
+                            accumulate: bool = False, out_scale: float = 1.0,
+                            return_lse: bool = False):
+    """Column-sparse attention in float32, as ``cute_kernels.ops.column_sparse.
+    column_sparse_attention``: query group g of head h (``group`` rows) attends to the keys
+    ``indices[b, h, g, :counts[b, h, g]]`` (a duplicate counts twice; a count of 0 gives o = 0,
+    lse = -inf). Returns the value the op writes, ``out_scale * attention`` (plus ``out`` with
+    ``accumulate``; ``out`` is only read), fp32 (B, H, S_q, D), and with ``return_lse`` also lse
+    (B, H, S_q). Checks the index values (the op does so only in debug mode)."""
+    o, lse = column_sparse_attention_reference(q, k, v, indices, counts, group=group,
+                                               scale=scale, out=out, accumulate=accumulate,
+                                               out_scale=out_scale)
+    return (o, lse) if return_lse else o
+
+
+def column_indices(mask: torch.Tensor, *, group: int = 192, multiple_of: int = 1,
+                   n: int | None = None):
+    """``(indices, counts)`` of a bool (..., S_kv) or bitpacked uint8 (..., ceil(n / 8)) column
+    mask, as ``cute_kernels.ops.column_sparse.column_indices`` (bit-exact), by a stable sort:
+    selected columns in increasing order, then the unselected ones; counts padded to
+    ``multiple_of`` (capped at S_kv) with the lowest unselected columns."""
+    return column_indices_reference(mask, group=group, multiple_of=multiple_of, n=n)
+
+
+def topk_indices(scores: torch.Tensor, k: int | None = None, *, sparsity: float | None = None,
+                 multiple_of: int = 1, random_fraction: float = 0.0,
+                 generator: torch.Generator | None = None):
+    """``(indices, counts)`` of the k largest columns of each row of ``scores`` by
+    ``torch.topk`` (exact: the recall baseline of ``cute_kernels.ops.column_sparse.
+    topk_indices``), with its sizes, increasing column order and random extra columns."""
+    return topk_indices_reference(scores, k, sparsity=sparsity, multiple_of=multiple_of,
+                                  random_fraction=random_fraction, generator=generator)
 
 
 def _epilogue(acc: torch.Tensor, bias: torch.Tensor | None, epilogue: str | None):

@@ -71,7 +71,8 @@ def test_class_and_module_docstrings():
 def test_reference_functions_have_docstrings(name):
     fn = getattr(ck.reference, name)
     assert inspect.getdoc(fn), f"cute_kernels.reference.{name} has no docstring"
-    assert name in ck.__all__, f"reference.{name} has no op of the same name"
+    assert name in ck.__all__ or name in ck.reference.NOT_YET_PUBLIC, \
+        f"reference.{name} has no op of the same name"
 
 
 def test_no_unnamed_write_up_citations_in_the_package():

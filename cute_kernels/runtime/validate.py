@@ -106,3 +106,39 @@ def check_no_overlap(name: str, out: torch.Tensor, *inputs: torch.Tensor) -> Non
         t_lo, t_hi = _byte_span(t)
         if lo < t_hi and t_lo < hi:
             raise ValueError(f"{name} must not overlap the inputs' memory")
+
+
+#: Debug mode: ops also run their value checks (which read device memory, so synchronise).
+ENV_VALIDATE = "CUTE_KERNELS_VALIDATE"
+_ENV_UNSET = object()
+_env_validate: object = _ENV_UNSET
+
+
+def value_checks(validate: bool | None) -> bool:
+    """Whether an op runs its value checks (index ranges and the like: a device sync each).
+
+    ``validate``: the op's ``validate=`` argument; True or False decide, None (the default)
+    follows ``CUTE_KERNELS_VALIDATE`` (``1``/``true``/``yes``/``on`` turn the checks on; unset,
+    ``0``/``false``/``no``/``off`` or empty leave them off). The variable is read once per
+    process, like ``CUTE_KERNELS_PATH`` (:func:`reset_env_validate` re-reads it).
+    """
+    global _env_validate
+    if validate is not None:
+        if not isinstance(validate, bool):
+            raise TypeError(f"validate must be a bool or None, got {type(validate).__name__}")
+        return validate
+    if _env_validate is _ENV_UNSET:
+        import os
+
+        env = os.environ.get(ENV_VALIDATE, "").strip().lower()
+        if env not in ("", "0", "false", "no", "off", "1", "true", "yes", "on"):
+            raise ValueError(f"{ENV_VALIDATE} must be 1 or 0 (true/false, yes/no, on/off), "
+                             f"got {env!r}")
+        _env_validate = env in ("1", "true", "yes", "on")
+    return bool(_env_validate)
+
+
+def reset_env_validate() -> None:
+    """Re-read ``CUTE_KERNELS_VALIDATE`` at the next call (tests, notebooks)."""
+    global _env_validate
+    _env_validate = _ENV_UNSET
