@@ -189,10 +189,39 @@ def make_build(path: str, dtype, head_dim: int, group: int, accumulate: bool,
     :func:`.attention.make_build`, compact int32 indices (B, H, G, L) and counts (B, H, G), a
     compact fp32 lse (B, H, S_q); ``accumulate`` compiles the ``o += out_scale * attention``
     epilogue. ``config``: Hopper overrides (tests, tuning)."""
-    # NOT MERGED YET: the one place that waits for the gather kernels. When they land, build
-    # them here as attention.make_build does (gather=True, group, accumulate) and name their
-    # __call__ parameters in _column_sparse_attention's call_args.
-    raise NotImplementedError("column_sparse_attention: the gather kernels are not merged yet")
+    import cutlass
+    from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_tensor
+
+    from ..runtime.bridge import cutlass_dtype, sym
+    from ..runtime.compile import Build
+    from ..runtime.launch import launch_args
+    from ..tuning.attention import hopper_gather_config
+
+    def bhsd():
+        return make_fake_tensor(cutlass_dtype(dtype), (sym(), sym(), sym(), head_dim),
+                                (sym(8), sym(8), sym(8), 1), assumed_align=16)
+
+    def compact(dt, rank):
+        return make_fake_compact_tensor(dt, tuple(sym() for _ in range(rank)),
+                                        stride_order=tuple(range(rank - 1, -1, -1)),
+                                        assumed_align=4)
+
+    if path == "hopper" and group in (128, 192):
+        from ..kernels.attention.sm90 import AttentionSm90
+
+        cfg = hopper_gather_config(head_dim, group) if config is None else config
+        kernel = AttentionSm90(head_dim, False, **cfg, accumulate=accumulate)
+    else:
+        # group 64 has no Hopper tile (one consumer warpgroup per 64 rows of a group, two or
+        # three per CTA): it runs the Ampere kernel there too, compiled for sm_90a
+        from ..kernels.attention.sm80 import AttentionSm80
+
+        kernel = AttentionSm80(head_dim, False, group=group, gather=True, accumulate=accumulate)
+    return Build(kernel, launch_args(
+        kernel, mQ=bhsd(), mK=bhsd(), mV=bhsd(), mO=bhsd(), mLSE=compact(cutlass.Float32, 3),
+        mPrevLSE=None, mColsum=None, mIndices=compact(cutlass.Int32, 4),
+        mCounts=compact(cutlass.Int32, 3), scale=cutlass.Float32(1.0),
+        out_scale=cutlass.Float32(1.0) if accumulate else None))
 
 
 def _column_sparse_attention(q, k, v, indices, counts, base, group: int, scale: float,
@@ -220,10 +249,13 @@ def _column_sparse_attention(q, k, v, indices, counts, base, group: int, scale: 
         if base is not None and base is not out:
             o.copy_(base)
     lse = torch.empty(b, h, s_q, dtype=torch.float32, device=q.device)
-    # the parameter names are the planned gather kernels' (to check against them when merged)
     kernel(*_column_sparse_params().call_args(
-        mQ=q, mK=k, mV=v, mO=o, mLSE=lse, mIndices=indices.contiguous(),
-        mCounts=counts.contiguous(), scale=scale, out_scale=out_scale))
+        mQ=q, mK=k, mV=v, mO=o, mLSE=lse, mPrevLSE=None, mColsum=None,
+        mIndices=indices.contiguous(), mCounts=counts.contiguous(), scale=scale,
+        out_scale=out_scale if base is not None else None))
+    if base is None and out_scale != 1.0:
+        # the writing kernel has no factor (the accumulating one applies it in registers)
+        o.mul_(out_scale)
     return o, lse
 
 
