@@ -10,6 +10,8 @@ head h attends to the key rows ``indices[b, h, g, :count]`` only (``AttentionSm8
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import cutlass
 import cutlass.cute as cute
 import cutlass.memory
@@ -32,6 +34,16 @@ from .online_softmax import (
     softmax_finish,
     store_lse,
 )
+
+
+class GatherRows(NamedTuple):
+    """One thread's gather state in a column-sparse tile (``AttentionSm80._gather_setup``)."""
+
+    indices: Any  # the query group's index list (L,)
+    count: Any  # its count, clamped into [0, L]
+    coords: Any  # this thread's (row, column) coordinates of its vectors in a (BN, D) tile
+    rows: Any  # per owned row: the key row it copies for the pending chunk, -1 past the count
+    s_kv: Any
 
 
 class AttentionSm80:
@@ -182,7 +194,7 @@ class AttentionSm80:
             # K/V come from the kv head's (S_kv, D) rows the index list names (_gather_rows)
             tKgK, tVgV = mK[batch, kv_head, None, None], mV[batch, kv_head, None, None]
             gat = self._gather_setup(thr_g2s, mIndices, mCounts, batch, head, m_block, s_kv)
-            blocks = self.key_blocks.tile(m_block, s_q, gat[1])  # over packed positions
+            blocks = self.key_blocks.tile(m_block, s_q, gat.count)  # over packed positions
         else:
             blocks = self.key_blocks.tile(m_block, s_q, s_kv)
         n_blocks = blocks.n_blocks
@@ -320,9 +332,8 @@ class AttentionSm80:
 
     @cute.jit
     def _gather_setup(self, thr_g2s, mIndices, mCounts, batch, head, m_block, s_kv):
-        """The column-sparse tile's gather state: (the group's index list, its count clamped
-        into [0, L], this thread's (row, column) coordinates in a (BN, D) tile, a register per
-        owned row for the key row it copies (``_read_rows``), S_kv)."""
+        """The column-sparse tile's ``GatherRows``: its group's list and count, and a register
+        per owned row for the key row it copies (filled by ``_read_rows``)."""
         g = self.key_blocks.group_of(m_block)
         idx = mIndices[batch, head, g, None]
         count = cutlass.min(cutlass.max(mCounts[batch, head, g], Int32(0)),
@@ -330,11 +341,11 @@ class AttentionSm80:
         tKVc = thr_g2s.partition_S(cute.make_identity_tensor((self.block_n, self.head_dim)))
         assert cute.size(tKVc, mode=[2]) == 1  # K-major copy: one vector per row and thread
         kv_rows = cute.make_rmem_tensor(cute.size(tKVc, mode=[1]), Int32)
-        return idx, count, tKVc, kv_rows, Int32(s_kv)
+        return GatherRows(idx, count, tKVc, kv_rows, Int32(s_kv))
 
     @cute.jit
-    def _read_rows(self, gat, n):
-        """``kv_rows[i]``: the key row behind this thread's row i of packed chunk ``n``, the
+    def _read_rows(self, gat: GatherRows, n):
+        """``gat.rows[i]``: the key row behind this thread's row i of packed chunk ``n``, the
         index clamped into [0, S_kv); -1 past the count (zero-filled). The list is read at
         min(position, count - 1), never past its end."""
         idx, count, tKVc, kv_rows, s_kv = gat
@@ -344,11 +355,11 @@ class AttentionSm80:
             kv_rows[i] = row if pos < count else Int32(-1)
 
     @cute.jit
-    def _gather_rows(self, tiled_copy, mX, tXsX, gat):
+    def _gather_rows(self, tiled_copy, mX, tXsX, gat: GatherRows):
         """cp.async this thread's 16-byte vector of each owned row of the tile from key row
-        ``kv_rows[i]`` of ``mX`` (S_kv, D), into the slot the dense copy fills; -1 rows
+        ``gat.rows[i]`` of ``mX`` (S_kv, D), into the slot the dense copy fills; -1 rows
         zero-filled."""
-        _, _, tKVc, kv_rows, _ = gat
+        tKVc, kv_rows = gat.coords, gat.rows
         per_vec = BYTES_PER_VEC * 8 // mX.element_type.width
         chunk = tKVc[(0, 0), 0, 0][1] // per_vec  # this thread's column vector
         pred = cute.make_rmem_tensor((1, 1), cutlass.Boolean)
