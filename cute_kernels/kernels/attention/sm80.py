@@ -332,12 +332,14 @@ class AttentionSm80:
 
     @cute.jit
     def _gather_setup(self, thr_g2s, mIndices, mCounts, batch, head, m_block, s_kv):
-        """The column-sparse tile's ``GatherRows``: its group's list and count, and a register
-        per owned row for the key row it copies (filled by ``_read_rows``)."""
+        """The column-sparse tile's ``GatherRows``: its group's list and count (clamped into
+        [0, L]; 0 when S_kv is), and a register per owned row for the key row it copies
+        (filled by ``_read_rows``)."""
         g = self.key_blocks.group_of(m_block)
         idx = mIndices[batch, head, g, None]
         count = cutlass.min(cutlass.max(mCounts[batch, head, g], Int32(0)),
                             Int32(mIndices.shape[3]))
+        count = count if s_kv > 0 else Int32(0)  # no row to clamp into: attend to nothing
         tKVc = thr_g2s.partition_S(cute.make_identity_tensor((self.block_n, self.head_dim)))
         assert cute.size(tKVc, mode=[2]) == 1  # K-major copy: one vector per row and thread
         kv_rows = cute.make_rmem_tensor(cute.size(tKVc, mode=[1]), Int32)
