@@ -109,6 +109,30 @@ class CausalKeyBlocks(DenseKeyBlocks):
         return needs_mask
 
 
+
+class PackedKeyRows(DenseKeyBlocks):
+    """Column-sparse attention ("tile packing"): query group ``g`` (``group`` query rows) of
+    ``(b, h)`` attends to the key rows ``indices[b, h, g, :count]``, in any order. Those rows
+    are packed into chunks of ``block_n`` *positions*; a query tile (which lies inside one
+    group: ``block_m`` divides ``group``) visits the chunks as the dense policy visits the key
+    blocks of a ``count``-long sequence: ``tile(m_block, s_q, count)``, the last (partial)
+    chunk first, only that chunk masking (positions ``>= count``). Mask coordinates are packed
+    positions; the kernel gathers chunk ``n``'s K/V rows from
+    ``indices[b, h, g, n * block_n + r]`` into a dense smem tile. ``count`` 0 visits nothing
+    (o = 0, lse = -inf)."""
+
+    def __init__(self, block_mn: tuple[int, int], group: int):
+        super().__init__(block_mn)
+        if group <= 0 or group % self.block_m:
+            raise ValueError(f"block_m ({self.block_m}) must divide group ({group}): a query "
+                             f"tile lies inside one query group")
+        self.group = group
+
+    def group_of(self, m_block):
+        """The query group of query tile ``m_block``."""
+        return m_block * self.block_m // self.group
+
+
 def key_block_policy(block_mn: tuple[int, int], causal: bool) -> DenseKeyBlocks:
     """The dense or causal policy for a ``(block_m, block_n)`` tile."""
     return (CausalKeyBlocks if causal else DenseKeyBlocks)(block_mn)

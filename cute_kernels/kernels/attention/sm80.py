@@ -3,11 +3,14 @@ mma.sync m16n8k16, online softmax in registers.
 
 Tensors: q (B, H, S_q, D), k/v (B, H_kv, S_kv, D), o like q, lse (B, H, S_q) fp32; any strides
 with a unit-stride head dim. GQA: query head h reads kv head h // (H / H_kv). Causal masks are
-bottom-right aligned (ops/attention.py).
+bottom-right aligned (ops/attention.py). Column-sparse attention (``gather``): query group g of
+head h attends to the key rows ``indices[b, h, g, :count]`` only (``AttentionSm80``).
 
 """
 
 from __future__ import annotations
+
+from typing import Any, NamedTuple
 
 import cutlass
 import cutlass.cute as cute
@@ -17,7 +20,7 @@ from cutlass.cute.nvgpu import warp
 
 from ..common.constants import BYTES_PER_VEC, LOG2E
 from ..common.sm80 import g2s_copy, in_bounds_predicate, smem_operand_atom
-from .block_info import key_block_policy
+from .block_info import PackedKeyRows, key_block_policy
 from .column_sums import (
     previous_step_factors,
     reduce_scatter_rows,
@@ -33,9 +36,19 @@ from .online_softmax import (
 )
 
 
+class GatherRows(NamedTuple):
+    """One thread's gather state in a column-sparse tile (``AttentionSm80._gather_setup``)."""
+
+    indices: Any  # the query group's index list (L,)
+    count: Any  # its count, clamped into [0, L]
+    coords: Any  # this thread's (row, column) coordinates of its vectors in a (BN, D) tile
+    rows: Any  # per owned row: the key row it copies for the pending chunk, -1 past the count
+    s_kv: Any
+
+
 class AttentionSm80:
-    """One CTA per (128-query block, head, batch); 4 warps (D = 64) or 8 (D = 128), each
-    owning 16-row slices of the query block.
+    """One CTA per (``block_m``-query block, head, batch); 4 warps (D = 64) or 8 (D = 128; at
+    most ``block_m / 16``), each owning 16-row slices of the query block.
 
     Warp roles: all warps load (cp.async) and compute (mma.sync); S = Q K^T and O += P V both
     partitioned by one tiled mma (warps x 1).
@@ -51,23 +64,68 @@ class AttentionSm80:
     (2 x warps x 64 fp32) and are added to the zero-initialised output with one atomic add per
     (group, key). At most two blocks add to one element (group <= 256), and fp32 addition of
     two terms onto zero is commutative, so the result does not depend on their order.
+
+    Column-sparse variant (``gather``; non-causal, no column sums; "tile packing"): query
+    group g (``group`` query rows) of (b, h) attends to the key rows ``indices[b, h, g,
+    :count]`` only: any order, a duplicate counted twice, the softmax over that set, count 0
+    giving o = 0 and lse = -inf.
+
+    * Tiles: a query tile lies inside one group (``block_m`` divides ``group``): 128 rows for
+      groups that are multiples of 128, else 64 (groups 64 and 192; a 192-row group is three
+      64-row CTAs); one warp per 16 rows (4 or 8 warps), so the per-thread fragments are at
+      most the dense kernel's. A 192-row tile (12 warps; block_n 96 at D = 64, 48 at D = 128,
+      so the copy's 48 / 24 rows per pass tile it) gathers a group's keys once instead of three
+      times and builds without spills, but at D = 128 it sits at the 168-register ceiling of
+      384 threads: an option to measure, not the default.
+    * Key blocks: ``block_info.PackedKeyRows``: chunk n is the list's packed positions n BN ..
+      n BN + BN - 1, visited in the dense order over a count-long sequence (last chunk first);
+      only the last, partial chunk masks (positions >= count).
+    * The gather: chunk n's K and V rows land in the same swizzled tiles the dense kernel
+      fills, through the dense cp.async partition (a thread owns one 16-byte column vector of
+      every (threads / (D / 8))-th row of the tile). Per owned row the thread reads the row's
+      index (once per chunk, for K; V reuses the register), clamps it into [0, S_kv) and copies
+      its vector of that key row: as many cp.async as the dense kernel. Positions >= count are
+      zero-filled (cp.async src-size 0): nothing is read, and zero V rows add nothing to P V
+      even if a mask missed them. The list is read at min(position, count - 1) with count
+      clamped into [0, L], so no index read leaves it. A chunk's indices are read right after
+      the previous chunk's V is issued, so their latency hides behind S = Q K^T (the first
+      chunk's is exposed).
+    * Shared memory: (block_m + 2 x 64) x D x 2 B: 24 / 48 KiB (64 rows, D = 64 / 128), 32 /
+      64 KiB (128 rows).
     """
 
-    def __init__(self, head_dim: int, causal: bool, block_m: int = 128, block_n: int = 64,
-                 warps: int | None = None, colsum: bool = False, group: int = 192):
+    def __init__(self, head_dim: int, causal: bool = False, block_m: int | None = None,
+                 block_n: int = 64, warps: int | None = None, colsum: bool = False,
+                 group: int = 192, gather: bool = False):
         self.head_dim, self.causal = head_dim, causal
         if colsum and causal:
             raise ValueError("the column-sum variant is non-causal")
+        if gather and causal:
+            raise ValueError("the column-sparse (gather) variant is non-causal")
+        if gather and colsum:
+            raise ValueError("the column-sparse (gather) variant has no column sums")
+        if block_m is None:
+            block_m = 64 if gather and group % 128 else 128
         if colsum and (group % 16 or not block_m <= 2 * group):
             raise ValueError(f"group must be a multiple of 16 of at least block_m / 2, got "
                              f"{group}")
-        self.colsum, self.group = colsum, group
+        self.colsum, self.gather, self.group = colsum, gather, group
         self.block_m, self.block_n = block_m, block_n
-        self.key_blocks = key_block_policy((block_m, block_n), causal)
+        self.key_blocks = (PackedKeyRows((block_m, block_n), group) if gather
+                           else key_block_policy((block_m, block_n), causal))
         # D = 128 with 4 warps needs > 255 registers per thread (O alone is 128 fp32): 8 warps
-        # halve every per-thread fragment
-        self.warps = warps or (4 if head_dim <= 64 else 8)
+        # halve every per-thread fragment. The gather gives every warp one 16-row slice (its
+        # index registers took D = 64 with 32-row warps to 254 registers)
+        self.warps = warps or (block_m // 16 if gather
+                               else min(4 if head_dim <= 64 else 8, block_m // 16))
         self.threads = 32 * self.warps
+        copy_rows = self.threads // (head_dim * 2 // BYTES_PER_VEC)  # rows per cp.async pass
+        if block_m % (16 * self.warps) or block_n % 16:
+            raise ValueError(f"block_m ({block_m}) must be a multiple of 16 x warps "
+                             f"({self.warps}) and block_n ({block_n}) of 16")
+        if block_m % copy_rows or block_n % copy_rows:
+            raise ValueError(f"block_m ({block_m}) and block_n ({block_n}) must be multiples "
+                             f"of the {copy_rows} rows {self.threads} threads copy per pass")
 
     @cute.jit
     def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
@@ -84,12 +142,13 @@ class AttentionSm80:
             permutation_mnk=(16 * self.warps, 16, 16))
         copy_qkv = g2s_copy(dtype, "k", self.block_n, self.head_dim, self.threads)
         grid = (cute.ceil_div(mQ.shape[2], self.block_m), mQ.shape[1], mQ.shape[0])
-        self.kernel(mQ, mK, mV, mO, mLSE, mPrevLSE, mColsum, scale * Float32(LOG2E), tiled_mma,
-                    copy_qkv).launch(grid=grid, block=(self.threads, 1, 1), stream=stream)
+        self.kernel(mQ, mK, mV, mO, mLSE, mPrevLSE, mColsum, mIndices, mCounts,
+                    scale * Float32(LOG2E), tiled_mma, copy_qkv).launch(
+                        grid=grid, block=(self.threads, 1, 1), stream=stream)
 
     @cute.kernel
     def kernel(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
-               mLSE: cute.Tensor, mPrevLSE, mColsum, scale_log2: Float32,
+               mLSE: cute.Tensor, mPrevLSE, mColsum, mIndices, mCounts, scale_log2: Float32,
                tiled_mma: cute.TiledMma, copy_qkv: cute.TiledCopy):
         tidx, _, _ = cute.arch.thread_idx()
         m_block, head, batch = cute.arch.block_idx()
@@ -131,7 +190,14 @@ class AttentionSm80:
         tVgV, tVsV = thr_g2s.partition_S(gV), thr_g2s.partition_D(sV)
         tKVcKV = thr_g2s.partition_S(cKV)
 
-        blocks = self.key_blocks.tile(m_block, s_q, s_kv)
+        gat = None
+        if cutlass.const_expr(self.gather):
+            # K/V come from the kv head's (S_kv, D) rows the index list names (_gather_rows)
+            tKgK, tVgV = mK[batch, kv_head, None, None], mV[batch, kv_head, None, None]
+            gat = self._gather_setup(thr_g2s, mIndices, mCounts, batch, head, m_block, s_kv)
+            blocks = self.key_blocks.tile(m_block, s_q, gat.count)  # over packed positions
+        else:
+            blocks = self.key_blocks.tile(m_block, s_q, s_kv)
         n_blocks = blocks.n_blocks
 
         # ---- mma partitions and ldmatrix copies ----
@@ -166,8 +232,9 @@ class AttentionSm80:
         self._load_rows(copy_qkv, tQgQ, tQsQ, tQcQ, s_q)
         if n_blocks > 0:
             first = self.key_blocks.block(blocks, 0)
-            self._load_rows(copy_qkv, tKgK[None, None, None, first], tKsK,
-                            tKVcKV[None, None, None, first], s_kv)
+            if cutlass.const_expr(self.gather):
+                self._read_rows(gat, first)
+            self._load_kv(copy_qkv, tKgK, tKsK, tKVcKV, first, s_kv, gat)
         cute.arch.cp_async_commit_group()
 
         for step in cutlass.range(n_blocks, unroll=1):
@@ -177,9 +244,11 @@ class AttentionSm80:
             cute.arch.cp_async_wait_group(0)
             cute.arch.sync_threads()
             # V(n) streams in while S(n) = Q K(n)^T runs
-            self._load_rows(copy_qkv, tVgV[None, None, None, n], tVsV,
-                            tKVcKV[None, None, None, n], s_kv)
+            self._load_kv(copy_qkv, tVgV, tVsV, tKVcKV, n, s_kv, gat)
             cute.arch.cp_async_commit_group()
+            if cutlass.const_expr(self.gather):  # the next chunk's indices, read during S(n)
+                if self.key_blocks.has_next(blocks, step, n):
+                    self._read_rows(gat, self.key_blocks.next_block(blocks, step, n))
             self._smem_gemm(tiled_mma, acc_S, lds_q_tiled, tSsQ, tSrQ_v, tSrQ, lds_k_tiled,
                             tSsK, tSrK_v, tSrK)
             cute.arch.cp_async_wait_group(0)
@@ -187,8 +256,7 @@ class AttentionSm80:
             # the next visit's K streams in during the softmax and P V(n)
             if self.key_blocks.has_next(blocks, step, n):
                 n_next = self.key_blocks.next_block(blocks, step, n)
-                self._load_rows(copy_qkv, tKgK[None, None, None, n_next], tKsK,
-                                tKVcKV[None, None, None, n_next], s_kv)
+                self._load_kv(copy_qkv, tKgK, tKsK, tKVcKV, n_next, s_kv, gat)
             cute.arch.cp_async_commit_group()
 
             mask_and_softmax(acc_S, acc_O, row_max, row_sum, scale_log2, thr_mma, self.key_blocks,
@@ -262,6 +330,59 @@ class AttentionSm80:
                 row = mColsum[batch, head, first_group + g, None]
                 cute.arch.atomic_add(row.iterator + (n * BN + c), total)
         cute.arch.sync_threads()  # sCol is rewritten by the next key block
+
+    @cute.jit
+    def _gather_setup(self, thr_g2s, mIndices, mCounts, batch, head, m_block, s_kv):
+        """The column-sparse tile's ``GatherRows``: its group's list and count (clamped into
+        [0, L]; 0 when S_kv is), and a register per owned row for the key row it copies
+        (filled by ``_read_rows``)."""
+        g = self.key_blocks.group_of(m_block)
+        idx = mIndices[batch, head, g, None]
+        count = cutlass.min(cutlass.max(mCounts[batch, head, g], Int32(0)),
+                            Int32(mIndices.shape[3]))
+        count = count if s_kv > 0 else Int32(0)  # no row to clamp into: attend to nothing
+        tKVc = thr_g2s.partition_S(cute.make_identity_tensor((self.block_n, self.head_dim)))
+        assert cute.size(tKVc, mode=[2]) == 1  # K-major copy: one vector per row and thread
+        kv_rows = cute.make_rmem_tensor(cute.size(tKVc, mode=[1]), Int32)
+        return GatherRows(idx, count, tKVc, kv_rows, Int32(s_kv))
+
+    @cute.jit
+    def _read_rows(self, gat: GatherRows, n):
+        """``gat.rows[i]``: the key row behind this thread's row i of packed chunk ``n``, the
+        index clamped into [0, S_kv); -1 past the count (zero-filled). The list is read at
+        min(position, count - 1), never past its end."""
+        idx, count, tKVc, kv_rows, s_kv = gat
+        for i in cutlass.range_constexpr(cute.size(kv_rows)):
+            pos = n * self.block_n + tKVc[(0, 0), i, 0][0]
+            row = cutlass.max(cutlass.min(idx[cutlass.min(pos, count - 1)], s_kv - 1), Int32(0))
+            kv_rows[i] = row if pos < count else Int32(-1)
+
+    @cute.jit
+    def _gather_rows(self, tiled_copy, mX, tXsX, gat: GatherRows):
+        """cp.async this thread's 16-byte vector of each owned row of the tile from key row
+        ``gat.rows[i]`` of ``mX`` (S_kv, D), into the slot the dense copy fills; -1 rows
+        zero-filled."""
+        tKVc, kv_rows = gat.coords, gat.rows
+        per_vec = BYTES_PER_VEC * 8 // mX.element_type.width
+        chunk = tKVc[(0, 0), 0, 0][1] // per_vec  # this thread's column vector
+        pred = cute.make_rmem_tensor((1, 1), cutlass.Boolean)
+        for i in cutlass.range_constexpr(cute.size(kv_rows)):
+            row = kv_rows[i]
+            src = cute.local_tile(mX[cutlass.max(row, Int32(0)), None], (per_vec,), (chunk,))
+            dst = tXsX[None, i, None]
+            pred[0, 0] = row >= 0
+            cute.copy(tiled_copy, cute.make_tensor(src.iterator, cute.make_layout(dst.shape)),
+                      dst, pred=pred)
+
+    @cute.jit
+    def _load_kv(self, tiled_copy, tXgX, tXsX, tKVcKV, n, s_kv, gat):
+        """Key block ``n``'s K or V tile: dense (``tXgX`` the thread's tiles) or gathered
+        (``tXgX`` the kv head's rows, ``_read_rows`` having named chunk ``n``'s)."""
+        if cutlass.const_expr(self.gather):
+            self._gather_rows(tiled_copy, tXgX, tXsX, gat)
+        else:
+            self._load_rows(tiled_copy, tXgX[None, None, None, n], tXsX,
+                            tKVcKV[None, None, None, n], s_kv)
 
     @cute.jit
     def _load_rows(self, tiled_copy, tXgX, tXsX, tXcX, rows):

@@ -1,0 +1,136 @@
+"""The Ampere column-sparse attention kernel (``AttentionSm80(..., gather=True)``) compiles for
+sm_80 and sm_90a (the Ampere path forced on Hopper) without a GPU: its instructions, its
+gathered loads counted against the dense kernel's, no local memory, no spills; and its
+compile-time rules."""
+
+import functools
+import re
+
+import pytest
+
+from cute_kernels.registry import instruction_mix
+
+AMPERE = {"mma.sync", "cp.async", "ldmatrix"}
+GROUPS = (64, 128, 192)
+
+
+def gather_build(head_dim: int, gather: bool = True, **config):
+    """A ``Build`` of ``AttentionSm80(head_dim, gather=gather, **config)`` against symbolic bf16
+    (B, H, S, D) tensors (unit-stride head dim, other strides multiples of 8 elements), a
+    compact fp32 lse and, gathering, compact int32 indices (B, H, G, L) and counts
+    (B, H, G)."""
+    import cutlass
+    from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_tensor
+
+    from cute_kernels.kernels.attention.sm80 import AttentionSm80
+    from cute_kernels.runtime.bridge import sym
+    from cute_kernels.runtime.compile import Build
+    from cute_kernels.runtime.launch import launch_args
+
+    def bhsd():
+        return make_fake_tensor(cutlass.BFloat16, (sym(), sym(), sym(), head_dim),
+                                (sym(8), sym(8), sym(8), 1), assumed_align=16)
+
+    def compact(dtype, rank):
+        return make_fake_compact_tensor(dtype, tuple(sym() for _ in range(rank)),
+                                        stride_order=tuple(range(rank - 1, -1, -1)),
+                                        assumed_align=4)
+
+    kernel = AttentionSm80(head_dim, gather=gather, **config)
+    return Build(kernel, launch_args(
+        kernel, mQ=bhsd(), mK=bhsd(), mV=bhsd(), mO=bhsd(), mLSE=compact(cutlass.Float32, 3),
+        mPrevLSE=None, mColsum=None,
+        mIndices=compact(cutlass.Int32, 4) if gather else None,
+        mCounts=compact(cutlass.Int32, 3) if gather else None, scale=cutlass.Float32(1.0)))
+
+
+@functools.cache
+def _ptx(head_dim: int, target: str, gather: bool, config: tuple) -> str:
+    from cute_kernels.runtime.compile import compile_ptx
+
+    return compile_ptx(gather_build(head_dim, gather, **dict(config)), target)
+
+
+def _assert_no_spills(ptx: str, target: str) -> None:
+    from test_ptx import _assert_no_spills as no_spills  # tests/ is on pytest's path
+
+    no_spills(ptx, target)
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("group", GROUPS)
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_gather_ptx(head_dim, group, target):
+    """Default tile per group: mma.sync / cp.async / ldmatrix; every cp.async a zero-filling
+    16-byte copy (src-size operand), as many as the dense kernel of the same tile issues (Q
+    once, K at two sites, V at one; one per 16-byte vector a thread owns); one count load and
+    one index load per owned row at each of the two index sites; no local memory, no spills."""
+    from cute_kernels.kernels.attention.sm80 import AttentionSm80
+
+    kernel = AttentionSm80(head_dim, gather=True, group=group)
+    assert kernel.block_m == (128 if group % 128 == 0 else 64)
+    assert kernel.warps == kernel.block_m // 16
+    ptx = _ptx(head_dim, target, True, (("group", group),))
+    assert f".target {target}" in ptx
+    assert f".reqntid {kernel.threads}, 1, 1" in ptx
+    mix = instruction_mix(ptx)
+    assert all(mix[f] > 0 for f in AMPERE), mix
+    assert "ld.local" not in ptx and "st.local" not in ptx
+
+    per_vec_row = head_dim * 2 // 16  # 16-byte vectors per row
+    rows_per_pass = kernel.threads // per_vec_row
+    q_vecs, kv_vecs = kernel.block_m // rows_per_pass, kernel.block_n // rows_per_pass
+    copies = re.findall(r"cp\.async\.cg\.shared\.global \[[^]]+\], \[[^]]+\], 16, %r\d+;", ptx)
+    assert len(copies) == ptx.count("cp.async.cg.shared.global") == q_vecs + 3 * kv_vecs
+    dense = _ptx(head_dim, target, False, (("block_m", kernel.block_m),
+                                           ("warps", kernel.warps)))
+    assert len(copies) == dense.count("cp.async.cg.shared.global")
+    assert len(re.findall(r"ld\.global\.[bsu]32", ptx)) == 1 + 2 * kv_vecs
+    assert "ld.global" not in dense
+    _assert_no_spills(ptx, target)
+
+
+def test_gather_192_row_tile_ptx():
+    """The 192-row option (a whole group per CTA, 12 warps, block_n 96: the copy's 48 rows per
+    pass tile it) builds without spills at D = 64."""
+    ptx = _ptx(64, "sm_80", True, (("block_m", 192), ("block_n", 96), ("group", 192)))
+    assert ".reqntid 384, 1, 1" in ptx
+    assert all(instruction_mix(ptx)[f] > 0 for f in AMPERE)
+    assert "ld.local" not in ptx and "st.local" not in ptx
+    _assert_no_spills(ptx, "sm_80")
+
+
+def test_dense_defaults_unchanged():
+    from cute_kernels.kernels.attention.sm80 import AttentionSm80
+
+    for d, warps in ((64, 4), (128, 8)):
+        for causal in (False, True):
+            kernel = AttentionSm80(d, causal)
+            assert (kernel.block_m, kernel.block_n, kernel.warps) == (128, 64, warps)
+            assert not kernel.gather
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(gather=True, causal=True), "non-causal"),
+    (dict(gather=True, colsum=True), "no column sums"),
+    (dict(gather=True, group=192, block_m=128), r"block_m \(128\) must divide group \(192\)"),
+    (dict(gather=True, group=96), r"block_m \(64\) must divide group \(96\)"),
+    (dict(gather=True, group=0), "must divide group"),
+    (dict(gather=True, group=128, block_m=128, warps=3), "multiple of 16 x warps"),
+    (dict(gather=True, group=192, block_m=192), "rows 384 threads copy per pass"),
+    (dict(gather=True, group=128, block_n=40), "block_n"),
+])
+def test_gather_config_errors(kwargs, match):
+    from cute_kernels.kernels.attention.sm80 import AttentionSm80
+
+    with pytest.raises(ValueError, match=match):
+        AttentionSm80(64, **kwargs)
+
+
+def test_packed_key_rows_group_of():
+    from cute_kernels.kernels.attention.block_info import DenseKeyBlocks, PackedKeyRows
+
+    policy = PackedKeyRows((64, 64), 192)
+    assert isinstance(policy, DenseKeyBlocks) and not policy.causal
+    assert [policy.group_of(m) for m in range(7)] == [0, 0, 0, 1, 1, 1, 2]
+    assert PackedKeyRows((128, 64), 128).group_of(3) == 3
