@@ -41,7 +41,8 @@ def gather_build(head_dim: int, gather: bool = True, **config):
         kernel, mQ=bhsd(), mK=bhsd(), mV=bhsd(), mO=bhsd(), mLSE=compact(cutlass.Float32, 3),
         mPrevLSE=None, mColsum=None,
         mIndices=compact(cutlass.Int32, 4) if gather else None,
-        mCounts=compact(cutlass.Int32, 3) if gather else None, scale=cutlass.Float32(1.0)))
+        mCounts=compact(cutlass.Int32, 3) if gather else None, scale=cutlass.Float32(1.0),
+        out_scale=None))
 
 
 @functools.cache

@@ -387,16 +387,21 @@ def test_eager_on_cpu_stops_at_the_device_check(custom_op_calls):
     assert c.calls == []
 
 
-def test_the_direct_route_waits_for_the_gather_kernels(monkeypatch):
-    """Past the device check, the eager call reaches make_build: the one NotImplementedError."""
-    monkeypatch.setattr(cs, "_check_device_args", lambda **tensors: None)
-    monkeypatch.setattr(cs, "kernel_for", lambda device, key, build, hopper_key=():
-                        build("hopper", "sm_90a"))
-    a = args()
-    with pytest.raises(NotImplementedError, match="gather kernels are not merged yet"):
-        cs.column_sparse_attention(a["q"], a["k"], a["v"], a["indices"], a["counts"], group=64)
-    with pytest.raises(NotImplementedError, match="gather kernels are not merged yet"):
-        cs.make_build("ampere", BF, 128, 192, True)
+def test_make_build_picks_the_gather_kernel():
+    """Hopper groups 128 / 192 build the warp-specialized gather kernel (64-key tiles at
+    D = 128, group 192); group 64 and the Ampere path build the FA2 gather kernel; accumulate
+    is compiled in (the launch arguments are checked against the kernels' signature)."""
+    from cute_kernels.kernels.attention.sm80 import AttentionSm80
+    from cute_kernels.kernels.attention.sm90 import AttentionSm90
+
+    hopper = cs.make_build("hopper", BF, 128, 192, True).fn
+    assert isinstance(hopper, AttentionSm90) and hopper.gather and hopper.accumulate
+    assert (hopper.block_m, hopper.block_n) == (192, 64)
+    assert cs.make_build("hopper", BF, 64, 128, False).fn.block_n == 128
+    for path, group in (("hopper", 64), ("ampere", 64), ("ampere", 128), ("ampere", 192)):
+        kernel = cs.make_build(path, BF, 64, group, False).fn
+        assert isinstance(kernel, AttentionSm80) and kernel.gather and not kernel.accumulate
+        assert group % kernel.block_m == 0
 
 
 def test_refuses_gradients():

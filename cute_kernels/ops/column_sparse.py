@@ -293,10 +293,14 @@ def column_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """Column-sparse attention: each group of ``group`` query rows attends to its own list of
     key rows (Chipmunk's [192, 1] sparsity), ``softmax(scale * q k_sel^T) v_sel``.
 
-    Not public yet (not exported from ``cute_kernels``): the kernels are not merged, so the
-    eager CUDA call raises ``NotImplementedError``; validation, meta tensors and
-    ``torch.compile`` tracing work, and ``cute_kernels.reference.column_sparse_attention``
-    computes the result on any device. Forward only.
+    Not public yet (not exported from ``cute_kernels``): the gather kernels (Hopper
+    ``AttentionSm90(gather=True)`` for groups 128 and 192, the Ampere FA2 gather kernel
+    otherwise) compile and pass their PTX checks but have not run on a GPU yet; validation,
+    meta tensors and ``torch.compile`` tracing work, and
+    ``cute_kernels.reference.column_sparse_attention`` computes the result on any device.
+    ``accumulate`` adds in the kernel's epilogue: a TMA reduce-add store on Hopper, a
+    read-modify-write by the CTA that owns the tile on Ampere (each output element has one
+    writer). Forward only.
 
     Args:
         q: (B, H, S_q, D) queries, bfloat16 or float16, on a CUDA device; D is 64 or 128.
@@ -334,8 +338,7 @@ def column_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             (B, H, G, L >= 1), counts (B, H, G)), ``group`` not 64/128/192, no ``out`` with
             ``accumulate``, a bad or overlapping ``out``, tensors on different devices or on
             the CPU; in validate mode, a count outside [0, L] or an index outside [0, S_kv).
-        NotImplementedError: the eager CUDA call until the gather kernels are merged, or
-            inputs that require grad under grad mode.
+        NotImplementedError: inputs that require grad under grad mode.
     """
     scale, out_scale = validate_column_sparse(q, k, v, indices, counts, group, scale, out,
                                               accumulate, out_scale)

@@ -96,8 +96,13 @@ class AttentionSm80:
 
     def __init__(self, head_dim: int, causal: bool = False, block_m: int | None = None,
                  block_n: int = 64, warps: int | None = None, colsum: bool = False,
-                 group: int = 192, gather: bool = False):
+                 group: int = 192, gather: bool = False, accumulate: bool = False):
         self.head_dim, self.causal = head_dim, causal
+        # accumulate: out += out_scale * O, read-modify-written by the CTA that owns the tile
+        # (each output element has exactly one writer, so nothing races)
+        if accumulate and colsum:
+            raise ValueError("accumulate does not combine with the column-sum variant")
+        self.accumulate = accumulate
         if colsum and causal:
             raise ValueError("the column-sum variant is non-causal")
         if gather and causal:
@@ -143,13 +148,13 @@ class AttentionSm80:
         copy_qkv = g2s_copy(dtype, "k", self.block_n, self.head_dim, self.threads)
         grid = (cute.ceil_div(mQ.shape[2], self.block_m), mQ.shape[1], mQ.shape[0])
         self.kernel(mQ, mK, mV, mO, mLSE, mPrevLSE, mColsum, mIndices, mCounts,
-                    scale * Float32(LOG2E), tiled_mma, copy_qkv).launch(
+                    scale * Float32(LOG2E), tiled_mma, copy_qkv, out_scale).launch(
                         grid=grid, block=(self.threads, 1, 1), stream=stream)
 
     @cute.kernel
     def kernel(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
                mLSE: cute.Tensor, mPrevLSE, mColsum, mIndices, mCounts, scale_log2: Float32,
-               tiled_mma: cute.TiledMma, copy_qkv: cute.TiledCopy):
+               tiled_mma: cute.TiledMma, copy_qkv: cute.TiledCopy, out_scale):
         tidx, _, _ = cute.arch.thread_idx()
         m_block, head, batch = cute.arch.block_idx()
         dtype = mQ.element_type
@@ -277,6 +282,8 @@ class AttentionSm80:
         cute.arch.cp_async_wait_group(0)
         lse = cute.make_rmem_tensor(rows, Float32)
         softmax_finish(acc_O, row_max, row_sum, lse, scale_log2)
+        if cutlass.const_expr(self.accumulate):
+            acc_O.store(acc_O.load() * Float32(out_scale))
         self._store(acc_O, lse, thr_mma, tiled_mma, sQ, mO, mLSE, batch, head, m_block, tidx)
 
     @cute.jit
@@ -429,4 +436,11 @@ class AttentionSm80:
                             thr_s2g.partition_D(cOg))
         tSrO = cute.make_rmem_tensor_like(tSsO)
         cute.autovec_copy(tSsO, tSrO)
-        cute.copy(s2g, tSrO, tSgO, pred=in_bounds_predicate(tScO, (s_q, D)))
+        pred = in_bounds_predicate(tScO, (s_q, D))
+        if cutlass.const_expr(self.accumulate):
+            # out += this tile (already times out_scale), in fp32, one rounding
+            tSrOld = cute.make_rmem_tensor_like(tSrO)
+            tSrOld.fill(0.0)
+            cute.copy(s2g, tSgO, tSrOld, pred=pred)
+            tSrO.store((tSrO.load().to(Float32) + tSrOld.load().to(Float32)).to(dtype))
+        cute.copy(s2g, tSrO, tSgO, pred=pred)
