@@ -8,11 +8,18 @@ status=0
 probes=("hopper 1000 1111 2 1 128 1" "hopper 1000 777 2 2 64 0" "ampere 1000 777 2 1 128 1"
         "hopper 1000 777 2 2 128 0 colsum 128" "hopper 1000 777 2 2 64 0 colsum"
         "ampere 1000 777 2 2 64 0 colsum")
+# column-sparse attention (gather kernels): PATH S_Q S_KV D GROUP [accumulate]
+sparse=("hopper 1000 1111 128 192" "hopper 700 333 64 128 accumulate" "hopper 300 500 64 64"
+        "ampere 1000 1111 128 192 accumulate")
 for p in "${probes[@]}"; do
   # shellcheck disable=SC2086
   python perf/attention_probe.py $p > /dev/null || { echo "probe failed: $p"; status=1; }
 done
 python perf/race_probe.py 128,192,64 1000 776 1000 m k 0 silu > /dev/null || status=1
+for p in "${sparse[@]}"; do
+  # shellcheck disable=SC2086
+  python perf/column_sparse_probe.py $p > /dev/null || { echo "probe failed: $p"; status=1; }
+done
 check() {  # tool label command...
   local tool=$1 label=$2; shift 2
   if out=$(timeout 150 compute-sanitizer --tool "$tool" --report-api-errors no --error-exitcode 9 \
@@ -26,6 +33,12 @@ for p in "${probes[@]}"; do
   for tool in memcheck racecheck; do
     # shellcheck disable=SC2086
     check $tool "attention $p" python perf/attention_probe.py $p
+  done
+done
+for p in "${sparse[@]}"; do
+  for tool in memcheck racecheck; do
+    # shellcheck disable=SC2086
+    check $tool "column-sparse $p" python perf/column_sparse_probe.py $p
   done
 done
 for tool in memcheck racecheck; do

@@ -38,7 +38,7 @@ def run(q, k, v, indices, counts, group, scale=None, **config):
     fn = compiled(d, tuple(sorted(dict(config, group=group).items())))
     fn(*kernel_params(AttentionSm80).call_args(
         mQ=q, mK=k, mV=v, mO=o, mLSE=lse, mPrevLSE=None, mColsum=None, mIndices=indices,
-        mCounts=counts, scale=1.0 / math.sqrt(d) if scale is None else scale))
+        mCounts=counts, scale=1.0 / math.sqrt(d) if scale is None else scale, out_scale=None))
     return o, lse
 
 
