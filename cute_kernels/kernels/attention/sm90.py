@@ -386,50 +386,40 @@ class AttentionSm90:
     def load(self, tma_q, tQ, tma_k, tK, tma_v, tV, sQ, sK, sV, pipes, blocks, tile):
         """Producer (one warp): TMA of Q once, then per visited key block its K and V tiles
         through the K/V loader."""
-        BM, D = self.block_m, self.head_dim
-        q_pipe, k_pipe, v_pipe = pipes.q_pipe, pipes.k_pipe, pipes.v_pipe
-        gQ = cute.local_tile(tQ, (BM, D), (None, None, None, None))
         gK, gV = self.kv_loader.tiles(tK, tV)
-        tQsQ, tQgQ = cpasync.tma_partition(tma_q, 0, cute.make_layout(1),
-                                           cute.group_modes(sQ, 0, 2),
-                                           cute.group_modes(gQ, 0, 2))
         kv = self.kv_loader.partition(tma_k, tma_v, gK, gV, sK, sV)
-        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
-        q_pipe.producer_acquire(q_state)
-        cute.copy(tma_q, tQgQ[(None, tile.m_block, 0, tile.head, tile.batch)], tQsQ[(None, 0)],
-                  tma_bar_ptr=q_pipe.producer_get_barrier(q_state))
-        q_pipe.producer_commit(q_state)
-        k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
-        v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
-        for step in cutlass.range(blocks.n_blocks, unroll=1):
-            n = self.key_blocks.block(blocks, step)
-            self.kv_loader.load_k(kv, k_pipe, k_state, n, tile.kv_head, tile.batch)
-            k_state.advance()
-            self.kv_loader.load_v(kv, v_pipe, v_state, n, tile.kv_head, tile.batch)
-            v_state.advance()
-        k_pipe.producer_tail(k_state)
-        v_pipe.producer_tail(v_state)
+        self._load_q(tma_q, tQ, sQ, pipes.q_pipe, tile)
+        self._load_kv(kv, pipes, blocks, tile)
 
     @cute.jit
     def load_gathered(self, tma_q, tQ, mK, mV, sQ, sK, sV, storage, pipes, blocks, tile, rows,
                       s_kv, tidx, warp):
         """Producer (the whole warpgroup) for the gather loader: warp 0 brings Q by TMA, then
         every thread copies its share of each visited key block's K and V rows."""
-        BM, D = self.block_m, self.head_dim
-        q_pipe, k_pipe, v_pipe = pipes.q_pipe, pipes.k_pipe, pipes.v_pipe
         if warp == TMA_WARP:
-            gQ = cute.local_tile(tQ, (BM, D), (None, None, None, None))
-            tQsQ, tQgQ = cpasync.tma_partition(tma_q, 0, cute.make_layout(1),
-                                               cute.group_modes(sQ, 0, 2),
-                                               cute.group_modes(gQ, 0, 2))
-            q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
-            q_pipe.producer_acquire(q_state)
-            cute.copy(tma_q, tQgQ[(None, tile.m_block, 0, tile.head, tile.batch)],
-                      tQsQ[(None, 0)], tma_bar_ptr=q_pipe.producer_get_barrier(q_state))
-            q_pipe.producer_commit(q_state)
+            self._load_q(tma_q, tQ, sQ, pipes.q_pipe, tile)
         sIdx = cute.make_tensor(storage.sIdx.data_ptr(),
                                 cute.make_layout((self.block_n, self.stages)))
         kv = self.kv_loader.partition(tidx, mK, mV, sK, sV, sIdx, rows, blocks.s_kv, s_kv)
+        self._load_kv(kv, pipes, blocks, tile)
+
+    @cute.jit
+    def _load_q(self, tma_q, tQ, sQ, q_pipe, tile):
+        """The query tile, once, by TMA (one-stage pipeline)."""
+        gQ = cute.local_tile(tQ, (self.block_m, self.head_dim), (None, None, None, None))
+        tQsQ, tQgQ = cpasync.tma_partition(tma_q, 0, cute.make_layout(1),
+                                           cute.group_modes(sQ, 0, 2),
+                                           cute.group_modes(gQ, 0, 2))
+        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+        q_pipe.producer_acquire(q_state)
+        cute.copy(tma_q, tQgQ[(None, tile.m_block, 0, tile.head, tile.batch)], tQsQ[(None, 0)],
+                  tma_bar_ptr=q_pipe.producer_get_barrier(q_state))
+        q_pipe.producer_commit(q_state)
+
+    @cute.jit
+    def _load_kv(self, kv, pipes, blocks, tile):
+        """K and V of every visited key block through the loader, then the pipelines' tails."""
+        k_pipe, v_pipe = pipes.k_pipe, pipes.v_pipe
         k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
         v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
         for step in cutlass.range(blocks.n_blocks, unroll=1):
