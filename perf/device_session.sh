@@ -21,14 +21,8 @@ step "memcheck gemm tiles" bash -c "CUTE_KERNELS_DISK_CACHE=0 timeout 300 comput
 step "racecheck gemm 192" bash -c "CUTE_KERNELS_DISK_CACHE=0 timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 python perf/race_probe.py 128,192,64 1000 776 1000 m k 0 silu 2>&1 | tail -2"
 step "memcheck gated" bash -c "CUTE_KERNELS_DISK_CACHE=0 timeout 300 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 python -m pytest -q -x tests/test_gated_mlp_gpu.py -k 'matches_reference and swiglu and (7-136 or 333-4104)' 2>&1 | tail -4"
 step "racecheck gated" bash -c "CUTE_KERNELS_DISK_CACHE=0 timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 python -m pytest -q -x tests/test_gated_mlp_gpu.py -k 'matches_reference and swiglu and 333-4104' 2>&1 | tail -4"
-for probe in "hopper 1000 1111 2 1 128 1" "hopper 1000 777 2 2 64 0" "ampere 1000 777 2 1 128 1" \
-             "hopper 1000 777 2 2 128 0 colsum" "hopper 1000 777 2 2 64 0 colsum" \
-             "hopper 1000 777 2 2 128 0 colsum 128" "hopper 1000 777 2 2 64 0 colsum 128" \
-             "ampere 1000 777 2 2 64 0 colsum"; do
-  for tool in memcheck racecheck; do
-    step "$tool attention $probe" bash -c "CUTE_KERNELS_DISK_CACHE=0 timeout 120 compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 9 python perf/attention_probe.py $probe 2>&1 | tail -2"
-  done
-done
+# attention (plain, column sums, column-sparse gather) and GEMM under memcheck and racecheck
+step "sanitizers (attention, column-sparse, gemm)" bash perf/sanitize.sh
 if [ -z "${SKIP_PERF:-}" ]; then
   if [ -z "${SKIP_BITPACK_PERF:-}" ]; then
     step "launch overhead" python perf/launch_overhead.py
