@@ -1,5 +1,5 @@
-"""``ColumnSparseAttention``: the column-sparse write-up's step schedule for one attention layer
-across diffusion steps (issue 14).
+"""``ColumnSparseAttention``: the step schedule of Chipmunk Part III (docs/attention.md,
+References) for one attention layer across diffusion steps (issue 14).
 
 Not exported from ``cute_kernels`` yet, like the op it drives
 (:func:`cute_kernels.ops.column_sparse.column_sparse_attention`, whose gather kernels have not
@@ -24,7 +24,7 @@ from .runtime.validate import check_int
 
 __all__ = ["ColumnSparseAttention"]
 
-#: The sparsity when neither ``sparsity`` nor ``k`` is given (the write-up's 93%).
+#: The sparsity when neither ``sparsity`` nor ``k`` is given (Chipmunk Part III's 93%).
 DEFAULT_SPARSITY = 0.93
 
 
@@ -40,7 +40,7 @@ class ColumnSparseAttention(nn.Module):
 
     * A dense step returns the dense output ``o``. If the next step is sparse it also builds
       that step's state: ``o, lse, colsum = attention_colsum(q, k, v, prev_lse)`` with
-      prev_lse the lse of the previous dense step (the write-up's trick: an older step's
+      prev_lse the lse of the previous dense step (Chipmunk Part III's trick: an older step's
       softmax constants give every tile one scale); ``topk_indices(colsum, ...)`` picks the
       columns of each ``group`` of query rows; the cache is ``o_cache = o - csp(q, k, v)``,
       one :func:`column_sparse_attention` call that adds ``-1 * csp`` onto a copy of o
@@ -69,7 +69,7 @@ class ColumnSparseAttention(nn.Module):
     default because a sparse step then reads them as they are; the mask trades that per-step
     rebuild for memory (``perf/column_sparse.py`` times both). A dense step that builds
     state also holds the (B, H, G, S_kv) fp32 column sums until the top-k is done (7.1 GB at
-    that shape). Nothing is offloaded to host memory (the write-up pipelines masks and caches
+    that shape). Nothing is offloaded to host memory (Chipmunk pipelines masks and caches
     through pinned CPU buffers; not done here).
 
     **Forward only, inference.** The ops have no backward: inputs that require grad under grad
