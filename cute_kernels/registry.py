@@ -94,11 +94,29 @@ def _attention_entries() -> list[KernelEntry]:
                         ("d64", "d128"), build_colsum)]
 
 
+COLUMN_SPARSE_VARIANTS = {"d64-g128": (64, 128), "d64-g192": (64, 192), "d128-g128": (128, 128),
+                          "d128-g192": (128, 192)}
+
+
+def _column_sparse_entry() -> KernelEntry:
+    def build(variant: str, path: str) -> Build:
+        import torch
+
+        from .ops.column_sparse import make_build
+
+        return make_build(path, torch.bfloat16, *COLUMN_SPARSE_VARIANTS[variant], False)
+
+    return KernelEntry("column_sparse_attention", "bf16 attention of each query group over its "
+                       "own list of key rows (gathered into dense tiles; not yet GPU-verified); "
+                       "variants by head dim and group", tuple(COLUMN_SPARSE_VARIANTS), build)
+
+
 def entries() -> dict[str, KernelEntry]:
     items = [
         _gemm_entry(),
         _gated_entry(),
         *_attention_entries(),
+        _column_sparse_entry(),
         _bitpack_entry("pack_mask", "bool [..., N] -> uint8 [..., ceil(N/8)], little-endian bits"),
         _bitpack_entry("unpack_mask", "uint8 [..., ceil(N/8)] -> bool [..., N]"),
     ]

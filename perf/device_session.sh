@@ -37,6 +37,7 @@ if [ -z "${SKIP_PERF:-}" ]; then
   step "accuracy gated" python perf/gated_accuracy.py --out "$OUT"
   step "perf attention" python perf/attention.py ${GEMM_QUICK:+--quick} --out "$OUT"
   step "perf attention ampere" python perf/attention.py --path ampere --quick --out "$OUT"
+  step "perf column-sparse" python perf/column_sparse.py ${GEMM_QUICK:+--quick} --out "$OUT"
   step "tuning attention" python perf/attention_tuning.py
   step "tuning gemm" bash -c "python perf/gemm_tuning.py --path ampere; python perf/gemm_tuning.py --path hopper"
   # the long-K regime where the gated MLP's 405B/64k shape still trails (2x2 measured slower)

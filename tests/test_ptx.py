@@ -22,6 +22,9 @@ EXPECTED = {
     **{("attention", v): {"sm_80": AMPERE, "sm_90a": HOPPER}
        for v in ("d64", "d128", "d64-causal", "d128-causal")},
     **{("attention_colsum", v): {"sm_80": AMPERE, "sm_90a": HOPPER} for v in ("d64", "d128")},
+    # K/V rows gathered by cp.async on both paths (Q and O by TMA on Hopper)
+    **{("column_sparse_attention", v): {"sm_80": AMPERE, "sm_90a": HOPPER | {"cp.async"}}
+       for v in ("d64-g128", "d64-g192", "d128-g128", "d128-g192")},
 }
 
 
