@@ -20,28 +20,22 @@ def gather_build(head_dim: int, gather: bool = True, **config):
     compact fp32 lse and, gathering, compact int32 indices (B, H, G, L) and counts
     (B, H, G)."""
     import cutlass
-    from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_tensor
+    import torch
 
     from cute_kernels.kernels.attention.sm80 import AttentionSm80
-    from cute_kernels.runtime.bridge import sym
+    from cute_kernels.runtime.bridge import fake_bhsd, fake_compact
     from cute_kernels.runtime.compile import Build
     from cute_kernels.runtime.launch import launch_args
 
     def bhsd():
-        return make_fake_tensor(cutlass.BFloat16, (sym(), sym(), sym(), head_dim),
-                                (sym(8), sym(8), sym(8), 1), assumed_align=16)
-
-    def compact(dtype, rank):
-        return make_fake_compact_tensor(dtype, tuple(sym() for _ in range(rank)),
-                                        stride_order=tuple(range(rank - 1, -1, -1)),
-                                        assumed_align=4)
+        return fake_bhsd(torch.bfloat16, head_dim)
 
     kernel = AttentionSm80(head_dim, gather=gather, **config)
     return Build(kernel, launch_args(
-        kernel, mQ=bhsd(), mK=bhsd(), mV=bhsd(), mO=bhsd(), mLSE=compact(cutlass.Float32, 3),
+        kernel, mQ=bhsd(), mK=bhsd(), mV=bhsd(), mO=bhsd(), mLSE=fake_compact(torch.float32, 3),
         mPrevLSE=None, mColsum=None,
-        mIndices=compact(cutlass.Int32, 4) if gather else None,
-        mCounts=compact(cutlass.Int32, 3) if gather else None, scale=cutlass.Float32(1.0),
+        mIndices=fake_compact(torch.int32, 4) if gather else None,
+        mCounts=fake_compact(torch.int32, 3) if gather else None, scale=cutlass.Float32(1.0),
         out_scale=None))
 
 

@@ -11,29 +11,22 @@ from test_ptx import _assert_no_spills
 def _gather_build(head_dim, group, accumulate=False):
     import cutlass
     import torch
-    from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_tensor
 
     from cute_kernels.kernels.attention.sm90 import AttentionSm90
-    from cute_kernels.runtime.bridge import cutlass_dtype, sym
+    from cute_kernels.runtime.bridge import fake_bhsd, fake_compact
     from cute_kernels.runtime.compile import Build
     from cute_kernels.runtime.launch import launch_args
     from cute_kernels.tuning.attention import hopper_gather_config
 
     def bhsd():
-        return make_fake_tensor(cutlass_dtype(torch.bfloat16), (sym(), sym(), sym(), head_dim),
-                                (sym(8), sym(8), sym(8), 1), assumed_align=16)
-
-    def compact(dtype, rank):
-        return make_fake_compact_tensor(dtype, tuple(sym() for _ in range(rank)),
-                                        stride_order=tuple(range(rank - 1, -1, -1)),
-                                        assumed_align=4)
+        return fake_bhsd(torch.bfloat16, head_dim)
 
     kernel = AttentionSm90(head_dim, False, **hopper_gather_config(head_dim, group),
                            accumulate=accumulate)
     return kernel, Build(kernel, launch_args(
-        kernel, mQ=bhsd(), mK=bhsd(), mV=bhsd(), mO=bhsd(), mLSE=compact(cutlass.Float32, 3),
-        mPrevLSE=None, mColsum=None, mIndices=compact(cutlass.Int32, 4),
-        mCounts=compact(cutlass.Int32, 3), scale=cutlass.Float32(1.0),
+        kernel, mQ=bhsd(), mK=bhsd(), mV=bhsd(), mO=bhsd(), mLSE=fake_compact(torch.float32, 3),
+        mPrevLSE=None, mColsum=None, mIndices=fake_compact(torch.int32, 4),
+        mCounts=fake_compact(torch.int32, 3), scale=cutlass.Float32(1.0),
         out_scale=cutlass.Float32(1.0) if accumulate else None))
 
 

@@ -163,20 +163,16 @@ def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = Fal
     variant, compact fp32 prev_lse (B, H, S_q) and colsum (B, H, G, S_kv). ``config``
     overrides the Hopper kernel's keyword arguments (tuning and tests)."""
     import cutlass
-    from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_tensor
 
-    from ..runtime.bridge import cutlass_dtype, sym
+    from ..runtime.bridge import fake_bhsd, fake_compact
     from ..runtime.compile import Build
     from ..runtime.launch import launch_args
 
     def bhsd():
-        return make_fake_tensor(cutlass_dtype(dtype), (sym(), sym(), sym(), head_dim),
-                                (sym(8), sym(8), sym(8), 1), assumed_align=16)
+        return fake_bhsd(dtype, head_dim)
 
     def f32(rank):
-        return make_fake_compact_tensor(cutlass.Float32, tuple(sym() for _ in range(rank)),
-                                        stride_order=tuple(range(rank - 1, -1, -1)),
-                                        assumed_align=4)
+        return fake_compact(torch.float32, rank)
 
     if path == "hopper":
         from ..kernels.attention.sm90 import AttentionSm90

@@ -190,21 +190,14 @@ def make_build(path: str, dtype, head_dim: int, group: int, accumulate: bool,
     compact fp32 lse (B, H, S_q); ``accumulate`` compiles the ``o += out_scale * attention``
     epilogue. ``config``: Hopper overrides (tests, tuning)."""
     import cutlass
-    from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_tensor
 
-    from ..runtime.bridge import cutlass_dtype, sym
+    from ..runtime.bridge import fake_bhsd, fake_compact
     from ..runtime.compile import Build
     from ..runtime.launch import launch_args
     from ..tuning.attention import hopper_gather_config
 
     def bhsd():
-        return make_fake_tensor(cutlass_dtype(dtype), (sym(), sym(), sym(), head_dim),
-                                (sym(8), sym(8), sym(8), 1), assumed_align=16)
-
-    def compact(dt, rank):
-        return make_fake_compact_tensor(dt, tuple(sym() for _ in range(rank)),
-                                        stride_order=tuple(range(rank - 1, -1, -1)),
-                                        assumed_align=4)
+        return fake_bhsd(dtype, head_dim)
 
     if path == "hopper" and group in (128, 192):
         from ..kernels.attention.sm90 import AttentionSm90
@@ -218,9 +211,9 @@ def make_build(path: str, dtype, head_dim: int, group: int, accumulate: bool,
 
         kernel = AttentionSm80(head_dim, False, group=group, gather=True, accumulate=accumulate)
     return Build(kernel, launch_args(
-        kernel, mQ=bhsd(), mK=bhsd(), mV=bhsd(), mO=bhsd(), mLSE=compact(cutlass.Float32, 3),
-        mPrevLSE=None, mColsum=None, mIndices=compact(cutlass.Int32, 4),
-        mCounts=compact(cutlass.Int32, 3), scale=cutlass.Float32(1.0),
+        kernel, mQ=bhsd(), mK=bhsd(), mV=bhsd(), mO=bhsd(), mLSE=fake_compact(torch.float32, 3),
+        mPrevLSE=None, mColsum=None, mIndices=fake_compact(torch.int32, 4),
+        mCounts=fake_compact(torch.int32, 3), scale=cutlass.Float32(1.0),
         out_scale=cutlass.Float32(1.0) if accumulate else None))
 
 

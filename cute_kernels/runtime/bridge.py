@@ -71,6 +71,25 @@ def fake_mkl(dtype: torch.dtype, major: str):
     return make_fake_tensor(cutlass_dtype(dtype), shape, stride, assumed_align=16)
 
 
+def fake_bhsd(dtype: torch.dtype, head_dim: int):
+    """An attention operand (B, H, S, D): symbolic sizes, a unit-stride head dim of
+    ``head_dim``, other strides symbolic multiples of 8 elements, 16-byte aligned."""
+    from cutlass.cute.runtime import make_fake_tensor
+
+    return make_fake_tensor(cutlass_dtype(dtype), (sym(), sym(), sym(), head_dim),
+                            (sym(8), sym(8), sym(8), 1), assumed_align=16)
+
+
+def fake_compact(dtype: torch.dtype, rank: int):
+    """A compact row-major tensor of ``rank`` symbolic sizes, 4-byte aligned (lse, column
+    sums, index lists and counts)."""
+    from cutlass.cute.runtime import make_fake_compact_tensor
+
+    return make_fake_compact_tensor(cutlass_dtype(dtype), tuple(sym() for _ in range(rank)),
+                                    stride_order=tuple(range(rank - 1, -1, -1)),
+                                    assumed_align=4)
+
+
 def env_stream():
     """The stream argument: left out of the call, TVM-FFI passes torch's current stream."""
     from cutlass.cute.runtime import make_fake_stream
