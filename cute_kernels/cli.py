@@ -111,13 +111,19 @@ def _cmd_layout(args) -> int:
 
 
 def _cmd_cache(args) -> int:
-    from .runtime.compile import ENV_DISK_CACHE, cache_dir, clear_disk_cache, disk_cache_enabled
+    from .runtime.compile import (
+        ENV_DISK_CACHE,
+        cache_dir,
+        cached_entries,
+        clear_disk_cache,
+        disk_cache_enabled,
+    )
 
     d = cache_dir()
     if args.action == "clear":
         print(f"removed {clear_disk_cache()} files from {d}")
         return 0
-    files = list(d.glob("*.o")) if d.is_dir() else []
+    files = cached_entries()
     size = f"{len(files)} kernels, {sum(f.stat().st_size for f in files) / 1e6:.1f} MB"
     if disk_cache_enabled():
         print(f"{d}: {size}")

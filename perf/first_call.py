@@ -91,10 +91,21 @@ def child(name: str) -> None:
     call = make_call(name)
     torch.cuda.synchronize()
     before = set(sys.modules)
+    profiler = None
+    if os.environ.get("FIRST_CALL_PROFILE"):
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
     t = time.perf_counter()
     call()
     torch.cuda.synchronize()
     first = time.perf_counter() - t
+    if profiler is not None:
+        import pstats
+
+        profiler.disable()
+        pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(45)
     imported = sorted(set(sys.modules) - before)
     t = time.perf_counter()
     call()
@@ -104,6 +115,7 @@ def child(name: str) -> None:
         "op": name, "import_torch_s": t_torch - t0, "import_ck_s": t_import - t_torch,
         "first_call_s": first, "second_call_s": second, "modules_imported": len(imported),
         "dispatcher_modules": [m for m in imported if m.startswith(DISPATCHER_MODULES)][:8],
+        "dsl_imported": "cutlass" in sys.modules,
         "cache": dict(KERNELS.stats)}))
 
 
@@ -221,9 +233,25 @@ def main() -> None:
                     ", ".join(OPS))
     ap.add_argument("--rounds", type=int, default=50, help="steady-state rounds per op")
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--profile", metavar="OP",
+                    help="profile OP's first call with a warm cache (cProfile, to stderr)")
     args = ap.parse_args()
     if args.child:
         child(args.child)
+        return
+    if args.profile:
+        with tempfile.TemporaryDirectory(prefix="ck_first_call_") as cache:
+            _run_child(args.profile, cache, "empty")
+            env = dict(os.environ, CUTE_KERNELS_CACHE_DIR=cache, FIRST_CALL_PROFILE="1")
+            run = subprocess.run([sys.executable, "-X", "importtime", __file__, "--child",
+                                  args.profile], env=env, capture_output=True, text=True)
+        imports = [ln for ln in run.stderr.splitlines()
+                   if ln.startswith("import time:") and ln.split("|")[1].strip().isdigit()]
+        profile = [ln for ln in run.stderr.splitlines() if not ln.startswith("import time")]
+        print("\n".join(profile[-70:]))
+        print("slowest imports (cumulative us):")
+        print("\n".join(sorted(imports, key=lambda ln: -int(ln.split("|")[1]))[:25]))
+        print(run.stdout[-600:])
         return
     names = [n for n in args.ops.split(",") if n]
     for n in names:
@@ -245,14 +273,15 @@ def main() -> None:
         steady = steady_state(names, args.rounds)
     headers = ["op", "first call, empty cache s", "first call, warm cache s", "second call ms",
                "import ck s", "host us/call", "raw TVM-FFI us/call", "overhead us",
-               "dispatcher imported"]
+               "dispatcher imported", "DSL imported"]
     rows = []
     for name in names:
         cold, warm, st = first[name]["empty"], first[name]["warm"], steady[name]
         rows.append([name, cold["first_call_s"], warm["first_call_s"],
                      warm["second_call_s"] * 1e3, warm["import_ck_s"], st["op_us"],
                      st["raw_us"], st["overhead_us"],
-                     ",".join(warm["dispatcher_modules"][:2]) or "no"])
+                     ",".join(warm["dispatcher_modules"][:2]) or "no",
+                     "yes" if warm.get("dsl_imported") else "no"])
     print(f"\n{device_name()} | torch {torch.__version__} | commit {commit_id()} | "
           f"{datetime.date.today()}\n")
     print(format_table(headers, rows))

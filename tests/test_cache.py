@@ -46,9 +46,48 @@ def test_disk_cache_concurrent_then_reused(tmp_path):
     stats = [_stats(p) for p in racers]
     assert sum(s["compiles"] for s in stats) == 1, stats  # the lock let one process compile
     assert sum(s["disk_hits"] for s in stats) == 1, stats
-    assert [p.name for p in tmp_path.glob("*.o")] and not list(tmp_path.glob(".*.o"))
+    assert _entries(tmp_path) and not list(tmp_path.glob(".*"))
     later = _stats(_spawn(tmp_path))
     assert later["compiles"] == 0 and later["disk_hits"] == 1
+
+
+def _entries(directory: Path) -> list[str]:
+    return [p.name for p in directory.iterdir() if p.suffix in (".so", ".o")]
+
+
+WARM_CHILD = r"""
+import json, sys
+import torch  # loaded by every op anyway; the point is what the kernel load adds
+from cute_kernels.runtime.compile import KernelCache
+def no_build():
+    raise AssertionError("a warm cache must not build")
+fn = KernelCache().get(("test-cache", "pack_mask", "flat"), no_build, "sm_90a")
+dsl = sorted(m for m in ("cutlass", "cutlass.cute") if m in sys.modules)
+print(json.dumps({"type": type(fn).__module__ + "." + type(fn).__name__, "dsl_imported": dsl}))
+"""
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler driver (cc) to link with")
+def test_warm_cache_loads_a_linked_library_without_the_dsl(tmp_path):
+    """With a linker the entry is a shared library, and a later process loads it through
+    TVM-FFI alone: importing the DSL would cost the warm first call ~0.5 s (issue 18)."""
+    _stats(_spawn(tmp_path))
+    assert [Path(n).suffix for n in _entries(tmp_path)] == [".so"]
+    env = dict(os.environ, CUTE_KERNELS_CACHE_DIR=str(tmp_path))
+    proc = subprocess.run([sys.executable, "-c", WARM_CHILD], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got == {"type": "tvm_ffi.core.Function", "dsl_imported": []}, got
+
+
+def test_without_a_linker_the_entry_is_an_object_file(tmp_path):
+    env = dict(os.environ, CUTE_KERNELS_CACHE_DIR=str(tmp_path), CC="no-such-compiler-ck")
+    proc = subprocess.Popen([sys.executable, "-c", CHILD], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert _stats(proc)["compiles"] == 1
+    assert [Path(n).suffix for n in _entries(tmp_path)] == [".o"]
+    assert _stats(_spawn(tmp_path))["disk_hits"] == 1  # and it loads (through the DSL)
 
 
 def test_key_must_be_hashable():
@@ -99,7 +138,7 @@ def test_layouts_edit_invalidates_disk_cache(tmp_path):
     edited = run()
     assert edited["fingerprint"] != first["fingerprint"]
     assert edited["compiles"] == 1 and edited["disk_hits"] == 0, edited
-    assert len(list(cache.glob("*.o"))) == 2
+    assert len(_entries(cache)) == 2
 
 
 def test_traced_packages_cover_every_first_party_import():

@@ -1,10 +1,15 @@
 """Kernel arguments by name (runtime/launch.py): fake build arguments and runtime calls are
 ordered by the kernel's ``__call__`` signature, and a disagreement raises."""
 
+import json
+import subprocess
+import sys
+
 import pytest
 import torch
 
 from cute_kernels.ops import attention as attention_ops
+from cute_kernels.ops import bitpack as bitpack_ops
 from cute_kernels.ops import gemm as gemm_ops
 from cute_kernels.runtime.launch import KernelParams, kernel_params, launch_args
 
@@ -67,3 +72,53 @@ def test_every_op_kernel_family_shares_one_signature():
 def test_gemm_plan_is_named():
     plan = gemm_ops.GemmPlan((4, 8), torch.bfloat16, None, 0, False)
     assert plan.shape == (4, 8) and plan.kernel is None and plan.drift is False
+
+
+def _named_kernels() -> list[str]:
+    """Every kernel class an op names by path."""
+    named = list(attention_ops.ATTENTION_KERNELS)
+    named += [f"{bitpack_ops.KERNEL_MODULE}:{c}" for c in bitpack_ops.KERNEL_CLASSES.values()]
+    named += list(gemm_ops.GEMM_KERNELS)
+    return named
+
+
+def test_parameters_read_from_source_match_the_classes():
+    """The call path reads kernel parameters from source (no DSL import); they must be what
+    ``inspect`` sees on the imported class, inherited ``__call__`` included."""
+    import importlib
+
+    from cute_kernels.runtime.launch import _parameters, _source_parameters
+
+    for path in _named_kernels():
+        module, _, name = path.partition(":")
+        cls = getattr(importlib.import_module(module), name)
+        assert _source_parameters(module, name) == _parameters(cls), path
+
+
+CALL_PATH_CHILD = r"""
+import json, sys
+import torch
+import cute_kernels as ck
+from cute_kernels.ops import attention, bitpack, column_sparse, gated_mlp, gemm  # noqa: F401
+import cute_kernels.modules, cute_kernels.column_sparse_module  # noqa: F401
+from cute_kernels.runtime.launch import kernel_params
+names = [attention.attention_params().call_names, gemm.gemm_params().call_names]
+names += [kernel_params(f"{bitpack.KERNEL_MODULE}:{c}").call_names
+          for c in bitpack.KERNEL_CLASSES.values()]
+for d in (64, 128):  # attention_colsum asks this before every launch
+    for g in (128, 192):
+        attention.colsum_adds_onto_zeros("hopper", d, g)
+print(json.dumps({"dsl": sorted(m for m in sys.modules if m.split(".")[0] == "cutlass")[:5],
+                  "names": names}))
+"""
+
+
+def test_op_modules_and_kernel_parameters_do_not_import_the_dsl():
+    """What a call with a warm disk cache runs (the op modules, the kernel parameter lists)
+    must not import ``cutlass``: that import alone is more than issue 18's 0.3 s budget."""
+    proc = subprocess.run([sys.executable, "-c", CALL_PATH_CHILD], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["dsl"] == [], got
+    assert ["mQ", "mK", "mV", "mO"] == got["names"][0][:4]

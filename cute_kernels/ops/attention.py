@@ -23,7 +23,7 @@ import torch
 from ..runtime.arch import device_target
 from ..runtime.bridge import kernel_for
 from ..runtime.validate import check_cuda, check_no_overlap, check_same_device, check_tensor
-from ..tuning.attention import hopper_config
+from ..tuning.attention import colsum_spans_ctas, hopper_config
 from .dispatch import KernelOp
 
 IN_DTYPES = (torch.bfloat16, torch.float16)
@@ -150,10 +150,8 @@ def colsum_adds_onto_zeros(path: str, head_dim: int, group: int,
 @functools.cache
 def _hopper_colsum_atomic(head_dim: int, group: int, config_key: tuple) -> bool:
     # cached: attention_colsum asks on every call, and the answer is a property of the config
-    from ..kernels.attention.sm90 import AttentionSm90
-
     cfg = dict(config_key) if config_key else hopper_config(head_dim, False, True, group)
-    return AttentionSm90(head_dim, False, **cfg).colsum_atomic
+    return colsum_spans_ctas(group, cfg.get("block_m"))
 
 
 def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = False,
@@ -190,14 +188,18 @@ def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = Fal
         out_scale=None))
 
 
+#: The attention kernel classes, as ``"module:Class"`` (the column-sparse op calls them too).
+ATTENTION_KERNELS = ("cute_kernels.kernels.attention.sm90:AttentionSm90",
+                     "cute_kernels.kernels.attention.sm80:AttentionSm80")
+
+
 @functools.cache
 def attention_params():
-    """The runtime parameters shared by both paths' attention kernels."""
-    from ..kernels.attention.sm80 import AttentionSm80
-    from ..kernels.attention.sm90 import AttentionSm90
+    """The runtime parameters shared by both paths' attention kernels (named by path, so a
+    call never imports the DSL: :mod:`~cute_kernels.runtime.launch`)."""
     from ..runtime.launch import kernel_params
 
-    return kernel_params(AttentionSm90, AttentionSm80)
+    return kernel_params(*ATTENTION_KERNELS)
 
 
 def _check_device_args(**tensors) -> None:

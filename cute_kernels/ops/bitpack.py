@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import torch
 
-from ..kernels.bitpack import PackMaskFlat, PackMaskRows, UnpackMaskFlat, UnpackMaskRows
 from ..runtime.bridge import fake_rows, fake_vector, kernel_for
 from ..runtime.compile import Build
 from ..runtime.launch import kernel_params, launch_args
@@ -25,9 +24,17 @@ def packed_width(n: int) -> int:
     return (n + 7) // 8
 
 
-#: The kernel class of each (op, variant).
-KERNEL_CLASSES = {("pack_mask", "flat"): PackMaskFlat, ("unpack_mask", "flat"): UnpackMaskFlat,
-                  ("pack_mask", "rows"): PackMaskRows, ("unpack_mask", "rows"): UnpackMaskRows}
+#: The kernel class of each (op, variant), by name: the module is imported only to compile
+#: (a call never imports the DSL, :mod:`~cute_kernels.runtime.launch`).
+KERNEL_CLASSES = {("pack_mask", "flat"): "PackMaskFlat", ("unpack_mask", "flat"): "UnpackMaskFlat",
+                  ("pack_mask", "rows"): "PackMaskRows", ("unpack_mask", "rows"): "UnpackMaskRows"}
+KERNEL_MODULE = "cute_kernels.kernels.bitpack"
+
+
+def kernel_class(op: str, variant: str) -> type:
+    import importlib
+
+    return getattr(importlib.import_module(KERNEL_MODULE), KERNEL_CLASSES[op, variant])
 
 
 def _named(op: str, variant: str, mask, packed) -> dict:
@@ -47,7 +54,7 @@ def make_build(op: str, variant: str) -> Build:
         mask, packed = fake_rows(torch.uint8, compact=False), fake_rows(torch.uint8, compact=True)
     else:
         raise ValueError(f"unknown variant {variant!r}")
-    kernel = KERNEL_CLASSES[op, variant]()
+    kernel = kernel_class(op, variant)()
     return Build(kernel, launch_args(kernel, **_named(op, variant, mask, packed)))
 
 
@@ -81,7 +88,7 @@ def _run(op: str, device: torch.device, mask_bytes: torch.Tensor, packed: torch.
         mask_bytes, packed = mask_bytes.view(-1), packed.view(-1)
     else:
         mask_bytes, packed = _as_rows(mask_bytes, n), packed.view(-1, packed_width(n))
-    params = kernel_params(KERNEL_CLASSES[op, variant])
+    params = kernel_params(f"{KERNEL_MODULE}:{KERNEL_CLASSES[op, variant]}")
     kernel(*params.call_args(**_named(op, variant, mask_bytes, packed)))
 
 

@@ -253,11 +253,9 @@ def _column_sparse_attention(q, k, v, indices, counts, base, group: int, scale: 
 
 
 def _column_sparse_params():
-    from ..kernels.attention.sm80 import AttentionSm80
-    from ..kernels.attention.sm90 import AttentionSm90
-    from ..runtime.launch import kernel_params
+    from .attention import attention_params
 
-    return kernel_params(AttentionSm90, AttentionSm80)
+    return attention_params()
 
 
 @torch.library.custom_op("cute_kernels::column_sparse_attention", mutates_args=())

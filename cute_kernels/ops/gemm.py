@@ -17,7 +17,6 @@ from typing import NamedTuple
 import torch
 
 from ..kernels.common.activation_names import ACTIVATIONS
-from ..kernels.gemm.epilogue import Epilogue
 from ..runtime.arch import forced_path
 from ..runtime.bridge import fake_mkl, fake_vector, kernel_for
 from ..runtime.compile import Build
@@ -115,7 +114,7 @@ def gemm_kernel(path: str, cluster_m: int = DEFAULT_CLUSTER_M, tile=DEFAULT_TILE
     return GemmSm80(**config)
 
 
-def make_build(path: str, dtype, out_dtype, a_major: str, b_major: str, epilogue: Epilogue,
+def make_build(path: str, dtype, out_dtype, a_major: str, b_major: str, epilogue,
                bias_dtype=None, cluster_m: int = DEFAULT_CLUSTER_M,
                tile=DEFAULT_TILE, drift: bool = False) -> Build:
     if epilogue.bias and bias_dtype is None:
@@ -142,13 +141,16 @@ def gemm_build(kernel, dtype, out_dtype, a_major: str, b_major: str, bias_dtype,
            if drift else {})))
 
 
+#: The GEMM kernel classes (dense and gated), as ``"module:Class"``.
+GEMM_KERNELS = ("cute_kernels.kernels.gemm.sm90:GemmSm90",
+                "cute_kernels.kernels.gemm.sm80:GemmSm80")
+
+
 @functools.cache
 def gemm_params() -> KernelParams:
-    """The runtime parameters shared by both paths' GEMM kernels (dense and gated)."""
-    from ..kernels.gemm.sm80 import GemmSm80
-    from ..kernels.gemm.sm90 import GemmSm90
-
-    return kernel_params(GemmSm90, GemmSm80)
+    """The runtime parameters shared by both paths' GEMM kernels (dense and gated), named by
+    path so a call never imports the DSL (:mod:`~cute_kernels.runtime.launch`)."""
+    return kernel_params(*GEMM_KERNELS)
 
 
 def drift_counter(device: torch.device, drift: bool):
@@ -208,15 +210,23 @@ def _plan(a, b_nk, bias, out, out_dtype, epilogue, a_name, b_name) -> GemmPlan:
                                                    a_name=a_name, b_name=b_name)
     if math.prod(shape) == 0 or a.shape[-1] == 0:
         return GemmPlan(shape, out_dtype, None, 0, False)
-    epi = Epilogue(bias=bias is not None, activation=epilogue)
     tile, cluster_m, ctas, drift = schedule(a, b_nk)
     bias_dtype = bias.dtype if bias is not None else None
-    # drift changes the launch signature on both paths, so it joins the common key
-    key = ("gemm", a.dtype, out_dtype, a_major, b_major, epi, bias_dtype, drift)
+    # drift changes the launch signature on both paths, so it joins the common key; the
+    # epilogue is keyed by its fields (the Epilogue class lives with the DSL code)
+    key = ("gemm", a.dtype, out_dtype, a_major, b_major, bias is not None, epilogue, bias_dtype,
+           drift)
     kernel = kernel_for(a.device, key, lambda path, target: make_build(
-        path, a.dtype, out_dtype, a_major, b_major, epi, bias_dtype, cluster_m, tile, drift),
-        hopper_key=(cluster_m, tile))
+        path, a.dtype, out_dtype, a_major, b_major,
+        _epilogue(bias=bias_dtype is not None, activation=epilogue), bias_dtype, cluster_m,
+        tile, drift), hopper_key=(cluster_m, tile))
     return GemmPlan(shape, out_dtype, kernel, ctas, drift)
+
+
+def _epilogue(bias: bool, activation):
+    from ..kernels.gemm.epilogue import Epilogue
+
+    return Epilogue(bias=bias, activation=activation)
 
 
 def _degenerate(a, bias, out, plan: GemmPlan, epilogue):

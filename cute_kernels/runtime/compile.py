@@ -4,9 +4,13 @@
   values only (op name, compile target, dtypes, tile, flags), never tensors: the compiled
   kernels take symbolic sizes, so one entry serves every shape.
 * **On disk**: each compiled kernel is exported as an object file (``export_to_c``) under
-  :func:`cache_dir` and loaded with ``cute.runtime.load_module`` by the next process, which
-  then skips the compiler. Writers take a per-entry ``flock`` and publish with an atomic
-  rename, so concurrent processes never see a half-written file. The file name hashes the
+  :func:`cache_dir` and, where a C compiler driver (``cc``) is on the PATH, linked into a
+  shared library against the DSL runtime and TVM-FFI (rpath'd to where they live). The next
+  process loads the ``.so`` with ``tvm_ffi.load_module`` and never imports the DSL (importing
+  ``cutlass`` and JIT-linking an object cost ~0.5 s, more than a whole warm first call may
+  take); without a linker it keeps the ``.o`` and loads it with ``cute.runtime.load_module``.
+  Writers take a per-entry ``flock`` and publish with an atomic rename, so concurrent
+  processes never see a half-written file. The file name hashes the
   key, the DSL / TVM-FFI / Python versions and the source of every package a kernel build
   traces (``cute_kernels`` and ``layouts``), so an upgrade or an edit never loads a stale
   kernel. ``cute-kernels cache clear`` (or deleting the folder) clears it;
@@ -102,16 +106,28 @@ def traced_package_dirs() -> dict[str, Path]:
     return dirs
 
 
+def dsl_version() -> str:
+    """The installed CuTe DSL's version, read from its package metadata: importing ``cutlass``
+    just to read ``__version__`` would cost the warm path the import it exists to avoid."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("nvidia-cutlass-dsl")
+    except metadata.PackageNotFoundError:  # a source build of the DSL: no metadata
+        import cutlass
+
+        return cutlass.__version__
+
+
 def _source_fingerprint() -> str:
     """Versions of everything a compiled object depends on, and the source of every package a
     kernel build traces (``TRACED_PACKAGES``)."""
     global _SOURCE_HASH
     if _SOURCE_HASH is None:
-        import cutlass
         import tvm_ffi
 
         h = hashlib.sha256()
-        h.update(f"{cutlass.__version__}|{tvm_ffi.__version__}|{sys.version_info[:2]}".encode())
+        h.update(f"{dsl_version()}|{tvm_ffi.__version__}|{sys.version_info[:2]}".encode())
         for name, pkg in traced_package_dirs().items():
             for path in sorted(pkg.rglob("*.py")):
                 h.update(f"{name}/{path.relative_to(pkg).as_posix()}".encode())
@@ -155,34 +171,96 @@ class KernelCache:
     def _load_or_compile(self, key, make_build, target) -> Callable:
         if not disk_cache_enabled():
             return self._compile(make_build, target)
-        import cutlass.cute as cute
-
         directory = cache_dir()
         directory.mkdir(parents=True, exist_ok=True)
         name = _entry_name((key, target))
-        obj = directory / f"{name}.o"
         symbol = f"ck_{name}"
         with open(directory / f"{name}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one compiler per entry across processes
-            if obj.exists():
-                with contextlib.suppress(Exception):  # a broken file is recompiled below
-                    fn = cute.runtime.load_module(str(obj), enable_tvm_ffi=True)[symbol]
-                    self.stats["disk_hits"] += 1
-                    return fn
+            fn = _load_entry(directory, name, symbol)
+            if fn is not None:
+                self.stats["disk_hits"] += 1
+                return fn
             compiled = self._compile(make_build, target)
-            fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".o")
-            os.close(fd)
-            try:
-                compiled.export_to_c(tmp, function_name=symbol)
-                os.replace(tmp, obj)  # atomic publish
-            except Exception:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                # The in-process kernel still works; the next process just compiles again.
+            _store_entry(compiled, directory, name, symbol)
             return compiled
 
 
+def _load_entry(directory: Path, name: str, symbol: str):
+    """The cached kernel ``symbol`` of entry ``name`` (its ``.so`` first, without the DSL; else
+    its ``.o``, through the DSL), or None when there is none or it does not load (a broken
+    file is then recompiled and replaced)."""
+    lib, obj = directory / f"{name}.so", directory / f"{name}.o"
+    if lib.exists():
+        with contextlib.suppress(Exception):
+            import tvm_ffi
+
+            return tvm_ffi.load_module(str(lib))[symbol]
+    if obj.exists():
+        with contextlib.suppress(Exception):
+            import cutlass.cute as cute
+
+            return cute.runtime.load_module(str(obj), enable_tvm_ffi=True)[symbol]
+    return None
+
+
+def _store_entry(compiled, directory: Path, name: str, symbol: str) -> None:
+    """Export ``compiled`` as entry ``name``: the linked ``.so`` where a linker is available,
+    else the ``.o``. Failures only cost the next process a compile."""
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".o")
+    os.close(fd)
+    try:
+        compiled.export_to_c(tmp, function_name=symbol)
+        lib = _link_shared(tmp, directory, name)
+        if lib is not None:
+            os.replace(lib, directory / f"{name}.so")  # atomic publish
+        else:
+            os.replace(tmp, directory / f"{name}.o")
+    except Exception:
+        pass  # the in-process kernel still works; the next process just compiles again
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def _link_shared(obj: str, directory: Path, name: str) -> str | None:
+    """Link the exported object into a shared library that needs nothing but ``dlopen``: it
+    names the DSL runtime and TVM-FFI libraries it calls (resolved through an rpath to the
+    folders the DSL loads them from). None when there is no ``cc`` or the link fails."""
+    import shutil
+    import subprocess
+
+    cc = shutil.which(os.environ.get("CC", "cc"))
+    if cc is None:
+        return None
+    from cutlass.runtime import find_runtime_libraries
+
+    libs = [Path(p) for p in find_runtime_libraries(enable_tvm_ffi=True) if Path(p).exists()]
+    fd, out = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".so")
+    os.close(fd)
+    cmd = [cc, "-shared", "-o", out, obj]
+    for lib in libs:
+        cmd += [f"-L{lib.parent}", f"-Wl,-rpath,{lib.parent}", f"-l:{lib.name}"]
+    if subprocess.run(cmd, capture_output=True).returncode:
+        with contextlib.suppress(OSError):
+            os.unlink(out)
+        return None
+    return out
+
+
 KERNELS = KernelCache()
+
+
+ENTRY_SUFFIXES = (".so", ".o")
+
+
+def cached_entries() -> list[Path]:
+    """The cached kernels on disk (linked ``.so`` or bare ``.o`` entries)."""
+    directory = cache_dir()
+    if not directory.is_dir():
+        return []
+    return [p for p in directory.iterdir()
+            if p.suffix in ENTRY_SUFFIXES and not p.name.startswith(".")]
 
 
 def clear_disk_cache() -> int:
@@ -191,7 +269,7 @@ def clear_disk_cache() -> int:
     removed = 0
     if directory.is_dir():
         for path in directory.iterdir():
-            if path.suffix in (".o", ".lock") or path.name.startswith("."):
+            if path.suffix in (*ENTRY_SUFFIXES, ".lock") or path.name.startswith("."):
                 with contextlib.suppress(OSError):
                     path.unlink()
                     removed += 1

@@ -12,6 +12,11 @@ kernel's ``__call__``) and get positional tuples back:
   passes torch's current stream itself), none left out (a kernel loaded from the disk cache
   takes no defaults).
 
+Kernels are named by class or, on the call path, by ``"module:Class"``: the parameter list is
+then read from the module's source (``ast``) unless the module is already imported, so loading
+a cached kernel and calling it never imports the DSL (the import alone costs more than a warm
+first call may take). ``tests/test_launch.py`` checks both readings agree for every kernel.
+
 A name the kernel does not have, or a parameter without a value, raises a ``TypeError`` that
 lists both sides, so a reordered or renamed kernel parameter fails loudly instead of binding a
 tensor to the wrong parameter.
@@ -19,9 +24,14 @@ tensor to the wrong parameter.
 
 from __future__ import annotations
 
+import ast
 import functools
+import importlib
+import importlib.util
 import inspect
+import sys
 from operator import itemgetter
+from pathlib import Path
 
 #: The parameter TVM-FFI fills with torch's current stream (``env_stream()`` when compiling).
 STREAM = "stream"
@@ -29,18 +39,20 @@ STREAM = "stream"
 
 class KernelParams:
     """The parameters of one or more kernel classes' ``__call__`` (after ``self``), which must
-    agree (an op's kernels on different paths are called the same way)."""
+    agree (an op's kernels on different paths are called the same way). A class is given as
+    the class or as ``"module:Class"`` (module docstring)."""
 
-    def __init__(self, *classes: type):
+    def __init__(self, *classes: type | str):
         if not classes:
             raise TypeError("KernelParams needs at least one kernel class")
+        names = [_class_name(cls) for cls in classes]
         params = [_parameters(cls) for cls in classes]
-        for cls, p in zip(classes[1:], params[1:]):
+        for name, p in zip(names[1:], params[1:]):
             if p != params[0]:
-                raise TypeError(f"{classes[0].__name__}.__call__{_spell(params[0])} and "
-                                f"{cls.__name__}.__call__{_spell(p)} disagree: an op calls all "
+                raise TypeError(f"{names[0]}.__call__{_spell(params[0])} and "
+                                f"{name}.__call__{_spell(p)} disagree: an op calls all "
                                 f"its kernels with one argument list")
-        self.owner = " / ".join(cls.__name__ for cls in classes)
+        self.owner = " / ".join(names)
         self.names = tuple(name for name, _ in params[0])
         self.has_default = tuple(has for _, has in params[0])
         self.call_names = tuple(n for n in self.names if n != STREAM)
@@ -99,13 +111,52 @@ def launch_args(kernel, /, **named) -> tuple:
     return kernel_params(type(kernel)).fake_args(named)
 
 
-def _parameters(cls: type) -> tuple[tuple[str, bool], ...]:
+def _class_name(cls: type | str) -> str:
+    return cls.rpartition(":")[2] if isinstance(cls, str) else cls.__name__
+
+
+def _parameters(cls: type | str) -> tuple[tuple[str, bool], ...]:
     """(name, has a default) of each parameter of ``cls.__call__`` after ``self``."""
+    if isinstance(cls, str):
+        module, _, name = cls.partition(":")
+        if module in sys.modules:
+            cls = getattr(sys.modules[module], name)
+        else:
+            return _source_parameters(module, name)
     params = list(inspect.signature(cls.__call__).parameters.values())[1:]
     for p in params:
         if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
             raise TypeError(f"{cls.__name__}.__call__: parameter {p.name!r} must be positional")
     return tuple((p.name, p.default is not p.empty) for p in params)
+
+
+def _source_parameters(module: str, name: str) -> tuple[tuple[str, bool], ...]:
+    """:func:`_parameters` of class ``name`` of ``module``, read from the source without
+    importing the module. ``__call__`` must be defined by the class or a base class of the
+    same module, with plain positional parameters (the kernels' are); anything else imports
+    the module instead."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.origin:
+        raise TypeError(f"no module {module!r} (kernel class {name!r})")
+    tree = ast.parse(Path(spec.origin).read_text(), spec.origin)
+    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+    todo = [name]  # the class, then its bases defined in the same module (method lookup)
+    while todo:
+        node = classes.get(todo.pop(0))
+        if node is None:
+            break
+        fn = next((f for f in node.body
+                   if isinstance(f, ast.FunctionDef) and f.name == "__call__"), None)
+        if fn is None:
+            todo += [b.id for b in node.bases if isinstance(b, ast.Name)]
+            continue
+        args = fn.args
+        if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs:
+            break
+        positional = args.args[1:]
+        first_default = len(positional) - len(args.defaults)
+        return tuple((a.arg, i >= first_default) for i, a in enumerate(positional))
+    return _parameters(getattr(importlib.import_module(module), name))
 
 
 def _spell(params) -> str:

@@ -22,6 +22,7 @@ from cutlass import BFloat16, Float32, Int32
 from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
+from ...tuning.attention import HOPPER_DEFAULT_TILE, colsum_spans_ctas
 from ..common.constants import LOG2E, SM90_SMEM_BYTES
 from .block_info import key_block_policy
 from .column_sums import ColumnSumsSm90, NoColumnSums
@@ -136,7 +137,8 @@ class AttentionSm90:
         # overlap: the softmax of S(n) runs while O += P(n + 1) V(n + 1) is on the tensor cores
         # (intra-warpgroup pipelining)
         self.overlap = overlap
-        self.block_m, self.block_n = block_m or 128, block_n or 128
+        self.block_m = block_m or HOPPER_DEFAULT_TILE[0]
+        self.block_n = block_n or HOPPER_DEFAULT_TILE[1]
         if self.block_m // 64 not in REGISTERS or self.block_m % 64:
             raise ValueError(f"block_m must be 128 or 192, got {self.block_m}")
         if self.block_n % 16 or not 32 <= self.block_n <= 256:
@@ -226,7 +228,7 @@ class AttentionSm90:
     @property
     def colsum_atomic(self) -> bool:
         """Whether a query group can span two CTAs (then the sums are added onto zeros)."""
-        return self.colsum and self.group != self.block_m
+        return self.colsum and colsum_spans_ctas(self.group, self.block_m)
 
 
     @cute.jit
