@@ -48,8 +48,12 @@ def test_gather_kernel_ptx(head_dim, group):
     loads = re.findall(r"cp\.async\.bulk\.tensor\.\dd\.shared::\w+\.global", ptx)
     stores = re.findall(r"cp\.async\.bulk\.tensor\.\dd\.global\.shared::cta", ptx)
     assert loads and len(loads) == len(stores), (loads, stores)
-    assert "ld.local" not in ptx and "st.local" not in ptx
-    _assert_no_spills(ptx, "sm_90a")
+    # D = 128, group 192: the 192 x 128 tile spills 252 bytes (ptxas 13.0) and still measured
+    # 0.85x our dense kernel against 0.72x for the spill-free 192 x 64 tile (tuning/attention)
+    spilling = (head_dim, group) == (128, 192)
+    if not spilling:
+        assert "ld.local" not in ptx and "st.local" not in ptx
+    _assert_no_spills(ptx, "sm_90a", allowed=320 if spilling else 0)
 
 
 def test_gather_config_rules():
@@ -74,3 +78,42 @@ def test_accumulate_stores_by_tma_reduce_add():
     assert not re.search(r"cp\.async\.bulk\.tensor\.\dd\.global\.shared::cta", ptx)
     _, plain = _gather_build(128, 128)
     assert "cp.reduce.async.bulk" not in compile_ptx(plain, "sm_90a")
+
+
+@pytest.mark.parametrize("config", [
+    dict(gather=True, group=128, block_m=128, block_n=128, stages=2),
+    dict(gather=True, group=192, block_m=192, block_n=64, stages=5),
+    dict(overlap=True),
+    dict(colsum=True, overlap=True, group=192, colsum_stages=8, colsum_writers=2),
+    dict(colsum=True, block_m=192, colsum_method="mma_sync"),
+])
+def test_smem_estimate_covers_the_shared_storage(config):
+    """``smem_bytes`` (what the constructor checks against the 227 KiB an sm_90 CTA may have)
+    is at least the SharedStorage the kernel allocates: an underestimate let a gather config
+    pass the check and fail at launch (cudaErrorInvalidValue)."""
+    import torch
+
+    from cute_kernels.kernels.attention.sm90 import AttentionSm90
+    from cute_kernels.ops.column_sparse import make_build
+    from cute_kernels.runtime.compile import compile_ptx
+
+    d = 64 if config.get("colsum_method") == "mma_sync" else 128
+    kernel = AttentionSm90(d, False, **config)
+    if config.get("gather"):
+        build = make_build("hopper", torch.bfloat16, d, config["group"], False, config=config)
+    else:
+        from cute_kernels.ops.attention import make_build as dense_build
+
+        build = dense_build("hopper", torch.bfloat16, d, False,
+                            colsum=config.get("colsum", False), group=config.get("group", 192),
+                            config=config)
+    compile_ptx(build, "sm_90a")
+    allocated = build.fn.storage_cls.size_in_bytes()
+    assert allocated <= kernel.smem_bytes() <= allocated + 2048, (allocated, kernel.smem_bytes())
+
+
+def test_gather_config_over_the_smem_limit_is_refused():
+    from cute_kernels.kernels.attention.sm90 import AttentionSm90
+
+    with pytest.raises(ValueError, match="shared memory"):
+        AttentionSm90(128, False, gather=True, group=128, block_m=128, block_n=128, stages=3)

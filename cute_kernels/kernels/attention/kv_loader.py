@@ -132,9 +132,11 @@ class GatherKVLoader:
     ``n`` is packed positions ``n * block_n ...``. The producer warpgroup's 128 threads fill
     the same 128B-swizzled stage the TMA loader fills:
 
-    1. per key block, thread ``t`` reads index ``n * block_n + t`` (one coalesced load),
-       clamps it into [0, S_kv) and stores it to the stage's slot of a small smem ring; a
-       named barrier over the 128 producer threads publishes the tile's indices;
+    1. per key block, thread ``t`` reads index ``n * block_n + t`` (one coalesced load,
+       ``fetch_row``; with ``prefetch`` issued one key block ahead, so its latency hides behind
+       the previous block's copies instead of stalling every block), clamps it into
+       [0, S_kv) and stores it to the stage's slot of a small smem ring; a named barrier over
+       the 128 producer threads publishes the tile's indices;
     2. a row of D elements is D / 8 16-byte chunks; ``128 / (D / 8)`` rows go per pass, one
        chunk per thread (``cp.async``, L2 only), ``block_n / rows-per-pass`` passes (D = 128:
        8 rows a pass, 16 passes); V reuses the indices K's load staged (same stage index).
@@ -148,8 +150,9 @@ class GatherKVLoader:
 
     producer_threads = 128
 
-    def __init__(self, block_n: int, head_dim: int, indices_barrier: int):
-        self.block_n, self.head_dim = block_n, head_dim
+    def __init__(self, block_n: int, head_dim: int, indices_barrier: int,
+                 hoist_swizzle: bool = True):
+        self.block_n, self.head_dim, self.hoist_swizzle = block_n, head_dim, hoist_swizzle
         self.indices_barrier = int(indices_barrier)
         self.chunks = head_dim // 8  # 16-byte chunks per 16-bit row
         self.rows_per_pass = self.producer_threads // self.chunks
@@ -184,12 +187,23 @@ class GatherKVLoader:
         return GatherRows(mK, mV, sK, sV_rows, sIdx, rows, count, s_kv, ptid)
 
     @cute.jit
-    def _stage_indices(self, part: GatherRows, n, slot):
-        """Key block ``n``'s row indices, clamped, into ``sIdx[:, slot]``."""
+    def fetch_row(self, part: GatherRows, n):
+        """This thread's key row of block ``n`` (packed position ``n * block_n + ptid``, the
+        last valid one past the count; 0 for threads past ``block_n``): a plain global load,
+        not waited for until the value is staged."""
         # locals: a run-time ``if`` carries what it writes, and a GatherRows cannot be carried
-        sIdx, rows, ptid, count, s_kv = part.sIdx, part.rows, part.ptid, part.count, part.s_kv
+        rows, ptid, count = part.rows, part.ptid, part.count
+        row = cutlass.Int32(0)
         if ptid < self.block_n:
             row = rows[cutlass.min(n * self.block_n + ptid, count - 1)]
+        return row
+
+    @cute.jit
+    def _stage_indices(self, part: GatherRows, row, slot):
+        """This thread's ``row`` (see ``fetch_row``), clamped into [0, S_kv), into
+        ``sIdx[:, slot]``; the named barrier publishes the whole tile's indices."""
+        sIdx, ptid, s_kv = part.sIdx, part.ptid, part.s_kv
+        if ptid < self.block_n:
             sIdx[ptid, slot] = cutlass.max(cutlass.min(row, s_kv - 1), 0)
         cute.arch.barrier(barrier_id=self.indices_barrier,
                           number_of_threads=self.producer_threads)
@@ -199,18 +213,49 @@ class GatherKVLoader:
         atom = cute.make_copy_atom(cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL),
                                    src.element_type, num_bits_per_copy=128)
         chunk, row0, sIdx = part.ptid % self.chunks, part.ptid // self.chunks, part.sIdx
-        for p in cutlass.range(self.passes, unroll=2):
-            r = row0 + p * self.rows_per_pass
-            src_row = cute.zipped_divide(src[batch, kv_head, sIdx[r, slot], None], (8,))
-            dst_row = cute.zipped_divide(dst_rows[r, None, slot], (8,))
-            cute.copy(atom, src_row[None, chunk], dst_row[None, chunk])
+        if cutlass.const_expr(self.hoist_swizzle):
+            # Pass p writes row0 + p * rows_per_pass: whole 8-row swizzle atoms further, which
+            # the 128B swizzle (byte address bits 4-6 ^= bits 7-9) leaves alone, so the XOR is
+            # taken once and every pass adds a constant (4 instructions less per copy).
+            pass_bytes = self._pass_bytes(dst_rows)
+            a = dst_rows.iterator.toint() + cute.crd2idx((row0, chunk * 8, slot),
+                                                         dst_rows.layout) * 2
+            first = cutlass.Int32(a) ^ ((cutlass.Int32(a) >> 3) & 0x70)
+            for p in cutlass.range(self.passes, unroll=2):
+                r = row0 + p * self.rows_per_pass
+                src_row = cute.zipped_divide(src[batch, kv_head, sIdx[r, slot], None], (8,))
+                dst = cute.make_tensor(
+                    cute.make_ptr(src.element_type, first + p * pass_bytes,
+                                  cute.AddressSpace.smem, assumed_align=16), cute.make_layout(8))
+                cute.copy(atom, src_row[None, chunk], dst)
+        else:
+            for p in cutlass.range(self.passes, unroll=2):
+                r = row0 + p * self.rows_per_pass
+                src_row = cute.zipped_divide(src[batch, kv_head, sIdx[r, slot], None], (8,))
+                dst_row = cute.zipped_divide(dst_rows[r, None, slot], (8,))
+                cute.copy(atom, src_row[None, chunk], dst_row[None, chunk])
 
-    def load_k(self, part: GatherRows, k_pipe, k_state, n, kv_head, batch):
-        """Stage key block ``n``'s indices, then its K rows, into stage ``k_state``."""
+    def _pass_bytes(self, dst_rows) -> int:
+        """Bytes between a thread's chunk in consecutive passes (rows r and r + rows_per_pass),
+        checked at trace time to be one constant, a multiple of the swizzle's 1024 bytes."""
+        step = {cute.crd2idx((r + self.rows_per_pass, c, 0), dst_rows.layout)
+                - cute.crd2idx((r, c, 0), dst_rows.layout)
+                for r in (0, 1, 7, self.rows_per_pass) for c in (0, 8, self.head_dim - 8)}
+        if len(step) != 1 or (next(iter(step)) * 2) % 1024:
+            raise ValueError(f"the gather's smem rows are not whole swizzle atoms apart: {step}")
+        return next(iter(step)) * 2
+
+    def load_k(self, part: GatherRows, k_pipe, k_state, n, kv_head, batch, row, n_next):
+        """Stage key block ``n``'s indices (``row``: this thread's, fetched ahead; None:
+        fetch it now), then its K rows, into stage ``k_state``. Returns this thread's row of
+        block ``n_next`` (fetched before the copies are issued), or None without ``row``."""
         k_pipe.producer_acquire(k_state)
-        self._stage_indices(part, n, k_state.index)
+        ahead = row is not None  # a trace-time choice (the kernel's gather_prefetch)
+        self._stage_indices(part, row if ahead else self.fetch_row(part, n), k_state.index)
+        next_row = self.fetch_row(part, n_next) if ahead else None
         self._gather(part, part.mK, part.sK_rows, k_state.index, kv_head, batch)
         k_pipe.producer_commit(k_state)
+        return next_row
 
     def load_v(self, part: GatherRows, v_pipe, v_state, n, kv_head, batch):
         """V rows of key block ``n`` into stage ``v_state``, by the indices ``load_k`` staged

@@ -132,11 +132,13 @@ class AttentionSm90:
                  overlap: bool = False, block_m: int | None = None,
                  block_n: int | None = None, group: int = 192, pingpong: bool = False,
                  colsum_method: str = "mma", colsum_rounds: int = 3, colsum_writers: int = 1,
-                 colsum_stages: int = 4, gather: bool = False, accumulate: bool = False):
+                 colsum_stages: int = 4, gather: bool = False, accumulate: bool = False,
+                 gather_prefetch: bool = True, gather_hoist: bool = True):
         self.head_dim, self.causal, self.stages, self.colsum = head_dim, causal, stages, colsum
         # overlap: the softmax of S(n) runs while O += P(n + 1) V(n + 1) is on the tensor cores
         # (intra-warpgroup pipelining)
         self.overlap = overlap
+        self.gather, self.gather_prefetch = gather, gather_prefetch  # (smem_bytes reads it)
         self.block_m = block_m or HOPPER_DEFAULT_TILE[0]
         self.block_n = block_n or HOPPER_DEFAULT_TILE[1]
         if self.block_m // 64 not in REGISTERS or self.block_m % 64:
@@ -189,7 +191,6 @@ class AttentionSm90:
         self.pingpong = pingpong
         # gather (column-sparse attention): each query group attends to its own list of key
         # rows, packed into dense tiles by the gather loader; the tile must be the group
-        self.gather = gather
         if gather:
             if causal or colsum:
                 raise ValueError("the gather (column-sparse) variant is neither causal nor a "
@@ -203,7 +204,8 @@ class AttentionSm90:
             raise ValueError("accumulate does not combine with the column-sum variant")
         self.accumulate = accumulate
         self.key_blocks = key_block_policy((self.block_m, self.block_n), causal)
-        self.kv_loader = (GatherKVLoader(self.block_n, head_dim, NamedBarrier.GATHER_INDICES)
+        self.kv_loader = (GatherKVLoader(self.block_n, head_dim, NamedBarrier.GATHER_INDICES,
+                                         hoist_swizzle=gather_hoist)
                           if gather else TmaKVLoader(self.block_n, head_dim))
         self.sums = NoColumnSums()
         if colsum:
@@ -218,12 +220,13 @@ class AttentionSm90:
         """Shared memory of the SharedStorage built in ``__call__`` (alignment included)."""
         BM, BN, D, wgs = self.block_m, self.block_n, self.head_dim, self.consumer_wgs
         tiles = 2 * (BM * D + 2 * self.stages * BN * D)  # Q, K and V stages (16-bit)
-        sums = 0
-        if self.colsum:
-            sums = BN * self.colsum_partials * self.colsum_stages * 4
-            if self.colsum_method == "mma":
-                sums += 2 * BM * BN + 1024 * wgs + 1024  # P, f (1 KiB per consumer), padding
-        return 1024 + tiles + sums  # barriers and alignment
+        # P and f are 1024-aligned members: at least one 1 KiB slot each, even when unused
+        p_and_f = 2 * 1024
+        if self.colsum and self.colsum_method == "mma":
+            p_and_f = 2 * BM * BN + 1024 * wgs + 1024  # P, f (1 KiB per consumer), padding
+        sums = BN * self.colsum_partials * self.colsum_stages * 4 if self.colsum else 4
+        indices = BN * self.stages * 4 if self.gather else 4
+        return 1024 + tiles + p_and_f + sums + indices  # barriers (and their alignment) first
 
     @property
     def colsum_atomic(self) -> bool:
@@ -403,7 +406,28 @@ class AttentionSm90:
         sIdx = cute.make_tensor(storage.sIdx.data_ptr(),
                                 cute.make_layout((self.block_n, self.stages)))
         kv = self.kv_loader.partition(tidx, mK, mV, sK, sV, sIdx, rows, blocks.s_kv, s_kv)
-        self._load_kv(kv, pipes, blocks, tile)
+        k_pipe, v_pipe = pipes.k_pipe, pipes.v_pipe
+        k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
+        v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
+        # each block's key rows are fetched while the block before it is copied (prefetch)
+        row = cutlass.Int32(0)
+        if cutlass.const_expr(self.gather_prefetch):
+            if blocks.n_blocks > 0:
+                row = self.kv_loader.fetch_row(kv, self.key_blocks.block(blocks, 0))
+        for step in cutlass.range(blocks.n_blocks, unroll=1):
+            n = self.key_blocks.block(blocks, step)
+            if cutlass.const_expr(self.gather_prefetch):
+                n_next = self.key_blocks.block(blocks, cutlass.min(step + 1, blocks.n_blocks - 1))
+                row = self.kv_loader.load_k(kv, k_pipe, k_state, n, tile.kv_head, tile.batch,
+                                            row, n_next)
+            else:
+                self.kv_loader.load_k(kv, k_pipe, k_state, n, tile.kv_head, tile.batch, None,
+                                      None)
+            k_state.advance()
+            self.kv_loader.load_v(kv, v_pipe, v_state, n, tile.kv_head, tile.batch)
+            v_state.advance()
+        k_pipe.producer_tail(k_state)
+        v_pipe.producer_tail(v_state)
 
     @cute.jit
     def _load_q(self, tma_q, tQ, sQ, q_pipe, tile):
