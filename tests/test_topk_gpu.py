@@ -1,0 +1,133 @@
+"""The radix-select top-k kernel (kernels/topk.py) on the GPU: exact top sets against the
+values torch.topk picks (tie-aware), the tie rule, NaN, increasing lists, poisoned outputs,
+odd and aligned widths, strided rows, every score dtype, both kernel paths; and
+topk_indices / column_indices built on it."""
+
+import os
+
+import pytest
+import torch
+
+import cute_kernels as ck
+from cute_kernels.ops.column_sparse import topk_indices
+from cute_kernels.ops.topk import TOPK_KERNEL, make_build, topk_rows, vector_width
+
+pytestmark = pytest.mark.gpu
+
+POISON = -7
+DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+
+
+def _paths():
+    if not torch.cuda.is_available():
+        return ["ampere"]
+    return ["hopper", "ampere"] if torch.cuda.get_device_capability() == (9, 0) else ["ampere"]
+
+
+PATHS = _paths()
+
+
+def fresh(shape, dtype, heavy=False):
+    g = torch.Generator(device="cuda").manual_seed(int.from_bytes(os.urandom(4), "little"))
+    x = torch.randn(shape, generator=g, device="cuda")
+    if heavy:  # heavy-tailed (log-normal-ish column sums)
+        x = torch.exp(2 * x)
+    return x.to(dtype)
+
+
+def check_top(rows: torch.Tensor, got: torch.Tensor, k: int) -> None:
+    """``got`` (R, k): increasing, in range, and the selected values are the k largest (as a
+    multiset, NaN largest), with ties at the k-th value taken from the lowest columns."""
+    r, n = rows.shape
+    assert got.shape == (r, k) and got.dtype == torch.int32
+    g = got.long()
+    assert int(g.min()) >= 0 and int(g.max()) < n
+    if k > 1:
+        assert bool((g[:, 1:] > g[:, :-1]).all()), "lists must be strictly increasing"
+    x = rows.float().nan_to_num(nan=float("inf"))  # NaN ranks first, as in torch.topk
+    want = x.topk(k, dim=1).values.sort(dim=1).values
+    have = x.gather(1, g).sort(dim=1).values
+    assert torch.equal(have, want), "selected values differ from the k largest"
+    kth = want[:, :1]
+    above = (x > kth).sum(1)
+    for i in range(min(r, 64)):  # the tie rule: the first e columns equal to the k-th value
+        e = k - int(above[i])
+        equal_cols = (x[i] == kth[i]).nonzero().flatten()[:e]
+        chosen_equal = g[i][x[i, g[i]] == kth[i]]
+        assert torch.equal(chosen_equal.sort().values, equal_cols.sort().values), i
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("r, n, k", [(1, 1, 1), (3, 1000, 7), (5, 4099, 300), (64, 16384, 1147),
+                                     (7, 118784, 8315), (2, 777, 777), (33, 4096, 1)])
+def test_topk_rows_matches_torch(path, dtype, r, n, k):
+    rows = fresh((r, n), dtype)
+    with ck.force_path(path):
+        check_top(rows, topk_rows(rows, k), k)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_ties_nan_and_heavy_tails(dtype):
+    rows = fresh((16, 5000), dtype, heavy=True)
+    rows[:, 100:400] = rows[:, 100:101]  # long runs of one value: the tie rule decides
+    rows[3, 17] = float("nan")
+    rows[3, 4000] = float("nan")
+    rows[5] = 1.0  # a constant row: the first k columns
+    for k in (1, 150, 350, 4999):
+        got = topk_rows(rows, k)
+        check_top(rows, got, k)
+        assert {17, 4000} <= set(got[3].tolist()) or k < 2
+        assert got[5].tolist() == list(range(k))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_strided_and_misaligned_rows(dtype):
+    base = fresh((40, 3001), dtype)
+    for rows in (base[::3, 1:2601],  # row stride 3 x 3001, misaligned start: 1 column a load
+                 base[:, :2048],     # aligned start, row stride not a multiple of 8
+                 fresh((2048, 30), dtype).t()):  # column stride != 1: copied first
+        check_top(rows, topk_rows(rows, 100), 100)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_kernel_writes_exactly_k_entries(path):
+    """Straight through the compiled kernel into a poisoned, wider list: the first k entries
+    of every row are written, the rest untouched (both load widths)."""
+    from cute_kernels.runtime.bridge import kernel_for
+    from cute_kernels.runtime.launch import kernel_params
+
+    for n, dtype in ((16384, torch.bfloat16), (999, torch.float32)):
+        rows = fresh((9, n), dtype)
+        vec = vector_width(rows)
+        out = torch.full((9, 400), POISON, dtype=torch.int32, device="cuda")
+        with ck.force_path(path):
+            kernel = kernel_for(rows.device, ("test-topk", dtype, vec),
+                                lambda p, t, dtype=dtype, vec=vec: make_build(dtype, vec))
+            kernel(*kernel_params(TOPK_KERNEL).call_args(mScores=rows, mIndices=out, k=300))
+        torch.cuda.synchronize()
+        check_top(rows, out[:, :300].contiguous(), 300)
+        assert bool((out[:, 300:] == POISON).all())
+
+
+@pytest.mark.parametrize("share", [0.07, 0.2])
+@pytest.mark.parametrize("heavy", [False, True])
+def test_topk_indices_recall(share, heavy):
+    scores = fresh((4, 24, 1000), torch.float32, heavy=heavy)
+    k = round(share * 1000)
+    indices, counts = topk_indices(scores, k)
+    assert indices.shape == (4, 24, k) and bool((counts == k).all())
+    want = scores.topk(k, dim=-1).indices.sort(dim=-1).values
+    recall = (torch.isin(indices.view(-1, k).long(), want.view(-1, k)).float().mean(1))
+    # exact (continuous scores have no ties): recall 1.0 in every row
+    assert bool((recall == 1.0).all()), recall.min()
+    padded, _ = topk_indices(scores, k, multiple_of=128)
+    assert padded.shape[-1] == -(-k // 128) * 128
+    assert bool(torch.isin(want[0, 0], padded[0, 0].long()).all())
+
+
+def test_topk_indices_under_torch_compile():
+    scores = fresh((2, 3, 700), torch.bfloat16)
+    eager = topk_indices(scores, 50)
+    compiled = torch.compile(lambda s: topk_indices(s, 50), fullgraph=True)(scores)
+    assert torch.equal(eager[0], compiled[0]) and torch.equal(eager[1], compiled[1])

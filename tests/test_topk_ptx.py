@@ -1,0 +1,54 @@
+"""The radix-select top-k kernel (kernels/topk.py) compiled for both targets (no GPU needed),
+and the checks topk_rows makes before anything compiles."""
+
+import pytest
+import torch
+
+from cute_kernels.ops.topk import make_build, topk_rows, vector_width
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("dtype, vec", [(torch.bfloat16, 8), (torch.float16, 1),
+                                        (torch.float32, 4), (torch.float32, 1)])
+def test_topk_kernel_ptx(dtype, vec, target):
+    """16-byte row loads when vec > 1 (one per pass: 2 histogram passes over 16-bit keys, 4
+    over 32-bit ones, then the write pass), shared-memory atomics for the histograms (one per
+    key of a load), warp shuffles for the bin search and the scan, int32 stores of the
+    lists; no local memory."""
+    from test_ptx import _assert_no_spills  # tests/ is on pytest's path
+
+    from cute_kernels.runtime.compile import compile_ptx
+
+    ptx = compile_ptx(make_build(dtype, vec), target)
+    passes = 2 if dtype != torch.float32 else 4
+    load = "ld.global.v4.b32" if vec > 1 else "ld.global"
+    assert ptx.count(load) == passes + 1, ptx.count(load)
+    # the first pass counts every key; each later one only keys matching the chosen bytes
+    assert ptx.count("atom.shared.add") == passes * vec
+    assert "shfl.sync.down" in ptx and "shfl.sync.up" in ptx
+    assert ptx.count("st.global.b32") == vec
+    assert "ld.local" not in ptx and "st.local" not in ptx
+    _assert_no_spills(ptx, target)
+
+
+def test_vector_width_needs_aligned_rows():
+    x = torch.empty(4, 64, dtype=torch.bfloat16)
+    assert vector_width(x) == (8 if x.data_ptr() % 16 == 0 else 1)
+    assert vector_width(x[:, 1:57]) == 1          # misaligned start
+    assert vector_width(x[:, :60]) == 1           # N not a multiple of 8
+    assert vector_width(torch.empty(4, 64)) in (1, 4)
+
+
+def test_topk_rows_rejects_bad_input_before_compiling():
+    with pytest.raises(TypeError, match="scores"):
+        topk_rows(torch.zeros(2, 8, dtype=torch.int32), 1)
+    with pytest.raises(ValueError, match="scores"):
+        topk_rows(torch.zeros(8), 1)
+    with pytest.raises(ValueError, match="k must be <= N = 8"):
+        topk_rows(torch.zeros(2, 8), 9)
+    with pytest.raises(ValueError, match="k"):
+        topk_rows(torch.zeros(2, 8), 0)
+    with pytest.raises(TypeError, match="k"):
+        topk_rows(torch.zeros(2, 8), 2.0)
+    with pytest.raises(ValueError, match="CUDA"):  # a CPU tensor on the direct route
+        topk_rows(torch.zeros(2, 8), 2)
