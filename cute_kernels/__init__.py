@@ -16,9 +16,13 @@ __version__ = "0.1.0"
 
 #: public name -> module that defines it
 _EXPORTS = {
+    "ColumnSparseAttention": ".column_sparse_module",
     "GatedMLP": ".modules",
     "attention": ".ops.attention",
     "attention_colsum": ".ops.attention",
+    "column_indices": ".ops.column_sparse",
+    "column_sparse_attention": ".ops.column_sparse",
+    "topk_indices": ".ops.column_sparse",
     "pack_mask": ".ops.bitpack",
     "unpack_mask": ".ops.bitpack",
     "gated_mlp_up": ".ops.gated_mlp",
@@ -33,10 +37,13 @@ _EXPORTS = {
 _SUBMODULES = ("reference",)
 
 __all__ = [
+    "ColumnSparseAttention",
     "GatedMLP",
     "UnsupportedGPUError",
     "attention",
     "attention_colsum",
+    "column_indices",
+    "column_sparse_attention",
     "force_path",
     "gated_mlp_up",
     "gemm",
@@ -44,14 +51,17 @@ __all__ = [
     "pack_gated_weight",
     "pack_mask",
     "reference",
+    "topk_indices",
     "unpack_gated_weight",
     "unpack_mask",
 ]
 
 if TYPE_CHECKING:  # static tools see the eager imports
     from . import reference
+    from .column_sparse_module import ColumnSparseAttention
     from .modules import GatedMLP
     from .ops.attention import attention, attention_colsum
+    from .ops.column_sparse import column_indices, column_sparse_attention, topk_indices
     from .ops.bitpack import pack_mask, unpack_mask
     from .ops.gated_mlp import gated_mlp_up, pack_gated_weight, unpack_gated_weight
     from .ops.gemm import gemm, linear

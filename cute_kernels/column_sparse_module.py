@@ -1,9 +1,9 @@
 """``ColumnSparseAttention``: the step schedule of Chipmunk Part III (docs/attention.md,
 References) for one attention layer across diffusion steps (issue 14).
 
-Not exported from ``cute_kernels`` yet, like the op it drives
-(:func:`cute_kernels.ops.column_sparse.column_sparse_attention`, whose gather kernels have not
-run on a GPU): import it from here. docs/attention.md describes the op.
+``cute_kernels.ColumnSparseAttention``; it drives :func:`cute_kernels.column_sparse_attention`,
+:func:`cute_kernels.attention_colsum` and :func:`cute_kernels.topk_indices`.
+docs/attention.md describes the op.
 """
 
 from __future__ import annotations

@@ -16,8 +16,9 @@ check a result, or to run the same math where there is no CUDA device::
 Argument rules follow the ops' where the math needs them (attention: the op's shape, dtype and
 head-dim rules, with the same error messages); the GEMMs take any sizes and dtypes.
 
-The ops of ``NOT_YET_PUBLIC`` have their references here before the ops are exported from
-``cute_kernels`` (their kernels are not GPU-verified yet): they live in the module named there.
+The ops of ``NOT_YET_PUBLIC`` (empty now) have their references here before the ops are
+exported from ``cute_kernels`` (their kernels not GPU-verified yet): they live in the module
+named there.
 """
 
 from __future__ import annotations
@@ -37,9 +38,9 @@ from .ops.gated_mlp import gated_mlp_up_reference
 __all__ = ["attention", "attention_colsum", "column_indices", "column_sparse_attention",
            "gated_mlp_up", "gemm", "linear", "pack_mask", "topk_indices", "unpack_mask"]
 
-#: References whose ops are not exported from ``cute_kernels`` yet: name -> the op's module.
-NOT_YET_PUBLIC = {name: "cute_kernels.ops.column_sparse"
-                  for name in ("column_indices", "column_sparse_attention", "topk_indices")}
+#: References whose ops are not exported from ``cute_kernels`` yet: name -> the op's module
+#: (the column-sparse ops left it when their kernels ran on a GPU).
+NOT_YET_PUBLIC: dict[str, str] = {}
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,

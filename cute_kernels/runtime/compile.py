@@ -196,6 +196,12 @@ def _load_entry(directory: Path, name: str, symbol: str):
             import tvm_ffi
 
             return tvm_ffi.load_module(str(lib))[symbol]
+        # e.g. the DSL runtime moved since the link: the DSL's loader finds it again (slower,
+        # but a working entry is never recompiled on every run)
+        with contextlib.suppress(Exception):
+            import cutlass.cute as cute
+
+            return cute.runtime.load_module(str(lib), enable_tvm_ffi=True)[symbol]
     if obj.exists():
         with contextlib.suppress(Exception):
             import cutlass.cute as cute
