@@ -61,8 +61,8 @@ if TYPE_CHECKING:  # static tools see the eager imports
     from .column_sparse_module import ColumnSparseAttention
     from .modules import GatedMLP
     from .ops.attention import attention, attention_colsum
-    from .ops.column_sparse import column_indices, column_sparse_attention, topk_indices
     from .ops.bitpack import pack_mask, unpack_mask
+    from .ops.column_sparse import column_indices, column_sparse_attention, topk_indices
     from .ops.gated_mlp import gated_mlp_up, pack_gated_weight, unpack_gated_weight
     from .ops.gemm import gemm, linear
     from .runtime.arch import UnsupportedGPUError, force_path
