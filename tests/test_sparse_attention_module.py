@@ -304,7 +304,8 @@ def test_methods_document_their_arguments(method):
     assert "Returns:" in doc or method == "__init__"
 
 
-def test_not_exported_yet():
+def test_exported():
     import cute_kernels as ck
+    from cute_kernels.column_sparse_module import ColumnSparseAttention
 
-    assert not hasattr(ck, "ColumnSparseAttention")
+    assert ck.ColumnSparseAttention is ColumnSparseAttention
