@@ -9,8 +9,10 @@ kernel's ``__call__``) and get positional tuples back:
   (:func:`~.bridge.env_stream`). A parameter with a default may be left out (the compiler then
   sees its default), as long as no later parameter is given.
 * :meth:`KernelParams.call_args` for the compiled kernel: every parameter but ``stream`` (TVM-FFI
-  passes torch's current stream itself), none left out (a kernel loaded from the disk cache
-  takes no defaults).
+  passes torch's current stream itself). A kernel loaded from the disk cache takes no
+  defaults, so a parameter may be left out only if its default is None: ``call_args`` passes
+  the None (a kernel variant's optional tensors, e.g. block-sparse attention's lists, need
+  not be named by every op).
 
 Kernels are named by class or, on the call path, by ``"module:Class"``: the parameter list is
 then read from the module's source (``ast``) unless the module is already imported, so loading
@@ -33,6 +35,9 @@ import sys
 from operator import itemgetter
 from pathlib import Path
 
+#: a parameter's default, as ``_parameters`` records it: none, None, or another value
+NO_DEFAULT, NONE_DEFAULT, VALUE_DEFAULT = 0, 1, 2
+
 #: The parameter TVM-FFI fills with torch's current stream (``env_stream()`` when compiling).
 STREAM = "stream"
 
@@ -54,8 +59,10 @@ class KernelParams:
                                 f"its kernels with one argument list")
         self.owner = " / ".join(names)
         self.names = tuple(name for name, _ in params[0])
-        self.has_default = tuple(has for _, has in params[0])
+        self.has_default = tuple(bool(default) for _, default in params[0])
         self.call_names = tuple(n for n in self.names if n != STREAM)
+        self._none_defaults = frozenset(
+            name for name, default in params[0] if default == NONE_DEFAULT and name != STREAM)
         self._get = itemgetter(*self.call_names) if self.call_names else (lambda named: ())
 
     def fake_args(self, named: dict) -> tuple:
@@ -80,9 +87,18 @@ class KernelParams:
         return tuple(values)
 
     def call_args(self, **named) -> tuple:
-        """The compiled kernel's runtime arguments: every parameter but ``stream``, in order."""
-        if len(named) != len(self.call_names) or STREAM in named:
+        """The compiled kernel's runtime arguments: every parameter but ``stream``, in order
+        (those left out must default to None: module docstring)."""
+        if STREAM in named:
             raise self._mismatch(named, "runtime calls take every parameter but the stream")
+        if len(named) != len(self.call_names):
+            self._check_known(named)
+            left_out = [n for n in self.call_names if n not in named]
+            required = [n for n in left_out if n not in self._none_defaults]
+            if required:
+                raise self._mismatch(named, f"no value for parameter {required[0]!r} (only "
+                                            f"parameters whose default is None may be left out)")
+            named = dict(named, **dict.fromkeys(left_out))
         try:
             values = self._get(named)
         except KeyError as err:
@@ -116,7 +132,8 @@ def _class_name(cls: type | str) -> str:
 
 
 def _parameters(cls: type | str) -> tuple[tuple[str, bool], ...]:
-    """(name, has a default) of each parameter of ``cls.__call__`` after ``self``."""
+    """(name, NO_DEFAULT | NONE_DEFAULT | VALUE_DEFAULT) of each parameter of ``cls.__call__``
+    after ``self``."""
     if isinstance(cls, str):
         module, _, name = cls.partition(":")
         if module in sys.modules:
@@ -127,7 +144,8 @@ def _parameters(cls: type | str) -> tuple[tuple[str, bool], ...]:
     for p in params:
         if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
             raise TypeError(f"{cls.__name__}.__call__: parameter {p.name!r} must be positional")
-    return tuple((p.name, p.default is not p.empty) for p in params)
+    return tuple((p.name, NO_DEFAULT if p.default is p.empty else
+                  NONE_DEFAULT if p.default is None else VALUE_DEFAULT) for p in params)
 
 
 def _source_parameters(module: str, name: str) -> tuple[tuple[str, bool], ...]:
@@ -154,9 +172,17 @@ def _source_parameters(module: str, name: str) -> tuple[tuple[str, bool], ...]:
         if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs:
             break
         positional = args.args[1:]
-        first_default = len(positional) - len(args.defaults)
-        return tuple((a.arg, i >= first_default) for i, a in enumerate(positional))
+        defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+        return tuple((a.arg, _default_kind(d)) for a, d in zip(positional, defaults))
     return _parameters(getattr(importlib.import_module(module), name))
+
+
+def _default_kind(default: ast.expr | None) -> int:
+    """NO_DEFAULT for a missing default (None here), NONE_DEFAULT for ``= None``."""
+    if default is None:
+        return NO_DEFAULT
+    none = isinstance(default, ast.Constant) and default.value is None
+    return NONE_DEFAULT if none else VALUE_DEFAULT
 
 
 def _spell(params) -> str:

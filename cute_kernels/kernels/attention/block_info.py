@@ -70,9 +70,13 @@ class DenseKeyBlocks:
         contiguously from the last to the first)."""
         return n - 1
 
+    #: the element mask of partial blocks (block lists only)
+    mask = None
+
     @cute.jit
-    def needs_mask(self, tile: KeyBlockTile, n):
-        """Whether key block ``n`` holds keys some of the tile's rows must not see."""
+    def needs_mask(self, tile: KeyBlockTile, n, step=None):
+        """Whether key block ``n`` (visit ``step``) holds keys some of the tile's rows must
+        not see."""
         return self._needs_mask(tile.m_block, n, tile.s_q, tile.s_kv)
 
     @cute.jit
@@ -136,3 +140,52 @@ class PackedKeyRows(DenseKeyBlocks):
 def key_block_policy(block_mn: tuple[int, int], causal: bool) -> DenseKeyBlocks:
     """The dense or causal policy for a ``(block_m, block_n)`` tile."""
     return (CausalKeyBlocks if causal else DenseKeyBlocks)(block_mn)
+
+
+class BlockListTile(KeyBlockTile):
+    """A query tile's block lists: ``partial`` (1-D int32, ``n_partial`` entries) and
+    ``full`` (``n_full``), visited partial first; ``batch``/``head``/``doc_ids`` for the
+    element mask."""
+
+    def __init__(self, m_block, s_q, s_kv, partial, n_partial, full, n_full, batch, head,
+                 doc_ids):
+        super().__init__(m_block, s_q, s_kv, n_partial + n_full)
+        self.partial, self.n_partial, self.full = partial, n_partial, full
+        self.batch, self.head, self.doc_ids = batch, head, doc_ids
+
+
+class BlockListKeyBlocks(DenseKeyBlocks):
+    """Block-sparse attention (FlexAttention's ``BlockMask``): query tile ``m`` of (b, h)
+    visits its partial key blocks ``kv_indices[b, h, m, :kv_num_blocks[b, h, m]]`` (the
+    element ``mask`` applies there), then its full ones. The lists come from global memory;
+    ``block`` reads one entry per visit. The S_kv residue block masks too (with the element
+    mask, which a full block satisfies by definition)."""
+
+    def __init__(self, block_mn: tuple[int, int], mask=None):
+        super().__init__(block_mn)
+        self.mask = mask
+
+    def tile(self, m_block, s_q, s_kv, partial, n_partial, full, n_full, batch, head,
+             doc_ids) -> BlockListTile:
+        return BlockListTile(m_block, s_q, s_kv, partial, n_partial, full, n_full, batch,
+                             head, doc_ids)
+
+    @cute.jit
+    def block(self, tile: BlockListTile, step):
+        n = Int32(0)
+        if step < tile.n_partial:
+            n = tile.partial[step]
+        else:
+            n = tile.full[step - tile.n_partial]
+        return n
+
+    def has_next(self, tile: BlockListTile, step, n):
+        return step + 1 < tile.n_blocks
+
+    def next_block(self, tile: BlockListTile, step, n):
+        return self.block(tile, step + 1)
+
+    @cute.jit
+    def needs_mask(self, tile: BlockListTile, n, step=None):
+        return step < tile.n_partial or (n + 1) * self.block_n > tile.s_kv
+

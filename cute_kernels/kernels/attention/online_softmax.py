@@ -13,6 +13,7 @@ import cutlass.cute as cute
 from cutlass import Float32
 
 from ..common.constants import LN2
+from .mask_mod import apply_mask_mod
 
 
 def acc_mn_view(acc: cute.Tensor) -> cute.Tensor:
@@ -135,17 +136,21 @@ def apply_mask(acc_S: cute.Tensor, tScS: cute.Tensor, s_q, s_kv, causal: cutlass
 
 @cute.jit
 def mask_and_softmax(acc_S, acc_O, row_max, row_sum, scale_log2, thr_mma, policy, blocks, n,
-                     first, correction=None):
+                     first, correction=None, step=None):
     """One key block of the online softmax: mask it where the key-block ``policy`` says block
-    ``n`` of the tile ``blocks`` (block_info.py) holds keys some of the tile's rows must not
-    see, then fold it in (``first``: the first key block of the row, at run time;
+    ``n`` (visit ``step``) of the tile ``blocks`` (block_info.py) holds keys some of the
+    tile's rows must not see (and, for block lists, where the policy's element mask hides
+    them), then fold it in (``first``: the first key block of the row, at run time;
     ``correction``: see ``softmax_step``)."""
     bm, bn = policy.block_m, policy.block_n
     s_q, s_kv = blocks.s_q, blocks.s_kv
-    if policy.needs_mask(blocks, n):
+    if policy.needs_mask(blocks, n, step):
         tScS = thr_mma.partition_C(cute.local_tile(cute.make_identity_tensor((s_q, s_kv)),
                                                    (bm, bn), (blocks.m_block, n)))
         apply_mask(acc_S, tScS, s_q, s_kv, policy.causal)
+        if cutlass.const_expr(policy.mask is not None):
+            apply_mask_mod(acc_mn_view(acc_S), acc_mn_view(tScS), policy.mask, blocks.batch,
+                           blocks.head, s_q, s_kv, blocks.doc_ids)
     if first:
         softmax_step(acc_S, acc_O, row_max, row_sum, scale_log2, True, correction)
     else:

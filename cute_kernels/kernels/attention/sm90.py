@@ -24,7 +24,7 @@ from cutlass.tensor_utils import LayoutEnum
 
 from ...tuning.attention import HOPPER_DEFAULT_TILE, colsum_spans_ctas
 from ..common.constants import LOG2E, SM90_SMEM_BYTES
-from .block_info import key_block_policy
+from .block_info import BlockListKeyBlocks, key_block_policy
 from .column_sums import ColumnSumsSm90, NoColumnSums
 from .kv_loader import GatherKVLoader, TmaKVLoader, _sdhb
 from .online_softmax import (
@@ -126,6 +126,11 @@ class AttentionSm90:
     warpgroup runs ``load_gathered``: Q by TMA, K and V rows by 16-byte cp.async into the
     same swizzled stages (``GatherKVLoader``); the consumers are unchanged. Adds a
     ``block_n x stages`` int32 index ring to shared memory.
+    Block-sparse variant (``block_sparse``, FlexAttention block lists; GPU-unverified so far):
+    128 x 128 tiles, the ``BlockListKeyBlocks`` policy visits a query tile's partial key blocks
+    (``mIndices``/``mCounts``) then its full ones (``mFullIndices``/``mFullCounts``), one list
+    entry read per visit; partial blocks get the element ``mask`` (``mask_mod.py``) in the
+    softmax; loads, roles and pipelines are the dense kernel's.
     """
 
     def __init__(self, head_dim: int, causal: bool, stages: int = 2, colsum: bool = False,
@@ -133,7 +138,8 @@ class AttentionSm90:
                  block_n: int | None = None, group: int = 192, pingpong: bool = False,
                  colsum_method: str = "mma", colsum_rounds: int = 3, colsum_writers: int = 1,
                  colsum_stages: int = 4, gather: bool = False, accumulate: bool = False,
-                 gather_prefetch: bool = True, gather_hoist: bool = True):
+                 gather_prefetch: bool = True, gather_hoist: bool = True,
+                 block_sparse: bool = False, mask=None):
         self.head_dim, self.causal, self.stages, self.colsum = head_dim, causal, stages, colsum
         # overlap: the softmax of S(n) runs while O += P(n + 1) V(n + 1) is on the tensor cores
         # (intra-warpgroup pipelining)
@@ -203,7 +209,21 @@ class AttentionSm90:
         if accumulate and colsum:
             raise ValueError("accumulate does not combine with the column-sum variant")
         self.accumulate = accumulate
-        self.key_blocks = key_block_policy((self.block_m, self.block_n), causal)
+        # block_sparse: the key blocks of FlexAttention-style block lists (partial ones under
+        # the element ``mask``, a cute_kernels.masks.Mask), one 128 x 128 block per tile
+        self.block_sparse = block_sparse
+        if block_sparse:
+            if causal or colsum or gather or accumulate:
+                raise ValueError("the block-sparse variant is not causal (use the causal "
+                                 "mask), a column-sum, gather or accumulating kernel")
+            if (self.block_m, self.block_n) != (128, 128):
+                raise ValueError(f"the block-sparse variant takes 128 x 128 tiles (the block "
+                                 f"size), got {self.block_m} x {self.block_n}")
+            self.key_blocks = BlockListKeyBlocks((self.block_m, self.block_n), mask)
+        elif mask is not None:
+            raise ValueError("an element mask applies to the block-sparse variant only")
+        else:
+            self.key_blocks = key_block_policy((self.block_m, self.block_n), causal)
         self.kv_loader = (GatherKVLoader(self.block_n, head_dim, NamedBarrier.GATHER_INDICES,
                                          hoist_swizzle=gather_hoist)
                           if gather else TmaKVLoader(self.block_n, head_dim))
@@ -237,10 +257,13 @@ class AttentionSm90:
     @cute.jit
     def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
                  mLSE: cute.Tensor, mPrevLSE, mColsum, mIndices, mCounts, scale: Float32,
-                 out_scale, stream):
+                 out_scale, stream, mFullIndices=None, mFullCounts=None, mDocIds=None):
         """Tensors as AttentionSm80.__call__ (column sums: ``mPrevLSE``, ``mColsum``;
         column-sparse key rows: ``mIndices``, ``mCounts``; ``out_scale`` (Float32) with
-        ``accumulate``: O is added, times it, into ``mO``; each None when unused)."""
+        ``accumulate``: O is added, times it, into ``mO``; each None when unused). Block
+        lists (``block_sparse``): the partial blocks in ``mIndices`` (B, H, M, N) /
+        ``mCounts`` (B, H, M), the full ones in ``mFullIndices`` / ``mFullCounts``; the
+        document mask's ids (B, S) in ``mDocIds``."""
         dtype = mQ.element_type
         BM, BN, D = self.block_m, self.block_n, self.head_dim
         qk_mma = sm90_utils.make_trivial_tiled_mma(
@@ -296,7 +319,7 @@ class AttentionSm90:
                     mPrevLSE, mColsum, mIndices, mCounts,
                     mQ.shape[2], mK.shape[2], mQ.shape[1] // mK.shape[1],
                     scale * Float32(LOG2E), sQ_layout, sK_layout, sV_layout, sP_layout,
-                    sF_layout, out_scale).launch(
+                    sF_layout, out_scale, mFullIndices, mFullCounts, mDocIds).launch(
             grid=grid, block=(self.threads, 1, 1), stream=stream)
 
 
@@ -309,7 +332,7 @@ class AttentionSm90:
                s_q: Int32, s_kv: Int32, q_per_kv: Int32, scale_log2: Float32,
                sQ_layout: cute.ComposedLayout, sK_layout: cute.ComposedLayout,
                sV_layout: cute.ComposedLayout, sP_layout: cute.ComposedLayout,
-               sF_layout: cute.ComposedLayout, out_scale):
+               sF_layout: cute.ComposedLayout, out_scale, mFullIndices, mFullCounts, mDocIds):
         """Shared state for every role, then the role's method: the producer warpgroup's
         ``load`` (and the column-sum writers), or the consumers' ``mma``."""
         BN = self.block_n
@@ -338,6 +361,12 @@ class AttentionSm90:
             # the group's packed key list: visits walk packed positions [0, count)
             rows = mIndices[batch, head, m_block, None]
             blocks = self.key_blocks.tile(m_block, s_q, mCounts[batch, head, m_block])
+        elif cutlass.const_expr(self.block_sparse):
+            rows = None
+            blocks = self.key_blocks.tile(
+                m_block, s_q, s_kv, mIndices[batch, head, m_block, None],
+                mCounts[batch, head, m_block], mFullIndices[batch, head, m_block, None],
+                mFullCounts[batch, head, m_block], batch, head, mDocIds)
         else:
             rows = None
             blocks = self.key_blocks.tile(m_block, s_q, s_kv)
@@ -537,7 +566,7 @@ class AttentionSm90:
                 self._qk(mc, k_state, True)
             k_state.advance()
             col_state = self.sums.seq_after_qk(col, col_state, step)
-            self._softmax(mc, n, step == 0, None)
+            self._softmax(mc, n, step == 0, None, step)
             rP.store(acc_S.load().to(rP.element_type))
             self.sums.seq_before_pv(col, acc_S)
             self._pv(mc, v_state, False)
@@ -562,7 +591,7 @@ class AttentionSm90:
         if n_blocks > 0:
             self._qk(mc, k_state, True)
             k_state.advance()
-            self._softmax(mc, self.key_blocks.block(blocks, 0), True, None)
+            self._softmax(mc, self.key_blocks.block(blocks, 0), True, None, 0)
             col_state = self.sums.ovl_first_softmax(col, col_state, acc_S)
             rP.store(acc_S.load().to(rP.element_type))
             self.sums.ovl_probabilities(col, acc_S)
@@ -574,7 +603,7 @@ class AttentionSm90:
             warpgroup.wait_group(1)  # groups retire in order: S(n) is ready
             k_pipe.consumer_release(k_state)
             k_state.advance()
-            self._softmax(mc, n, False, correction)
+            self._softmax(mc, n, False, correction, step)
             col_state = self.sums.ovl_after_softmax(col, col_state, acc_S)
             self.sums.ovl_retire_pv(col)
             v_pipe.consumer_release(v_state)
@@ -623,10 +652,11 @@ class AttentionSm90:
             mc.v_pipe.consumer_release(v_state)
 
     @cute.jit
-    def _softmax(self, mc, n, first, correction):
-        """Mask (where the key-block iterator says so) + online softmax of S."""
+    def _softmax(self, mc, n, first, correction, step):
+        """Mask (where the key-block iterator says so for visit ``step`` of block ``n``) +
+        online softmax of S."""
         mask_and_softmax(mc.acc_S, mc.acc_O, mc.row_max, mc.row_sum, mc.scale_log2, mc.thr_qk,
-                         self.key_blocks, mc.blocks, n, first, correction)
+                         self.key_blocks, mc.blocks, n, first, correction, step)
 
 
     @cute.jit

@@ -1,0 +1,47 @@
+"""Element masks inside partial key blocks (block-sparse attention): the kernel side of
+``cute_kernels.masks``. ``apply_mask_mod`` sets -inf on the scores whose (query, key)
+coordinate the mask hides; coordinates are absolute positions, top-left aligned
+(FlexAttention's ``mask_mod``). The mask is a compile-time value: each kind traces its own
+comparison; a custom mask traces the user's ``@cute.jit`` function."""
+
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Boolean, Float32, Int32
+
+
+@cute.jit
+def visible(mask: cutlass.Constexpr, batch, head, q, kv, doc_ids) -> Boolean:
+    """Whether query ``q`` may see key ``kv`` under ``mask`` (both inside the sequences)."""
+    if cutlass.const_expr(mask.kind == "causal"):
+        return q >= kv
+    elif cutlass.const_expr(mask.kind == "sliding_window"):
+        return q >= kv and q - kv < mask.size
+    elif cutlass.const_expr(mask.kind == "prefix_lm"):
+        return kv < mask.size or q >= kv
+    elif cutlass.const_expr(mask.kind == "document"):
+        return doc_ids[batch, q] == doc_ids[batch, kv]
+    else:
+        return Boolean(mask.fn(batch, head, q, kv))
+
+
+@cute.jit
+def apply_mask_mod(s_mn: cute.Tensor, c_mn: cute.Tensor, mask: cutlass.Constexpr, batch,
+                   head, s_q, s_kv, doc_ids):
+    """-inf where ``mask`` hides the key; ``s_mn`` / ``c_mn``: the scores and their (query,
+    key) coordinates as (row, col) views of one thread's fragment (``acc_mn_view``).
+    Coordinates past the sequences (already -inf from ``apply_mask``) are clamped into them
+    first, so a mask never reads out of bounds."""
+    for r in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
+        q = cutlass.min(Int32(c_mn[r, 0][0]), s_q - 1)
+        doc_q = Int32(0)
+        if cutlass.const_expr(mask.kind == "document"):
+            doc_q = doc_ids[batch, q]  # once per row, not per score
+        for c in cutlass.range_constexpr(cute.size(s_mn, mode=[1])):
+            kv = cutlass.min(Int32(c_mn[r, c][1]), s_kv - 1)
+            if cutlass.const_expr(mask.kind == "document"):
+                if doc_ids[batch, kv] != doc_q:
+                    s_mn[r, c] = -Float32.inf
+            elif not visible(mask, batch, head, q, kv, doc_ids):
+                s_mn[r, c] = -Float32.inf

@@ -1,0 +1,351 @@
+"""``block_sparse_attention``: attention over the key blocks a FlexAttention ``BlockMask``
+lists (issue 15), with an element mask (``cute_kernels.masks``) inside its partial blocks.
+
+Not public yet (not exported from ``cute_kernels``): the Hopper kernel driven by the block
+lists compiles and passes its PTX checks but has not run on a GPU; the reference, the list
+conversion and the validation are complete.
+
+Semantics (FlexAttention's): query block ``m`` of (b, h) sees the key blocks
+``full_kv_indices[b, h, m, :full_kv_num_blocks[b, h, m]]`` entirely and the blocks
+``kv_indices[b, h, m, :kv_num_blocks[b, h, m]]`` where the element mask allows; keys past
+S_kv never. A query that sees no key gets o = 0 and lse = -inf. B and H of the lists may be 1
+(broadcast). Block size 128 x 128 for now (the Hopper tile).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ..masks import Mask
+from ..runtime.bridge import kernel_for
+from ..runtime.validate import check_int, check_tensor
+from .attention import ATTENTION_KERNELS, _check_device_args, validate_attention
+from .dispatch import KernelOp
+
+#: (query block, key block) sizes the kernels take today
+BLOCK = 128
+INDEX_DTYPE = torch.int32
+
+
+class BlockLists:
+    """The kernel's view of a block mask: int32 (B, H, M) counts and (B, H, M, N) indices of
+    the partial and the full key blocks of every query block (broadcast B/H expanded)."""
+
+    def __init__(self, partial_counts, partial_indices, full_counts, full_indices):
+        self.partial_counts, self.partial_indices = partial_counts, partial_indices
+        self.full_counts, self.full_indices = full_counts, full_indices
+
+    def tensors(self):
+        return (self.partial_counts, self.partial_indices, self.full_counts, self.full_indices)
+
+
+def _is_noop(mask_mod) -> bool:
+    return mask_mod is None or getattr(mask_mod, "__name__", "") == "noop_mask"
+
+
+def block_lists(block_mask, b: int, h: int, s_q: int, s_kv: int) -> BlockLists:
+    """Check ``block_mask`` (a ``BlockMask``, or a tuple ``(kv_num_blocks, kv_indices,
+    full_kv_num_blocks, full_kv_indices)`` with the full pair optional/None) against
+    (B, H, S_q, S_kv) and return its lists, expanded over B and H, int32, contiguous."""
+    if hasattr(block_mask, "kv_num_blocks") and hasattr(block_mask, "BLOCK_SIZE"):
+        size = tuple(block_mask.BLOCK_SIZE)
+        if size != (BLOCK, BLOCK):
+            raise ValueError(f"block_mask.BLOCK_SIZE must be ({BLOCK}, {BLOCK}) for now, got "
+                             f"{size}")
+        lengths = tuple(getattr(block_mask, "seq_lengths", (s_q, s_kv)))
+        if lengths != (s_q, s_kv):
+            raise ValueError(f"block_mask was made for (Q_LEN, KV_LEN) = {lengths}, but q and "
+                             f"k have S_q = {s_q}, S_kv = {s_kv}")
+        parts = (block_mask.kv_num_blocks, block_mask.kv_indices,
+                 block_mask.full_kv_num_blocks, block_mask.full_kv_indices)
+    elif isinstance(block_mask, (tuple, list)) and len(block_mask) in (2, 4):
+        parts = tuple(block_mask) + (None, None) * (len(block_mask) == 2)
+    else:
+        raise TypeError(f"block_mask must be a torch.nn.attention.flex_attention.BlockMask or "
+                        f"a tuple (kv_num_blocks, kv_indices[, full_kv_num_blocks, "
+                        f"full_kv_indices]), got {type(block_mask).__name__}")
+    m_blocks, n_blocks = -(-s_q // BLOCK), -(-s_kv // BLOCK)
+    names = ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices")
+    if (parts[2] is None) != (parts[3] is None):
+        raise ValueError("full_kv_num_blocks and full_kv_indices go together (both or none)")
+    out = []
+    for i, (name, t) in enumerate(zip(names, parts)):
+        if t is None:
+            shape = (b, h, m_blocks) + ((1,) if i == 3 else ())
+            out.append(torch.zeros(shape, dtype=INDEX_DTYPE, device=parts[0].device))
+            continue
+        check_tensor(name, t, dtypes=(torch.int32, torch.int64), ndim=3 + i % 2, on_cuda=False)
+        tb, th, tm = t.shape[:3]
+        if tb not in (1, b) or th not in (1, h) or tm != m_blocks:
+            raise ValueError(f"{name} must have shape (B or 1, H or 1, ceil(S_q / {BLOCK}) = "
+                             f"{m_blocks}{', N' if i % 2 else ''}) for q of shape (B={b}, "
+                             f"H={h}, S_q={s_q}), got {tuple(t.shape)}")
+        if i % 2 and t.shape[3] < 1:
+            raise ValueError(f"{name} needs at least one column")
+        if t.device != parts[0].device:
+            raise ValueError(f"{name} is on {t.device}, kv_num_blocks on {parts[0].device}")
+        expanded = t.expand(b, h, *t.shape[2:]).to(INDEX_DTYPE).contiguous()
+        out.append(expanded)
+    for counts, indices, name in ((out[0], out[1], "kv"), (out[2], out[3], "full_kv")):
+        if bool((counts < 0).any()) or bool((counts > min(indices.shape[3], n_blocks)).any()):
+            raise ValueError(f"{name}_num_blocks must be in [0, min(columns of {name}_indices, "
+                             f"ceil(S_kv / {BLOCK}) = {n_blocks})]")
+        live = torch.arange(indices.shape[3], device=indices.device) < counts.unsqueeze(-1)
+        listed = indices[live]
+        if listed.numel() and (int(listed.min()) < 0 or int(listed.max()) >= n_blocks):
+            raise ValueError(f"{name}_indices lists a key block outside [0, {n_blocks}) "
+                             f"(S_kv = {s_kv})")
+    return BlockLists(*out)
+
+
+def block_mask_from_dense(mask: torch.Tensor, block_size: int = BLOCK):
+    """The block lists of a bool (B, H, S_q, S_kv) element mask: a key block is *full* where
+    every element of the (query block, key block) tile is True, *partial* where some are, and
+    absent where none is. Returns ``(kv_num_blocks, kv_indices, full_kv_num_blocks,
+    full_kv_indices)`` (int32) for :func:`block_sparse_attention`, whose ``mask=`` must then
+    say what the partial blocks hold (or pass an all-or-nothing mask: no partial blocks)."""
+    check_tensor("mask", mask, dtypes=(torch.bool,), ndim=4, on_cuda=False)
+    block_size = check_int("block_size", block_size, min_value=1)
+    if block_size != BLOCK:
+        raise ValueError(f"block_size must be {BLOCK} for now, got {block_size}")
+    b, h, s_q, s_kv = mask.shape
+    pad = (0, -s_kv % block_size, 0, -s_q % block_size)
+    tiles = torch.nn.functional.pad(mask, pad).view(
+        b, h, -(-s_q // block_size), block_size, -(-s_kv // block_size), block_size)
+    valid = torch.nn.functional.pad(torch.ones(s_q, s_kv, dtype=torch.bool, device=mask.device),
+                                    pad).view(tiles.shape[2:])
+    any_on = tiles.any(dim=(3, 5))
+    all_on = (tiles | ~valid).all(dim=(3, 5))
+    full, partial = any_on & all_on, any_on & ~all_on
+
+    def lists(sel):
+        counts = sel.sum(-1).to(INDEX_DTYPE)
+        order = torch.argsort((~sel).to(torch.int8), dim=-1, stable=True).to(INDEX_DTYPE)
+        return counts, order
+
+    return (*lists(partial), *lists(full))
+
+
+def dense_mask(lists: BlockLists, s_q: int, s_kv: int, mask: Mask | None,
+               doc_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """bool (B, H, S_q, S_kv): the element mask the block lists and ``mask`` describe."""
+    b, h, m_blocks = lists.partial_counts.shape
+    n_blocks = -(-s_kv // BLOCK)
+    dev = lists.partial_counts.device
+
+    def blocks(counts, indices):
+        live = torch.arange(indices.shape[3], device=dev) < counts.unsqueeze(-1).long()
+        on = torch.zeros(b, h, m_blocks, n_blocks + 1, dtype=torch.bool, device=dev)
+        on.scatter_(3, torch.where(live, indices.long(), n_blocks), True)
+        return on[..., :n_blocks]
+
+    def elements(on):
+        return on.repeat_interleave(BLOCK, 2).repeat_interleave(BLOCK, 3)[:, :, :s_q, :s_kv]
+
+    visible = elements(blocks(lists.full_counts, lists.full_indices))
+    partial = elements(blocks(lists.partial_counts, lists.partial_indices))
+    if mask is not None:
+        bi = torch.arange(b, device=dev).view(b, 1, 1, 1)
+        hi = torch.arange(h, device=dev).view(1, h, 1, 1)
+        qi = torch.arange(s_q, device=dev).view(1, 1, s_q, 1)
+        ki = torch.arange(s_kv, device=dev).view(1, 1, 1, s_kv)
+        partial = partial & mask.evaluate(bi, hi, qi, ki, doc_ids).expand_as(partial)
+    return visible | partial
+
+
+def block_sparse_attention_reference(q, k, v, block_mask, *, mask: Mask | None = None,
+                                     doc_ids=None, scale=None):
+    """(o, lse) in float32: dense attention under :func:`dense_mask` (GQA by repeating kv
+    heads; a query with no visible key gets o = 0, lse = -inf)."""
+    scale = validate_attention(q, k, v, scale)
+    b, h, s_q, _ = q.shape
+    s_kv = k.shape[2]
+    lists = block_lists(block_mask, b, h, s_q, s_kv)
+    allowed = dense_mask(lists, s_q, s_kv, mask, doc_ids)
+    rep = h // k.shape[1]
+    kf = k.float().repeat_interleave(rep, 1)
+    vf = v.float().repeat_interleave(rep, 1)
+    s = (q.float() @ kf.transpose(-1, -2)) * scale
+    s = s.masked_fill(~allowed, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.where(allowed, torch.exp(s - lse.unsqueeze(-1)), 0.0)
+    return p @ vf, lse
+
+
+def _check_mask(block_mask, mask, doc_ids, lists: BlockLists, b: int, s_q: int, s_kv: int):
+    if mask is not None and not isinstance(mask, Mask):
+        raise TypeError(f"mask must be a cute_kernels.masks mask (causal(), sliding_window(w), "
+                        f"prefix_lm(n), document(), custom(fn)) or None, got "
+                        f"{type(mask).__name__}")
+    mask_mod = getattr(block_mask, "mask_mod", None)
+    if mask is None and not _is_noop(mask_mod) and bool((lists.partial_counts > 0).any()):
+        raise ValueError(
+            f"block_mask has partial blocks and a Python mask_mod "
+            f"({getattr(mask_mod, '__name__', mask_mod)!r}), which cannot be traced into the "
+            f"kernel: pass mask= with what it computes (cute_kernels.masks.causal(), "
+            f"sliding_window(w), prefix_lm(n), document() with doc_ids, or custom(fn) with a "
+            f"@cute.jit fn)")
+    if mask is not None and mask.needs_doc_ids:
+        if doc_ids is None:
+            raise ValueError("the document mask needs doc_ids, int32 (B, S)")
+        check_tensor("doc_ids", doc_ids, dtypes=(torch.int32,), ndim=2, on_cuda=False)
+        if s_q != s_kv or tuple(doc_ids.shape) != (b, s_q):
+            raise ValueError(f"doc_ids must have shape (B, S) = ({b}, {s_q}) (self-attention: "
+                             f"S_q == S_kv), got {tuple(doc_ids.shape)} with S_kv = {s_kv}")
+    elif doc_ids is not None:
+        raise ValueError("doc_ids go with mask=cute_kernels.masks.document() only")
+
+
+def validate_mode(validate) -> bool:
+    return bool(validate) if validate is not None else \
+        os.environ.get("CUTE_KERNELS_VALIDATE", "0") not in ("", "0")
+
+
+def _check_mask_mod_agrees(block_mask, mask: Mask, doc_ids, b: int, h: int, s_q: int,
+                           s_kv: int, samples: int = 4096) -> None:
+    """Debug mode: ``mask`` and the BlockMask's own mask_mod agree on random points."""
+    mask_mod = getattr(block_mask, "mask_mod", None)
+    if _is_noop(mask_mod) or (mask.kind == "custom" and mask.torch_fn is None):
+        return
+    g = torch.Generator().manual_seed(0)
+    dev = doc_ids.device if doc_ids is not None else "cpu"
+    pts = [torch.randint(0, n, (samples,), generator=g).to(dev) for n in (b, h, s_q, s_kv)]
+    ours = mask.evaluate(*pts, doc_ids)
+    theirs = torch.stack([torch.as_tensor(mask_mod(*(p[i] for p in pts)))
+                          for i in range(min(samples, 512))]).to(ours.device)
+    if not torch.equal(ours[: theirs.numel()].bool(), theirs.bool()):
+        raise ValueError(f"mask={mask.kind!r} disagrees with block_mask.mask_mod "
+                         f"({getattr(mask_mod, '__name__', mask_mod)!r}) on sampled points")
+
+
+def make_build(path: str, dtype, head_dim: int, mask: Mask | None):
+    """The Hopper attention kernel driven by block lists (``block_sparse=True``) against
+    symbolic tensors: q/k/v/o as :func:`.attention.make_build`, compact int32 counts
+    (B, H, M) and indices (B, H, M, N) for the partial and the full blocks, doc ids (B, S)."""
+    import cutlass
+
+    from ..runtime.bridge import fake_bhsd, fake_compact
+    from ..runtime.compile import Build
+    from ..runtime.launch import launch_args
+
+    if path != "hopper":
+        raise NotImplementedError("block_sparse_attention has a Hopper kernel only so far")
+    from ..kernels.attention.sm90 import AttentionSm90
+
+    # D = 128 without an element mask: the softmax/MMA overlap, as the dense kernel
+    # (hopper_config); with one, the sequential loop (ptxas 13.0: the overlapped loop spills
+    # 40-172 bytes under the masks, the sequential one 0 but for the document mask's 64).
+    # Not yet measured on a GPU. The block is the 128 x 128 tile either way.
+    kernel = AttentionSm90(head_dim, False, block_sparse=True, mask=mask,
+                           overlap=head_dim == 128 and mask is None)
+    doc = fake_compact(torch.int32, 2) if mask is not None and mask.needs_doc_ids else None
+    return Build(kernel, launch_args(
+        kernel, mQ=fake_bhsd(dtype, head_dim), mK=fake_bhsd(dtype, head_dim),
+        mV=fake_bhsd(dtype, head_dim), mO=fake_bhsd(dtype, head_dim),
+        mLSE=fake_compact(torch.float32, 3), mPrevLSE=None, mColsum=None,
+        mIndices=fake_compact(torch.int32, 4), mCounts=fake_compact(torch.int32, 3),
+        scale=cutlass.Float32(1.0), out_scale=None,
+        mFullIndices=fake_compact(torch.int32, 4), mFullCounts=fake_compact(torch.int32, 3),
+        mDocIds=doc))
+
+
+def _block_sparse_attention(q, k, v, partial_counts, partial_indices, full_counts,
+                            full_indices, doc_ids, scale: float, mask_key: int):
+    """The direct route, after validation: (o, lse) from the Hopper kernel."""
+    from ..runtime.launch import kernel_params
+
+    mask = _MASKS[mask_key]
+    _check_device_args(q=q, k=k, v=v, kv_num_blocks=partial_counts, kv_indices=partial_indices,
+                       full_kv_num_blocks=full_counts, full_kv_indices=full_indices)
+    b, h, s_q, d = q.shape
+    o = torch.empty_like(q)
+    lse = torch.empty(b, h, s_q, dtype=torch.float32, device=q.device)
+    kernel = kernel_for(q.device, ("block_sparse_attention", q.dtype, d, mask),
+                        lambda path, target: make_build(path, q.dtype, d, mask))
+    kernel(*kernel_params(*ATTENTION_KERNELS).call_args(
+        mQ=q, mK=k, mV=v, mO=o, mLSE=lse, mPrevLSE=None, mColsum=None,
+        mIndices=partial_indices, mCounts=partial_counts, scale=scale, out_scale=None,
+        mFullIndices=full_indices, mFullCounts=full_counts, mDocIds=doc_ids))
+    return o, lse
+
+
+#: masks by a small int key: a custom op's schema takes ints, not Mask objects
+_MASKS: dict[int, Mask | None] = {0: None}
+
+
+def _mask_key(mask: Mask | None) -> int:
+    for key, known in _MASKS.items():
+        if known == mask:
+            return key
+    key = len(_MASKS)
+    _MASKS[key] = mask
+    return key
+
+
+@torch.library.custom_op("cute_kernels::block_sparse_attention", mutates_args=())
+def _block_sparse_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                               partial_counts: torch.Tensor, partial_indices: torch.Tensor,
+                               full_counts: torch.Tensor, full_indices: torch.Tensor,
+                               doc_ids: torch.Tensor | None, scale: float, mask_key: int
+                               ) -> tuple[torch.Tensor, torch.Tensor]:
+    return _block_sparse_attention(q, k, v, partial_counts, partial_indices, full_counts,
+                                   full_indices, doc_ids, scale, mask_key)
+
+
+@_block_sparse_attention_op.register_fake
+def _(q, k, v, partial_counts, partial_indices, full_counts, full_indices, doc_ids, scale,
+      mask_key):
+    b, h, s_q, _ = q.shape
+    return torch.empty_like(q), q.new_empty(b, h, s_q, dtype=torch.float32)
+
+
+_BLOCK_SPARSE_ATTENTION = KernelOp(_block_sparse_attention_op, _block_sparse_attention,
+                                   grad_inputs=("q", "k", "v"))
+
+
+def block_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask, *,
+                           mask: Mask | None = None, doc_ids: torch.Tensor | None = None,
+                           scale: float | None = None, return_lse: bool = False,
+                           validate: bool | None = None):
+    """Attention over the key blocks ``block_mask`` lists (module docstring).
+
+    Args:
+        q: (B, H, S_q, D) queries, bfloat16 or float16, CUDA; D 64 or 128; the rules of
+            :func:`cute_kernels.attention` (strides, GQA).
+        k: (B, H_kv, S_kv, D) keys, q's dtype.
+        v: (B, H_kv, S_kv, D) values.
+        block_mask: a ``torch.nn.attention.flex_attention.BlockMask`` with BLOCK_SIZE
+            (128, 128) and seq_lengths (S_q, S_kv), or ``(kv_num_blocks, kv_indices[,
+            full_kv_num_blocks, full_kv_indices])`` int32 tensors of its shapes.
+        mask: what the partial blocks hold (``cute_kernels.masks``); required when the
+            BlockMask has partial blocks and a mask_mod (a Python mask_mod is not traced);
+            None: partial blocks are entirely visible.
+        doc_ids: int32 (B, S) document ids for ``mask=masks.document()``.
+        scale: the softmax scale (default 1 / sqrt(D)).
+        return_lse: also return the natural-log logsumexp per query (B, H, S_q) fp32.
+        validate: check ``mask`` against the BlockMask's mask_mod on sampled points (a
+            host-side check); default from ``CUTE_KERNELS_VALIDATE``.
+
+    Returns:
+        o (B, H, S_q, D) in q's dtype, and lse with ``return_lse``.
+
+    Raises:
+        TypeError: as :func:`cute_kernels.attention`; a block_mask or mask of another type.
+        ValueError: as :func:`cute_kernels.attention`; lists whose shapes do not match q/k,
+            counts or indices out of range, a block size other than 128, a BlockMask with
+            partial blocks and a mask_mod but no ``mask``, missing or misshapen doc_ids, or
+            (validate) a mask that disagrees with the mask_mod.
+        NotImplementedError: on a GPU without the Hopper path (the Ampere kernel is to come).
+    """
+    scale = validate_attention(q, k, v, scale)
+    b, h, s_q, _ = q.shape
+    s_kv = k.shape[2]
+    lists = block_lists(block_mask, b, h, s_q, s_kv)
+    _check_mask(block_mask, mask, doc_ids, lists, b, s_q, s_kv)
+    if validate_mode(validate) and mask is not None:
+        _check_mask_mod_agrees(block_mask, mask, doc_ids, b, h, s_q, s_kv)
+    o, lse = _BLOCK_SPARSE_ATTENTION(q, k, v, *lists.tensors(), doc_ids, scale,
+                                     _mask_key(mask))
+    return (o, lse) if return_lse else o

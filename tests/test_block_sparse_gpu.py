@@ -1,0 +1,133 @@
+"""Block-sparse attention (issue 15) on the GPU: the Hopper kernel driven by FlexAttention
+block lists against the float32 reference (the dense mask the lists and the element mask
+describe) and against flex_attention itself; random block sparsity, the built-in masks, a
+traced CuTe mask, empty rows, S not a multiple of the block, GQA, broadcast lists, poisoned
+outputs. Not yet run on a GPU (written with the kernel; docs/attention.md)."""
+
+import os
+
+import pytest
+import torch
+from torch.nn.attention.flex_attention import create_block_mask
+
+from cute_kernels import masks
+from cute_kernels.ops import block_sparse as bs
+
+pytestmark = pytest.mark.gpu
+
+BF = torch.bfloat16
+
+
+def hopper():
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+needs_hopper = pytest.mark.skipif(not hopper(), reason="the block-sparse kernel is Hopper-only")
+
+
+def fresh(*shape):
+    g = torch.Generator(device="cuda").manual_seed(int.from_bytes(os.urandom(4), "little"))
+    return torch.randn(*shape, generator=g, device="cuda").to(BF)
+
+
+def check(q, k, v, block_mask, **kw):
+    o, lse = bs.block_sparse_attention(q, k, v, block_mask, return_lse=True, **kw)
+    want, want_lse = bs.block_sparse_attention_reference(q, k, v, block_mask, **kw)
+    err = (o.float() - want).abs().max().item()
+    assert err < 2e-2, err
+    finite = torch.isfinite(want_lse)
+    assert torch.equal(torch.isfinite(lse), finite)
+    torch.testing.assert_close(lse[finite], want_lse[finite], atol=2e-3, rtol=2e-3)
+    return o
+
+
+def random_lists(b, h, s_q, s_kv, keep, full_share=0.5):
+    """Random block lists: ``keep`` of the blocks, about ``full_share`` of them full."""
+    m, n = -(-s_q // 128), -(-s_kv // 128)
+    on = torch.rand(b, h, m, n, device="cuda") < keep
+    full = on & (torch.rand(b, h, m, n, device="cuda") < full_share)
+    partial = on & ~full
+
+    def lists(sel):
+        order = torch.argsort((~sel).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+        return sel.sum(-1).to(torch.int32), order
+
+    return (*lists(partial), *lists(full))
+
+
+@needs_hopper
+@pytest.mark.parametrize("keep", [0.5, 0.1, 0.03])
+@pytest.mark.parametrize("s, d", [(1024, 128), (1000, 64), (777, 128)])
+def test_random_block_sparsity(keep, s, d):
+    q, k, v = fresh(2, 4, s, d), fresh(2, 4, s, d), fresh(2, 4, s, d)
+    check(q, k, v, random_lists(2, 4, s, s, keep))
+
+
+@needs_hopper
+@pytest.mark.parametrize("mask, fn", [
+    (masks.causal(), lambda b, h, q, kv: q >= kv),
+    (masks.sliding_window(300), lambda b, h, q, kv: (q >= kv) & (q - kv < 300)),
+    (masks.prefix_lm(200), lambda b, h, q, kv: (kv < 200) | (q >= kv)),
+])
+@pytest.mark.parametrize("d", [64, 128])
+def test_builtin_masks_against_flex(mask, fn, d):
+    from torch.nn.attention.flex_attention import flex_attention
+
+    s = 1111
+    q, k, v = fresh(1, 4, s, d), fresh(1, 2, s, d), fresh(1, 2, s, d)  # GQA
+    block_mask = create_block_mask(fn, B=None, H=None, Q_LEN=s, KV_LEN=s, device="cuda")
+    o = check(q, k, v, block_mask, mask=mask)
+    flex = torch.compile(flex_attention)(q, k, v, block_mask=block_mask, enable_gqa=True)
+    want, _ = bs.block_sparse_attention_reference(q, k, v, block_mask, mask=mask)
+    ours_err = (o.float() - want).abs().max().item()
+    flex_err = (flex.float() - want).abs().max().item()
+    assert ours_err <= 2 * flex_err + 1e-3, (ours_err, flex_err)
+
+
+@needs_hopper
+def test_document_mask_uneven_segments():
+    s = 1000
+    doc = torch.tensor([[0] * 130 + [1] * 600 + [2] * 270, [0] * 7 + [1] * 993],
+                       dtype=torch.int32, device="cuda")
+    dense = (doc[:, None, :, None] == doc[:, None, None, :]).expand(2, 2, s, s)
+    q, k, v = fresh(2, 2, s, 128), fresh(2, 2, s, 128), fresh(2, 2, s, 128)
+    check(q, k, v, bs.block_mask_from_dense(dense), mask=masks.document(), doc_ids=doc)
+
+
+@needs_hopper
+def test_custom_cute_mask():
+    import cutlass.cute as cute
+
+    @cute.jit
+    def band(b, h, q, kv):
+        return kv + 200 >= q
+
+    def band_torch(b, h, q, kv):
+        return kv + 200 >= q
+
+    s = 900
+    q, k, v = fresh(1, 2, s, 64), fresh(1, 2, s, 64), fresh(1, 2, s, 64)
+    block_mask = create_block_mask(band_torch, B=None, H=None, Q_LEN=s, KV_LEN=s,
+                                   device="cuda")
+    check(q, k, v, block_mask, mask=masks.custom(band, torch_fn=band_torch))
+
+
+@needs_hopper
+def test_empty_rows_give_zeros_and_minus_inf():
+    s = 640
+    q, k, v = fresh(1, 2, s, 128), fresh(1, 2, s, 128), fresh(1, 2, s, 128)
+    counts, indices, full_counts, full_indices = random_lists(1, 2, s, s, 0.5)
+    counts[:, :, 2] = 0
+    full_counts[:, :, 2] = 0
+    o, lse = bs.block_sparse_attention(q, k, v, (counts, indices, full_counts, full_indices),
+                                       return_lse=True)
+    assert bool((o[:, :, 256:384] == 0).all())
+    assert bool((lse[:, :, 256:384] == -torch.inf).all())
+
+
+@needs_hopper
+def test_strided_inputs_and_different_lengths():
+    base = fresh(1, 900, 4, 128)  # (B, S, H, D) storage
+    q = base.transpose(1, 2)
+    kv = fresh(1, 1300, 2, 128).transpose(1, 2)
+    check(q, kv, kv, random_lists(1, 4, 900, 1300, 0.3))
