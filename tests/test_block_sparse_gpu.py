@@ -2,7 +2,8 @@
 block lists against the float32 reference (the dense mask the lists and the element mask
 describe) and against flex_attention itself; random block sparsity, the built-in masks, a
 traced CuTe mask, empty rows, S not a multiple of the block, GQA, broadcast lists, poisoned
-outputs. Not yet run on a GPU (written with the kernel; docs/attention.md)."""
+outputs; both kernel paths. Not yet run on a GPU (written with the kernels;
+docs/attention.md)."""
 
 import os
 
@@ -18,11 +19,22 @@ pytestmark = pytest.mark.gpu
 BF = torch.bfloat16
 
 
-def hopper():
-    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+def _paths():
+    if not torch.cuda.is_available():
+        return ["ampere"]
+    return ["hopper", "ampere"] if torch.cuda.get_device_capability() == (9, 0) else ["ampere"]
 
 
-needs_hopper = pytest.mark.skipif(not hopper(), reason="the block-sparse kernel is Hopper-only")
+PATHS = _paths()
+
+
+@pytest.fixture(params=PATHS)
+def path(request):
+    """Every test runs on each kernel path this GPU has (ck.force_path)."""
+    import cute_kernels as ck
+
+    with ck.force_path(request.param):
+        yield request.param
 
 
 def fresh(*shape):
@@ -55,22 +67,20 @@ def random_lists(b, h, s_q, s_kv, keep, full_share=0.5):
     return (*lists(partial), *lists(full))
 
 
-@needs_hopper
 @pytest.mark.parametrize("keep", [0.5, 0.1, 0.03])
 @pytest.mark.parametrize("s, d", [(1024, 128), (1000, 64), (777, 128)])
-def test_random_block_sparsity(keep, s, d):
+def test_random_block_sparsity(keep, s, d, path):
     q, k, v = fresh(2, 4, s, d), fresh(2, 4, s, d), fresh(2, 4, s, d)
     check(q, k, v, random_lists(2, 4, s, s, keep))
 
 
-@needs_hopper
 @pytest.mark.parametrize("mask, fn", [
     (masks.causal(), lambda b, h, q, kv: q >= kv),
     (masks.sliding_window(300), lambda b, h, q, kv: (q >= kv) & (q - kv < 300)),
     (masks.prefix_lm(200), lambda b, h, q, kv: (kv < 200) | (q >= kv)),
 ])
 @pytest.mark.parametrize("d", [64, 128])
-def test_builtin_masks_against_flex(mask, fn, d):
+def test_builtin_masks_against_flex(mask, fn, d, path):
     from torch.nn.attention.flex_attention import flex_attention
 
     s = 1111
@@ -84,8 +94,7 @@ def test_builtin_masks_against_flex(mask, fn, d):
     assert ours_err <= 2 * flex_err + 1e-3, (ours_err, flex_err)
 
 
-@needs_hopper
-def test_document_mask_uneven_segments():
+def test_document_mask_uneven_segments(path):
     s = 1000
     doc = torch.tensor([[0] * 130 + [1] * 600 + [2] * 270, [0] * 7 + [1] * 993],
                        dtype=torch.int32, device="cuda")
@@ -94,8 +103,7 @@ def test_document_mask_uneven_segments():
     check(q, k, v, bs.block_mask_from_dense(dense), mask=masks.document(), doc_ids=doc)
 
 
-@needs_hopper
-def test_custom_cute_mask():
+def test_custom_cute_mask(path):
     import cutlass.cute as cute
 
     @cute.jit
@@ -112,8 +120,7 @@ def test_custom_cute_mask():
     check(q, k, v, block_mask, mask=masks.custom(band, torch_fn=band_torch))
 
 
-@needs_hopper
-def test_empty_rows_give_zeros_and_minus_inf():
+def test_empty_rows_give_zeros_and_minus_inf(path):
     s = 640
     q, k, v = fresh(1, 2, s, 128), fresh(1, 2, s, 128), fresh(1, 2, s, 128)
     counts, indices, full_counts, full_indices = random_lists(1, 2, s, s, 0.5)
@@ -125,8 +132,7 @@ def test_empty_rows_give_zeros_and_minus_inf():
     assert bool((lse[:, :, 256:384] == -torch.inf).all())
 
 
-@needs_hopper
-def test_strided_inputs_and_different_lengths():
+def test_strided_inputs_and_different_lengths(path):
     base = fresh(1, 900, 4, 128)  # (B, S, H, D) storage
     q = base.transpose(1, 2)
     kv = fresh(1, 1300, 2, 128).transpose(1, 2)

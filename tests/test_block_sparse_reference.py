@@ -178,6 +178,8 @@ def test_block_sparse_kernel_ptx(mask, head_dim):
     mix = instruction_mix(ptx)
     assert mix["wgmma"] > 0 and mix["setmaxnreg"] == 2
     assert "ld.global" in ptx  # the block lists
+    if mask is not None and mask.kind == "document":
+        assert "ld.global.b32" in ptx  # the ids
     # the document mask's id loads at D = 128 spill 64 bytes (ptxas 13.0), not yet measured
     spill_ok = 96 if (head_dim == 128 and mask is not None and mask.kind == "document") else 0
     if not spill_ok:
@@ -196,3 +198,28 @@ def test_custom_cute_mask_is_traced():
 
     ptx = compile_ptx(bs.make_build("hopper", BF, 64, masks.custom(band)), "sm_90a")
     assert "wgmma.mma_async" in ptx
+
+
+@pytest.mark.parametrize("mask", [None, masks.causal(), masks.document()])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_block_sparse_ampere_kernel_ptx(mask, head_dim):
+    """The FA2 kernel driven by the same lists (each 128-key block two 64-key tiles):
+    mma.sync and cp.async, no local memory or spills."""
+    from test_ptx import _assert_no_spills  # tests/ is on pytest's path
+
+    from cute_kernels.runtime.compile import compile_ptx
+
+    ptx = compile_ptx(bs.make_build("ampere", BF, head_dim, mask), "sm_80")
+    assert "mma.sync.aligned.m16n8k16" in ptx and "cp.async.cg.shared.global" in ptx
+    assert "ld.local" not in ptx and "st.local" not in ptx
+    _assert_no_spills(ptx, "sm_80")
+
+
+def test_list_blocks_split_into_kernel_tiles():
+    """A 128-key list block is visited as 128 / block_n kernel tiles, partial entries first."""
+    from cute_kernels.kernels.attention.block_info import BlockListKeyBlocks
+
+    policy = BlockListKeyBlocks((128, 64), masks.causal())
+    assert policy.split == 2
+    with pytest.raises(ValueError, match="must divide"):
+        BlockListKeyBlocks((128, 96))

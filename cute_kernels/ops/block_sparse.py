@@ -1,8 +1,9 @@
 """``block_sparse_attention``: attention over the key blocks a FlexAttention ``BlockMask``
 lists (issue 15), with an element mask (``cute_kernels.masks``) inside its partial blocks.
 
-Not public yet (not exported from ``cute_kernels``): the Hopper kernel driven by the block
-lists compiles and passes its PTX checks but has not run on a GPU; the reference, the list
+Not public yet (not exported from ``cute_kernels``): the kernels driven by the block lists
+(Hopper ``AttentionSm90(block_sparse=True)``, Ampere ``AttentionSm80(block_sparse=True)``)
+compile and pass their PTX checks but have not run on a GPU; the reference, the list
 conversion and the validation are complete.
 
 Semantics (FlexAttention's): query block ``m`` of (b, h) sees the key blocks
@@ -221,7 +222,7 @@ def _check_mask_mod_agrees(block_mask, mask: Mask, doc_ids, b: int, h: int, s_q:
 
 
 def make_build(path: str, dtype, head_dim: int, mask: Mask | None):
-    """The Hopper attention kernel driven by block lists (``block_sparse=True``) against
+    """The path's attention kernel driven by block lists (``block_sparse=True``) against
     symbolic tensors: q/k/v/o as :func:`.attention.make_build`, compact int32 counts
     (B, H, M) and indices (B, H, M, N) for the partial and the full blocks, doc ids (B, S)."""
     import cutlass
@@ -230,16 +231,20 @@ def make_build(path: str, dtype, head_dim: int, mask: Mask | None):
     from ..runtime.compile import Build
     from ..runtime.launch import launch_args
 
-    if path != "hopper":
-        raise NotImplementedError("block_sparse_attention has a Hopper kernel only so far")
-    from ..kernels.attention.sm90 import AttentionSm90
+    if path == "hopper":
+        from ..kernels.attention.sm90 import AttentionSm90
 
-    # D = 128 without an element mask: the softmax/MMA overlap, as the dense kernel
-    # (hopper_config); with one, the sequential loop (ptxas 13.0: the overlapped loop spills
-    # 40-172 bytes under the masks, the sequential one 0 but for the document mask's 64).
-    # Not yet measured on a GPU. The block is the 128 x 128 tile either way.
-    kernel = AttentionSm90(head_dim, False, block_sparse=True, mask=mask,
-                           overlap=head_dim == 128 and mask is None)
+        # D = 128 without an element mask: the softmax/MMA overlap, as the dense kernel
+        # (hopper_config); with one, the sequential loop (ptxas 13.0: the overlapped loop
+        # spills 40-172 bytes under the masks, the sequential one 0 but for the document
+        # mask's 64). Not yet measured on a GPU. The block is the 128 x 128 tile either way.
+        kernel = AttentionSm90(head_dim, False, block_sparse=True, mask=mask,
+                               overlap=head_dim == 128 and mask is None)
+    else:
+        from ..kernels.attention.sm80 import AttentionSm80
+
+        # the FA2 kernel's 128-row tile is the query block; each key block is two 64-key tiles
+        kernel = AttentionSm80(head_dim, False, block_m=BLOCK, block_sparse=True, mask=mask)
     doc = fake_compact(torch.int32, 2) if mask is not None and mask.needs_doc_ids else None
     return Build(kernel, launch_args(
         kernel, mQ=fake_bhsd(dtype, head_dim), mK=fake_bhsd(dtype, head_dim),
@@ -253,7 +258,7 @@ def make_build(path: str, dtype, head_dim: int, mask: Mask | None):
 
 def _block_sparse_attention(q, k, v, partial_counts, partial_indices, full_counts,
                             full_indices, doc_ids, scale: float, mask_key: int):
-    """The direct route, after validation: (o, lse) from the Hopper kernel."""
+    """The direct route, after validation: (o, lse) from the path's kernel."""
     from ..runtime.launch import kernel_params
 
     mask = _MASKS[mask_key]
@@ -337,7 +342,6 @@ def block_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bl
             counts or indices out of range, a block size other than 128, a BlockMask with
             partial blocks and a mask_mod but no ``mask``, missing or misshapen doc_ids, or
             (validate) a mask that disagrees with the mask_mod.
-        NotImplementedError: on a GPU without the Hopper path (the Ampere kernel is to come).
     """
     scale = validate_attention(q, k, v, scale)
     b, h, s_q, _ = q.shape

@@ -159,24 +159,33 @@ class BlockListKeyBlocks(DenseKeyBlocks):
     visits its partial key blocks ``kv_indices[b, h, m, :kv_num_blocks[b, h, m]]`` (the
     element ``mask`` applies there), then its full ones. The lists come from global memory;
     ``block`` reads one entry per visit. The S_kv residue block masks too (with the element
-    mask, which a full block satisfies by definition)."""
+    mask, which a full block satisfies by definition). A list block of ``list_block`` keys
+    may span several kernel tiles (``block_n`` dividing it): each list entry is then visited
+    as ``list_block / block_n`` consecutive tiles. The query tile is the list's query block
+    (``block_m`` = its size)."""
 
-    def __init__(self, block_mn: tuple[int, int], mask=None):
+    def __init__(self, block_mn: tuple[int, int], mask=None, list_block: int = 128):
         super().__init__(block_mn)
-        self.mask = mask
+        if list_block % self.block_n:
+            raise ValueError(f"the kernel's key tile ({self.block_n}) must divide the block "
+                             f"lists' key block ({list_block})")
+        self.mask, self.split = mask, list_block // self.block_n
 
     def tile(self, m_block, s_q, s_kv, partial, n_partial, full, n_full, batch, head,
              doc_ids) -> BlockListTile:
-        return BlockListTile(m_block, s_q, s_kv, partial, n_partial, full, n_full, batch,
-                             head, doc_ids)
+        return BlockListTile(m_block, s_q, s_kv, partial, n_partial * self.split, full,
+                             n_full * self.split, batch, head, doc_ids)
 
     @cute.jit
     def block(self, tile: BlockListTile, step):
+        """Visit ``step``: tile ``step % split`` of list entry ``step // split`` (partial
+        entries first); ``n_partial`` counts visits, so entries are ``// split`` of it."""
         n = Int32(0)
+        entry, part = step // self.split, step % self.split
         if step < tile.n_partial:
-            n = tile.partial[step]
+            n = tile.partial[entry] * self.split + part
         else:
-            n = tile.full[step - tile.n_partial]
+            n = tile.full[entry - tile.n_partial // self.split] * self.split + part
         return n
 
     def has_next(self, tile: BlockListTile, step, n):

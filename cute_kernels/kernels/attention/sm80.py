@@ -20,7 +20,7 @@ from cutlass.cute.nvgpu import warp
 
 from ..common.constants import BYTES_PER_VEC, LOG2E
 from ..common.sm80 import g2s_copy, in_bounds_predicate, smem_operand_atom
-from .block_info import PackedKeyRows, key_block_policy
+from .block_info import BlockListKeyBlocks, PackedKeyRows, key_block_policy
 from .column_sums import (
     previous_step_factors,
     reduce_scatter_rows,
@@ -96,7 +96,8 @@ class AttentionSm80:
 
     def __init__(self, head_dim: int, causal: bool = False, block_m: int | None = None,
                  block_n: int = 64, warps: int | None = None, colsum: bool = False,
-                 group: int = 192, gather: bool = False, accumulate: bool = False):
+                 group: int = 192, gather: bool = False, accumulate: bool = False,
+                 block_sparse: bool = False, mask=None):
         self.head_dim, self.causal = head_dim, causal
         # accumulate: out += out_scale * O, read-modify-written by the CTA that owns the tile
         # (each output element has exactly one writer, so nothing races)
@@ -116,8 +117,22 @@ class AttentionSm80:
                              f"{group}")
         self.colsum, self.gather, self.group = colsum, gather, group
         self.block_m, self.block_n = block_m, block_n
-        self.key_blocks = (PackedKeyRows((block_m, block_n), group) if gather
-                           else key_block_policy((block_m, block_n), causal))
+        # block_sparse: FlexAttention-style block lists of 128 x 128 blocks; the query tile is
+        # the block (128 rows), each listed key block two 64-key tiles (block_info.py)
+        self.block_sparse = block_sparse
+        if block_sparse:
+            if causal or colsum or gather or accumulate:
+                raise ValueError("the block-sparse variant is not causal (use the causal "
+                                 "mask), a column-sum, gather or accumulating kernel")
+            if block_m != 128:
+                raise ValueError(f"the block-sparse variant's query tile is the 128-row "
+                                 f"block, got block_m {block_m}")
+            self.key_blocks = BlockListKeyBlocks((block_m, block_n), mask)
+        elif mask is not None:
+            raise ValueError("an element mask applies to the block-sparse variant only")
+        else:
+            self.key_blocks = (PackedKeyRows((block_m, block_n), group) if gather
+                               else key_block_policy((block_m, block_n), causal))
         # D = 128 with 4 warps needs > 255 registers per thread (O alone is 128 fp32): 8 warps
         # halve every per-thread fragment. The gather gives every warp one 16-row slice (its
         # index registers took D = 64 with 32-row warps to 254 registers)
@@ -141,7 +156,8 @@ class AttentionSm80:
         (B, H, groups, L) and ``mCounts`` (B, H, groups) int32: the key rows each query group
         attends to, for column-sparse attention (None otherwise). ``out_scale``: the
         accumulating variant's factor (None otherwise). ``mFullIndices``, ``mFullCounts``,
-        ``mDocIds``: block-sparse attention's (the Hopper kernel's so far; None here)."""
+        ``mDocIds``: block-sparse attention's (``block_sparse``; partial blocks in
+        ``mIndices`` / ``mCounts`` then)."""
         dtype = mQ.element_type
         tiled_mma = cute.make_tiled_mma(
             warp.MmaF16BF16Op(dtype, Float32, (16, 8, 16)), (self.warps, 1, 1),
@@ -149,13 +165,15 @@ class AttentionSm80:
         copy_qkv = g2s_copy(dtype, "k", self.block_n, self.head_dim, self.threads)
         grid = (cute.ceil_div(mQ.shape[2], self.block_m), mQ.shape[1], mQ.shape[0])
         self.kernel(mQ, mK, mV, mO, mLSE, mPrevLSE, mColsum, mIndices, mCounts,
-                    scale * Float32(LOG2E), tiled_mma, copy_qkv, out_scale).launch(
+                    scale * Float32(LOG2E), tiled_mma, copy_qkv, out_scale, mFullIndices,
+                    mFullCounts, mDocIds).launch(
                         grid=grid, block=(self.threads, 1, 1), stream=stream)
 
     @cute.kernel
     def kernel(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
                mLSE: cute.Tensor, mPrevLSE, mColsum, mIndices, mCounts, scale_log2: Float32,
-               tiled_mma: cute.TiledMma, copy_qkv: cute.TiledCopy, out_scale):
+               tiled_mma: cute.TiledMma, copy_qkv: cute.TiledCopy, out_scale, mFullIndices,
+               mFullCounts, mDocIds):
         tidx, _, _ = cute.arch.thread_idx()
         m_block, head, batch = cute.arch.block_idx()
         dtype = mQ.element_type
@@ -202,6 +220,11 @@ class AttentionSm80:
             tKgK, tVgV = mK[batch, kv_head, None, None], mV[batch, kv_head, None, None]
             gat = self._gather_setup(thr_g2s, mIndices, mCounts, batch, head, m_block, s_kv)
             blocks = self.key_blocks.tile(m_block, s_q, gat.count)  # over packed positions
+        elif cutlass.const_expr(self.block_sparse):
+            blocks = self.key_blocks.tile(
+                m_block, s_q, s_kv, mIndices[batch, head, m_block, None],
+                mCounts[batch, head, m_block], mFullIndices[batch, head, m_block, None],
+                mFullCounts[batch, head, m_block], batch, head, mDocIds)
         else:
             blocks = self.key_blocks.tile(m_block, s_q, s_kv)
         n_blocks = blocks.n_blocks
@@ -266,7 +289,7 @@ class AttentionSm80:
             cute.arch.cp_async_commit_group()
 
             mask_and_softmax(acc_S, acc_O, row_max, row_sum, scale_log2, thr_mma, self.key_blocks,
-                             blocks, n, step == 0)
+                             blocks, n, step == 0, None, step)
             if cutlass.const_expr(self.colsum):
                 self._colsum(acc_S, row_max, scale_log2, col, thr_mma, mColsum, batch, head, n,
                              s_kv, tidx)
