@@ -137,3 +137,17 @@ def test_strided_inputs_and_different_lengths(path):
     q = base.transpose(1, 2)
     kv = fresh(1, 1300, 2, 128).transpose(1, 2)
     check(q, kv, kv, random_lists(1, 4, 900, 1300, 0.3))
+
+
+@pytest.mark.parametrize("q_block, kv_block, keep", [(128, 32, 0.07), (128, 16, 0.3),
+                                                     (64, 64, 0.1), (128, 64, 0.5)])
+def test_packed_small_blocks(q_block, kv_block, keep, path):
+    """Key blocks below 128 run packed through the column-sparse gather kernels."""
+    s_q, s_kv = 1000, 1234
+    m, n = -(-s_q // q_block), -(-s_kv // kv_block)
+    on = torch.rand(2, 2, m, n, device="cuda") < keep
+    order = torch.argsort((~on).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+    lists = (torch.zeros(2, 2, m, dtype=torch.int32, device="cuda"), order,
+             on.sum(-1).to(torch.int32), order)
+    q, k, v = fresh(2, 2, s_q, 128), fresh(2, 2, s_kv, 128), fresh(2, 2, s_kv, 128)
+    check(q, k, v, lists, block_size=(q_block, kv_block))

@@ -93,7 +93,7 @@ def test_gqa_and_broadcast_lists():
 
 
 @pytest.mark.parametrize("bad, error, match", [
-    ("size", ValueError, r"BLOCK_SIZE must be \(128, 128\)"),
+    ("size", ValueError, r"block size \(query, key\) must be"),
     ("lengths", ValueError, r"made for \(Q_LEN, KV_LEN\)"),
     ("type", TypeError, "block_mask must be"),
     ("shape", ValueError, "kv_num_blocks must have shape"),
@@ -107,7 +107,7 @@ def test_bad_block_masks_raise(bad, error, match):
     counts, indices = good.kv_num_blocks, good.kv_indices
     arg = {
         "size": create_block_mask(lambda b, h, q, kv: q >= kv, None, None, 300, 300,
-                                  device="cpu", BLOCK_SIZE=64),
+                                  device="cpu", BLOCK_SIZE=(32, 32)),
         "lengths": flex_mask(lambda b, h, q, kv: q >= kv, None, None, 300, 200),
         "type": "causal",
         "shape": (counts[..., :2], indices),
@@ -223,3 +223,34 @@ def test_list_blocks_split_into_kernel_tiles():
     assert policy.split == 2
     with pytest.raises(ValueError, match="must divide"):
         BlockListKeyBlocks((128, 96))
+
+
+@pytest.mark.parametrize("q_block, kv_block", [(128, 32), (64, 16), (128, 64)])
+def test_packed_small_blocks_become_row_lists(q_block, kv_block):
+    """Small key blocks are packed: each query block's listed blocks become its key rows, the
+    column-sparse kernels' lists, and the column-sparse reference on them equals the
+    block-sparse reference."""
+    from cute_kernels.ops.column_sparse import column_sparse_attention_reference
+
+    s_q, s_kv = 300, 333
+    g = torch.Generator().manual_seed(1)
+    blocks = torch.rand(1, 2, -(-s_q // q_block), -(-s_kv // kv_block), generator=g) < 0.4
+    dense = blocks.repeat_interleave(q_block, 2).repeat_interleave(kv_block, 3)
+    lists_t = bs.block_mask_from_dense(dense[:, :, :s_q, :s_kv].contiguous(),
+                                       (q_block, kv_block))
+    lists = bs.block_lists(lists_t, 1, 2, s_q, s_kv, (q_block, kv_block))
+    assert lists.packed and int(lists.partial_counts.sum()) == 0
+    indices, counts = bs.packed_rows(lists, s_kv)
+    q, k, v = qkv(s_q=s_q, s_kv=s_kv)
+    want, _ = bs.block_sparse_attention_reference(q, k, v, lists_t,
+                                                  block_size=(q_block, kv_block))
+    got, _ = column_sparse_attention_reference(q, k, v, indices, counts, group=q_block)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert bool((indices[..., :1] >= 0).all()) and int(indices.max()) < s_kv
+
+
+def test_packed_blocks_refuse_an_element_mask():
+    q, k, v = qkv(s_q=256, s_kv=256)
+    lists = bs.block_mask_from_dense(torch.ones(1, 2, 256, 256, dtype=torch.bool), (128, 32))
+    with pytest.raises(ValueError, match="element mask needs 128 x 128 blocks"):
+        bs.block_sparse_attention(q, k, v, lists, mask=masks.causal(), block_size=(128, 32))

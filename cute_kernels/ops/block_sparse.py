@@ -10,7 +10,14 @@ Semantics (FlexAttention's): query block ``m`` of (b, h) sees the key blocks
 ``full_kv_indices[b, h, m, :full_kv_num_blocks[b, h, m]]`` entirely and the blocks
 ``kv_indices[b, h, m, :kv_num_blocks[b, h, m]]`` where the element mask allows; keys past
 S_kv never. A query that sees no key gets o = 0 and lse = -inf. B and H of the lists may be 1
-(broadcast). Block size 128 x 128 for now (the Hopper tile).
+(broadcast).
+
+Block sizes (query x key): 128 x 128 runs the block-list kernels (the block is the tile);
+query blocks of 64 or 128 with key blocks of 16, 32 or 64 are *packed* (tile packing): each
+query block's listed key blocks are expanded into their key rows and run by the column-sparse
+gather kernels (``column_sparse_attention`` with ``group`` = the query block), so small key
+blocks still fill whole tensor-core tiles. Packed blocks take no element mask yet (a mask, or
+partial blocks under a mask_mod, need 128 x 128 blocks).
 """
 
 from __future__ import annotations
@@ -25,8 +32,10 @@ from ..runtime.validate import check_int, check_tensor
 from .attention import ATTENTION_KERNELS, _check_device_args, validate_attention
 from .dispatch import KernelOp
 
-#: (query block, key block) sizes the kernels take today
+#: the block of the block-list kernels (query and key)
 BLOCK = 128
+#: query and key block sizes of packed blocks (the column-sparse gather kernels' groups)
+PACKED_Q_BLOCKS, PACKED_KV_BLOCKS = (64, 128), (16, 32, 64)
 INDEX_DTYPE = torch.int32
 
 
@@ -34,9 +43,16 @@ class BlockLists:
     """The kernel's view of a block mask: int32 (B, H, M) counts and (B, H, M, N) indices of
     the partial and the full key blocks of every query block (broadcast B/H expanded)."""
 
-    def __init__(self, partial_counts, partial_indices, full_counts, full_indices):
+    def __init__(self, partial_counts, partial_indices, full_counts, full_indices,
+                 block_size=(BLOCK, BLOCK)):
         self.partial_counts, self.partial_indices = partial_counts, partial_indices
         self.full_counts, self.full_indices = full_counts, full_indices
+        self.block_size = block_size
+
+    @property
+    def packed(self) -> bool:
+        """Whether these blocks run through the gather kernels (module docstring)."""
+        return self.block_size != (BLOCK, BLOCK)
 
     def tensors(self):
         return (self.partial_counts, self.partial_indices, self.full_counts, self.full_indices)
@@ -46,15 +62,24 @@ def _is_noop(mask_mod) -> bool:
     return mask_mod is None or getattr(mask_mod, "__name__", "") == "noop_mask"
 
 
-def block_lists(block_mask, b: int, h: int, s_q: int, s_kv: int) -> BlockLists:
+def check_block_size(size) -> tuple[int, int]:
+    size = tuple(size) if isinstance(size, (tuple, list)) else (size, size)
+    if size != (BLOCK, BLOCK) and not (len(size) == 2 and size[0] in PACKED_Q_BLOCKS
+                                       and size[1] in PACKED_KV_BLOCKS):
+        raise ValueError(f"block size (query, key) must be ({BLOCK}, {BLOCK}), or a query block "
+                         f"of {PACKED_Q_BLOCKS} with a key block of {PACKED_KV_BLOCKS}, got "
+                         f"{size}")
+    return size
+
+
+def block_lists(block_mask, b: int, h: int, s_q: int, s_kv: int,
+                block_size=(BLOCK, BLOCK)) -> BlockLists:
     """Check ``block_mask`` (a ``BlockMask``, or a tuple ``(kv_num_blocks, kv_indices,
-    full_kv_num_blocks, full_kv_indices)`` with the full pair optional/None) against
-    (B, H, S_q, S_kv) and return its lists, expanded over B and H, int32, contiguous."""
+    full_kv_num_blocks, full_kv_indices)`` with the full pair optional/None, of blocks
+    ``block_size``) against (B, H, S_q, S_kv) and return its lists, expanded over B and H,
+    int32, contiguous."""
     if hasattr(block_mask, "kv_num_blocks") and hasattr(block_mask, "BLOCK_SIZE"):
-        size = tuple(block_mask.BLOCK_SIZE)
-        if size != (BLOCK, BLOCK):
-            raise ValueError(f"block_mask.BLOCK_SIZE must be ({BLOCK}, {BLOCK}) for now, got "
-                             f"{size}")
+        block_size = tuple(block_mask.BLOCK_SIZE)
         lengths = tuple(getattr(block_mask, "seq_lengths", (s_q, s_kv)))
         if lengths != (s_q, s_kv):
             raise ValueError(f"block_mask was made for (Q_LEN, KV_LEN) = {lengths}, but q and "
@@ -67,7 +92,8 @@ def block_lists(block_mask, b: int, h: int, s_q: int, s_kv: int) -> BlockLists:
         raise TypeError(f"block_mask must be a torch.nn.attention.flex_attention.BlockMask or "
                         f"a tuple (kv_num_blocks, kv_indices[, full_kv_num_blocks, "
                         f"full_kv_indices]), got {type(block_mask).__name__}")
-    m_blocks, n_blocks = -(-s_q // BLOCK), -(-s_kv // BLOCK)
+    q_block, kv_block = block_size = check_block_size(block_size)
+    m_blocks, n_blocks = -(-s_q // q_block), -(-s_kv // kv_block)
     names = ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices")
     if (parts[2] is None) != (parts[3] is None):
         raise ValueError("full_kv_num_blocks and full_kv_indices go together (both or none)")
@@ -80,7 +106,7 @@ def block_lists(block_mask, b: int, h: int, s_q: int, s_kv: int) -> BlockLists:
         check_tensor(name, t, dtypes=(torch.int32, torch.int64), ndim=3 + i % 2, on_cuda=False)
         tb, th, tm = t.shape[:3]
         if tb not in (1, b) or th not in (1, h) or tm != m_blocks:
-            raise ValueError(f"{name} must have shape (B or 1, H or 1, ceil(S_q / {BLOCK}) = "
+            raise ValueError(f"{name} must have shape (B or 1, H or 1, ceil(S_q / {q_block}) = "
                              f"{m_blocks}{', N' if i % 2 else ''}) for q of shape (B={b}, "
                              f"H={h}, S_q={s_q}), got {tuple(t.shape)}")
         if i % 2 and t.shape[3] < 1:
@@ -92,29 +118,31 @@ def block_lists(block_mask, b: int, h: int, s_q: int, s_kv: int) -> BlockLists:
     for counts, indices, name in ((out[0], out[1], "kv"), (out[2], out[3], "full_kv")):
         if bool((counts < 0).any()) or bool((counts > min(indices.shape[3], n_blocks)).any()):
             raise ValueError(f"{name}_num_blocks must be in [0, min(columns of {name}_indices, "
-                             f"ceil(S_kv / {BLOCK}) = {n_blocks})]")
+                             f"ceil(S_kv / {kv_block}) = {n_blocks})]")
         live = torch.arange(indices.shape[3], device=indices.device) < counts.unsqueeze(-1)
         listed = indices[live]
         if listed.numel() and (int(listed.min()) < 0 or int(listed.max()) >= n_blocks):
             raise ValueError(f"{name}_indices lists a key block outside [0, {n_blocks}) "
                              f"(S_kv = {s_kv})")
-    return BlockLists(*out)
+    return BlockLists(*out, block_size=block_size)
 
 
-def block_mask_from_dense(mask: torch.Tensor, block_size: int = BLOCK):
+def block_mask_from_dense(mask: torch.Tensor, block_size=BLOCK):
     """The block lists of a bool (B, H, S_q, S_kv) element mask: a key block is *full* where
     every element of the (query block, key block) tile is True, *partial* where some are, and
-    absent where none is. Returns ``(kv_num_blocks, kv_indices, full_kv_num_blocks,
-    full_kv_indices)`` (int32) for :func:`block_sparse_attention`, whose ``mask=`` must then
-    say what the partial blocks hold (or pass an all-or-nothing mask: no partial blocks)."""
+    absent where none is. ``block_size``: an int or (query, key) (see ``check_block_size``).
+    Returns ``(kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices)`` (int32) for
+    :func:`block_sparse_attention` (with ``block_size=`` when not 128), whose ``mask=`` must
+    then say what the partial blocks hold (or pass an all-or-nothing mask: no partial
+    blocks)."""
     check_tensor("mask", mask, dtypes=(torch.bool,), ndim=4, on_cuda=False)
-    block_size = check_int("block_size", block_size, min_value=1)
-    if block_size != BLOCK:
-        raise ValueError(f"block_size must be {BLOCK} for now, got {block_size}")
+    if not isinstance(block_size, (tuple, list)):
+        block_size = check_int("block_size", block_size, min_value=1)
+    q_block, kv_block = check_block_size(block_size)
     b, h, s_q, s_kv = mask.shape
-    pad = (0, -s_kv % block_size, 0, -s_q % block_size)
+    pad = (0, -s_kv % kv_block, 0, -s_q % q_block)
     tiles = torch.nn.functional.pad(mask, pad).view(
-        b, h, -(-s_q // block_size), block_size, -(-s_kv // block_size), block_size)
+        b, h, -(-s_q // q_block), q_block, -(-s_kv // kv_block), kv_block)
     valid = torch.nn.functional.pad(torch.ones(s_q, s_kv, dtype=torch.bool, device=mask.device),
                                     pad).view(tiles.shape[2:])
     any_on = tiles.any(dim=(3, 5))
@@ -133,7 +161,8 @@ def dense_mask(lists: BlockLists, s_q: int, s_kv: int, mask: Mask | None,
                doc_ids: torch.Tensor | None = None) -> torch.Tensor:
     """bool (B, H, S_q, S_kv): the element mask the block lists and ``mask`` describe."""
     b, h, m_blocks = lists.partial_counts.shape
-    n_blocks = -(-s_kv // BLOCK)
+    q_block, kv_block = lists.block_size
+    n_blocks = -(-s_kv // kv_block)
     dev = lists.partial_counts.device
 
     def blocks(counts, indices):
@@ -143,7 +172,8 @@ def dense_mask(lists: BlockLists, s_q: int, s_kv: int, mask: Mask | None,
         return on[..., :n_blocks]
 
     def elements(on):
-        return on.repeat_interleave(BLOCK, 2).repeat_interleave(BLOCK, 3)[:, :, :s_q, :s_kv]
+        return on.repeat_interleave(q_block, 2).repeat_interleave(kv_block, 3)[:, :, :s_q,
+                                                                                 :s_kv]
 
     visible = elements(blocks(lists.full_counts, lists.full_indices))
     partial = elements(blocks(lists.partial_counts, lists.partial_indices))
@@ -156,14 +186,36 @@ def dense_mask(lists: BlockLists, s_q: int, s_kv: int, mask: Mask | None,
     return visible | partial
 
 
+def packed_rows(lists: BlockLists, s_kv: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tile packing for small key blocks: per query block, the key rows of its listed blocks
+    (partial and full; keys past S_kv dropped), as the column-sparse kernels' ``(indices,
+    counts)``: int32 (B, H, M, L) with L the longest list, and (B, H, M)."""
+    kv_block = lists.block_size[1]
+    dev = lists.partial_counts.device
+    blocks, live = [], []
+    for counts, indices in ((lists.partial_counts, lists.partial_indices),
+                            (lists.full_counts, lists.full_indices)):
+        blocks.append(indices.long())
+        live.append(torch.arange(indices.shape[3], device=dev) < counts.unsqueeze(-1).long())
+    blocks, live = torch.cat(blocks, -1), torch.cat(live, -1)  # (B, H, M, P + F)
+    rows = blocks.unsqueeze(-1) * kv_block + torch.arange(kv_block, device=dev)
+    keep = (live.unsqueeze(-1) & (rows < s_kv)).flatten(3)
+    rows = rows.flatten(3)
+    counts = keep.sum(-1)
+    length = max(int(counts.max()), 1) if counts.numel() else 1
+    order = torch.argsort((~keep).to(torch.int8), dim=-1, stable=True)[..., :length]
+    indices = torch.where(keep.gather(-1, order), rows.gather(-1, order), 0)
+    return indices.to(INDEX_DTYPE).contiguous(), counts.to(INDEX_DTYPE).contiguous()
+
+
 def block_sparse_attention_reference(q, k, v, block_mask, *, mask: Mask | None = None,
-                                     doc_ids=None, scale=None):
+                                     doc_ids=None, scale=None, block_size=BLOCK):
     """(o, lse) in float32: dense attention under :func:`dense_mask` (GQA by repeating kv
     heads; a query with no visible key gets o = 0, lse = -inf)."""
     scale = validate_attention(q, k, v, scale)
     b, h, s_q, _ = q.shape
     s_kv = k.shape[2]
-    lists = block_lists(block_mask, b, h, s_q, s_kv)
+    lists = block_lists(block_mask, b, h, s_q, s_kv, block_size)
     allowed = dense_mask(lists, s_q, s_kv, mask, doc_ids)
     rep = h // k.shape[1]
     kf = k.float().repeat_interleave(rep, 1)
@@ -181,7 +233,12 @@ def _check_mask(block_mask, mask, doc_ids, lists: BlockLists, b: int, s_q: int, 
                         f"prefix_lm(n), document(), custom(fn)) or None, got "
                         f"{type(mask).__name__}")
     mask_mod = getattr(block_mask, "mask_mod", None)
-    if mask is None and not _is_noop(mask_mod) and bool((lists.partial_counts > 0).any()):
+    partial = bool((lists.partial_counts > 0).any())
+    if lists.packed and partial and not _is_noop(mask_mod):
+        raise ValueError(f"block_mask has partial blocks under a mask_mod: element masks need "
+                         f"{BLOCK} x {BLOCK} blocks (BLOCK_SIZE {lists.block_size} is packed "
+                         f"into the gather kernels, which take whole blocks)")
+    if mask is None and not _is_noop(mask_mod) and partial:
         raise ValueError(
             f"block_mask has partial blocks and a Python mask_mod "
             f"({getattr(mask_mod, '__name__', mask_mod)!r}), which cannot be traced into the "
@@ -313,7 +370,7 @@ _BLOCK_SPARSE_ATTENTION = KernelOp(_block_sparse_attention_op, _block_sparse_att
 def block_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask, *,
                            mask: Mask | None = None, doc_ids: torch.Tensor | None = None,
                            scale: float | None = None, return_lse: bool = False,
-                           validate: bool | None = None):
+                           validate: bool | None = None, block_size=BLOCK):
     """Attention over the key blocks ``block_mask`` lists (module docstring).
 
     Args:
@@ -321,9 +378,10 @@ def block_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bl
             :func:`cute_kernels.attention` (strides, GQA).
         k: (B, H_kv, S_kv, D) keys, q's dtype.
         v: (B, H_kv, S_kv, D) values.
-        block_mask: a ``torch.nn.attention.flex_attention.BlockMask`` with BLOCK_SIZE
-            (128, 128) and seq_lengths (S_q, S_kv), or ``(kv_num_blocks, kv_indices[,
-            full_kv_num_blocks, full_kv_indices])`` int32 tensors of its shapes.
+        block_mask: a ``torch.nn.attention.flex_attention.BlockMask`` with seq_lengths
+            (S_q, S_kv) and BLOCK_SIZE (128, 128), or a query block of 64 / 128 with key
+            blocks of 16 / 32 / 64 (packed: module docstring); or ``(kv_num_blocks,
+            kv_indices[, full_kv_num_blocks, full_kv_indices])`` int32 tensors of its shapes.
         mask: what the partial blocks hold (``cute_kernels.masks``); required when the
             BlockMask has partial blocks and a mask_mod (a Python mask_mod is not traced);
             None: partial blocks are entirely visible.
@@ -332,6 +390,8 @@ def block_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bl
         return_lse: also return the natural-log logsumexp per query (B, H, S_q) fp32.
         validate: check ``mask`` against the BlockMask's mask_mod on sampled points (a
             host-side check); default from ``CUTE_KERNELS_VALIDATE``.
+        block_size: the (query, key) block size of tuple lists (an int: square); a BlockMask
+            brings its own.
 
     Returns:
         o (B, H, S_q, D) in q's dtype, and lse with ``return_lse``.
@@ -340,16 +400,27 @@ def block_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bl
         TypeError: as :func:`cute_kernels.attention`; a block_mask or mask of another type.
         ValueError: as :func:`cute_kernels.attention`; lists whose shapes do not match q/k,
             counts or indices out of range, a block size other than 128, a BlockMask with
-            partial blocks and a mask_mod but no ``mask``, missing or misshapen doc_ids, or
-            (validate) a mask that disagrees with the mask_mod.
+            partial blocks and a mask_mod but no ``mask``, missing or misshapen doc_ids, an
+            element mask on packed (small) blocks, or (validate) a mask that disagrees with
+            the mask_mod.
     """
     scale = validate_attention(q, k, v, scale)
     b, h, s_q, _ = q.shape
     s_kv = k.shape[2]
-    lists = block_lists(block_mask, b, h, s_q, s_kv)
+    lists = block_lists(block_mask, b, h, s_q, s_kv, block_size)
     _check_mask(block_mask, mask, doc_ids, lists, b, s_q, s_kv)
     if validate_mode(validate) and mask is not None:
         _check_mask_mod_agrees(block_mask, mask, doc_ids, b, h, s_q, s_kv)
+    if lists.packed:
+        if mask is not None:
+            raise ValueError(f"an element mask needs {BLOCK} x {BLOCK} blocks; blocks "
+                             f"{lists.block_size} are packed into the gather kernels, which "
+                             f"take whole blocks only (pass mask=None)")
+        from .column_sparse import column_sparse_attention
+
+        indices, counts = packed_rows(lists, s_kv)
+        return column_sparse_attention(q, k, v, indices, counts, group=lists.block_size[0],
+                                       scale=scale, return_lse=return_lse)
     o, lse = _BLOCK_SPARSE_ATTENTION(q, k, v, *lists.tensors(), doc_ids, scale,
                                      _mask_key(mask))
     return (o, lse) if return_lse else o
