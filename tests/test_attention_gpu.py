@@ -3,6 +3,7 @@ both paths (the Ampere kernels run forced on Hopper)."""
 
 import pytest
 import torch
+from gpu_paths import HOPPER, PATHS  # tests/ is on pytest's path
 
 import cute_kernels as ck
 from cute_kernels.ops.attention import (
@@ -14,8 +15,6 @@ from cute_kernels.ops.attention import (
 )
 
 pytestmark = pytest.mark.gpu
-HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
-PATHS = ["hopper", "ampere"] if HOPPER else ["ampere"]
 
 
 def rel_err(x, ref):

@@ -5,6 +5,7 @@ import os
 
 import pytest
 import torch
+from gpu_paths import PATHS  # tests/ is on pytest's path
 
 import cute_kernels as ck
 from cute_kernels.ops.bitpack import pack_mask_reference
@@ -14,13 +15,6 @@ pytestmark = pytest.mark.gpu
 POISON = 0xA5
 
 
-def _paths():
-    if not torch.cuda.is_available():
-        return ["ampere"]
-    return ["hopper", "ampere"] if torch.cuda.get_device_capability() == (9, 0) else ["ampere"]
-
-
-PATHS = _paths()
 
 
 def random_mask(shape, device="cuda"):

@@ -9,6 +9,7 @@ import os
 
 import pytest
 import torch
+from gpu_paths import PATHS  # tests/ is on pytest's path
 from torch.nn.attention.flex_attention import create_block_mask
 
 from cute_kernels import masks
@@ -19,13 +20,6 @@ pytestmark = pytest.mark.gpu
 BF = torch.bfloat16
 
 
-def _paths():
-    if not torch.cuda.is_available():
-        return ["ampere"]
-    return ["hopper", "ampere"] if torch.cuda.get_device_capability() == (9, 0) else ["ampere"]
-
-
-PATHS = _paths()
 
 
 @pytest.fixture(params=PATHS)

@@ -3,6 +3,7 @@ poisoned outputs, error no worse than 2x torch's own half-precision matmul."""
 
 import pytest
 import torch
+from gpu_paths import PATHS  # tests/ is on pytest's path
 
 import cute_kernels as ck
 from cute_kernels.ops.gemm import _epilogue_reference
@@ -10,13 +11,6 @@ from cute_kernels.ops.gemm import _epilogue_reference
 pytestmark = pytest.mark.gpu
 
 
-def _paths():
-    if not torch.cuda.is_available():
-        return ["ampere"]
-    return ["hopper", "ampere"] if torch.cuda.get_device_capability() == (9, 0) else ["ampere"]
-
-
-PATHS = _paths()
 POISON = float("nan")
 
 

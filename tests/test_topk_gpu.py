@@ -1,12 +1,13 @@
 """The radix-select top-k kernel (kernels/topk.py) on the GPU: exact top sets against the
 values torch.topk picks (tie-aware), the tie rule, NaN, increasing lists, poisoned outputs,
 odd and aligned widths, strided rows, every score dtype, both kernel paths; and
-topk_indices / column_indices built on it."""
+topk_indices built on it."""
 
 import os
 
 import pytest
 import torch
+from gpu_paths import PATHS  # tests/ is on pytest's path
 
 import cute_kernels as ck
 from cute_kernels.ops.column_sparse import topk_indices
@@ -17,14 +18,6 @@ pytestmark = pytest.mark.gpu
 POISON = -7
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 
-
-def _paths():
-    if not torch.cuda.is_available():
-        return ["ampere"]
-    return ["hopper", "ampere"] if torch.cuda.get_device_capability() == (9, 0) else ["ampere"]
-
-
-PATHS = _paths()
 
 
 def fresh(shape, dtype, heavy=False):
