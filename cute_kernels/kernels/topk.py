@@ -36,6 +36,8 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Int32, Uint32
 
+from .common.block_scan import block_exclusive_scan
+
 BINS = 256
 DIGIT_BITS = 8
 #: per-tile counts are packed into the two halves of a 32-bit word
@@ -186,7 +188,8 @@ class TopkRows:
                     if key == threshold:
                         n_equal += 1
             packed = Uint32(n_above) | (Uint32(n_equal) << Uint32(HALF))
-            before, tile_total = self.exclusive_scan(packed, sScan, t % 2, warp, lane)
+            before, tile_total = block_exclusive_scan(packed, sScan, t % 2, warp, lane,
+                                                      self.warps)
             above = above_base + Int32(before & Uint32((1 << HALF) - 1))
             equal = equal_base + Int32(before >> Uint32(HALF))
             if j < n_vec:
@@ -204,25 +207,3 @@ class TopkRows:
                         equal += 1
             above_base += Int32(tile_total & Uint32((1 << HALF) - 1))
             equal_base += Int32(tile_total >> Uint32(HALF))
-
-    @cute.jit
-    def exclusive_scan(self, value: Uint32, sScan: cute.Tensor, buf, warp, lane):
-        """(sum of ``value`` over the threads before this one, sum over all threads) across
-        the CTA: a shuffle scan per warp, the warp totals through ``sScan[:, buf]`` (two
-        buffers: the next call writes the other one, so one barrier per call suffices)."""
-        inclusive = value
-        for step in cutlass.range_constexpr(5):
-            offset = 1 << step
-            other = cute.arch.shuffle_sync_up(inclusive, offset=offset)
-            if lane >= offset:
-                inclusive += other
-        if lane == 31:
-            sScan[warp, buf] = inclusive
-        cute.arch.sync_threads()
-        before, total = inclusive - value, Uint32(0)
-        for w in cutlass.range_constexpr(self.warps):
-            warp_total = sScan[w, buf]
-            if w < warp:
-                before += warp_total
-            total += warp_total
-        return before, total
