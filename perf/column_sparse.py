@@ -1,7 +1,7 @@
 """Column-sparse attention (issue 14) on a GPU: the gather kernels against dense attention, the
 top-k index builder against torch.topk, and ColumnSparseAttention over a synthetic sequence.
 
-    python perf/column_sparse.py [--quick] [--parts sweep,topk,steps] [--seq S]
+    python perf/column_sparse.py [--quick] [--parts sweep,topk,steps,lists] [--seq S]
                                  [--path hopper|ampere] [--out perf/results]
 
 1. ``sweep``: ``column_sparse_attention`` at B 1, H 24, S 118,784, D 128, bf16, non-causal
@@ -31,6 +31,12 @@ top-k index builder against torch.topk, and ColumnSparseAttention over a synthet
    after a warm-up pass over the whole sequence), our dense attention's time, and the error
    against it, ||o - o_dense|| / ||o_dense||, beside two baselines: the last dense step's
    output reused ("stale") and the sparse attention alone without the cache ("no cache").
+
+4. ``lists``: index lists from a bitpacked 93% mask of (24 x 619, S) rows (multiple_of 128):
+   the column-lists kernel (kernels/column_lists.py, counts by torch) against
+   ``column_indices`` (the torch compaction), both checked equal, and the kernel's
+   bandwidth (packed bytes read + list bytes written) against a device copy of as many
+   bytes (bar: >= 50% of copy bandwidth).
 
 Method: cute_kernels/bench.py (interleaved contenders, warm-up, medians, input sets rotated
 over 2x the L2); parts 1 and 2 through ``bench_interleaved``. Needs a CUDA GPU and about
@@ -215,6 +221,42 @@ def plot_sweep(out: str, result: dict) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# 4. index lists from a bitpacked mask
+
+
+def lists_run(s: int, quick: bool) -> dict:
+    import cute_kernels as ck
+    from cute_kernels.ops.column_lists import column_lists
+    from cute_kernels.ops.column_sparse import _packed_counts, _padded
+
+    rows = H * groups(s)
+    gen = torch.Generator(device=DEVICE).manual_seed(4)
+    mask = torch.rand(rows, s, device=DEVICE, generator=gen) >= STEP_SPARSITY
+    packed = ck.pack_mask(mask)
+    del mask
+    counts = _packed_counts(packed, s).to(torch.int32)
+    width = int(_padded(counts.long(), TILE, s).max())
+    want, _ = ck.column_indices(packed, group=GROUP, multiple_of=TILE, n=s)
+    got = column_lists(packed, counts, s, width)
+    same = bool(torch.equal(got, want))
+    moved = packed.numel() + got.numel() * 4
+    src = torch.empty(moved, dtype=torch.uint8, device=DEVICE)
+    fns = {"column_lists kernel": lambda x: column_lists(packed, counts, s, width),
+           "column_indices (torch)": lambda x: ck.column_indices(packed, group=GROUP,
+                                                                 multiple_of=TILE, n=s),
+           "copy": lambda x: src.clone()}
+    t = bench_interleaved(fns, [()], rounds=15 if quick else 10, warmup=2)
+    ms = {n: t[n].median_ms for n in fns}
+    share = ms["copy"] / ms["column_lists kernel"]
+    print(f"\n## 4. index lists from a bitpacked mask, {rows} x {s}, 93%, multiple_of {TILE}\n")
+    print(format_table(["contender", "ms", "GB/s"],
+                       [[n, v, moved / (v * 1e-3) / 1e9] for n, v in ms.items()]))
+    print(f"kernel = torch: {same}; kernel at {share:.2f} of copy bandwidth (bar >= 0.5)")
+    return {"rows": rows, "n": s, "ms": ms, "equal": same, "copy_share": share,
+            "timings": Row(f"{rows}x{s}", t)}
+
+
+# ---------------------------------------------------------------------------------------------
 # 2. top-k
 
 
@@ -384,15 +426,15 @@ def main(argv=None) -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help=f"S = {QUICK_SEQ}, more rounds")
     ap.add_argument("--seq", type=int, default=None, help=f"S (default {SEQ})")
-    ap.add_argument("--parts", default="sweep,topk,steps")
+    ap.add_argument("--parts", default="sweep,topk,steps,lists")
     ap.add_argument("--steps", type=int, default=STEPS)
     ap.add_argument("--path", choices=["hopper", "ampere"], default=None)
     ap.add_argument("--out", default="perf/results")
     args = ap.parse_args(argv)
     parts = args.parts.split(",")
-    unknown = set(parts) - {"sweep", "topk", "steps"}
+    unknown = set(parts) - {"sweep", "topk", "steps", "lists"}
     if unknown:
-        ap.error(f"unknown --parts {sorted(unknown)}: pick from sweep, topk, steps")
+        ap.error(f"unknown --parts {sorted(unknown)}: pick from sweep, topk, steps, lists")
     require_gpu()
     from cute_kernels import force_path
 
@@ -408,6 +450,8 @@ def main(argv=None) -> None:
             payload["topk"] = topk(s, args.quick)
         if "steps" in parts:
             payload["steps"] = steps_run(s, args.steps)
+        if "lists" in parts:
+            payload["lists"] = lists_run(s, args.quick)
     print("\nwrote", save_results(args.out, "column_sparse", payload))
     if "sweep" in payload:
         plot_sweep(args.out, payload["sweep"])

@@ -129,3 +129,35 @@ def test_packed_key_rows_group_of():
     assert isinstance(policy, DenseKeyBlocks) and not policy.causal
     assert [policy.group_of(m) for m in range(7)] == [0, 0, 0, 1, 1, 1, 2]
     assert PackedKeyRows((128, 64), 128).group_of(3) == 3
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("vec", [16, 1])
+def test_column_lists_kernel_ptx(vec, target):
+    """The column-lists kernel (kernels/column_lists.py): one packed-row load per tile (16
+    bytes when aligned), popc for the counts and the lowest-bit walk, int32 list stores, no
+    local memory or spills."""
+    from cute_kernels.ops.column_lists import make_build as lists_build
+    from cute_kernels.runtime.compile import compile_ptx
+
+    ptx = compile_ptx(lists_build(vec), target)
+    assert ptx.count("ld.global.v4" if vec == 16 else "ld.global.b8") == 1
+    assert "popc.b32" in ptx and "shfl.sync.up" in ptx
+    assert ptx.count("st.global.b32") == 2 * max(1, vec // 4)
+    assert "ld.local" not in ptx and "st.local" not in ptx
+    _assert_no_spills(ptx, target)
+
+
+def test_column_lists_rejects_bad_input():
+    import torch
+
+    from cute_kernels.ops.column_lists import column_lists
+
+    packed = torch.zeros(2, 4, dtype=torch.uint8)
+    counts = torch.zeros(2, dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"ceil\(n / 8\)"):
+        column_lists(packed, counts, 40, 8)
+    with pytest.raises(TypeError, match="counts"):
+        column_lists(packed, counts.long(), 32, 8)
+    with pytest.raises(ValueError, match="CUDA"):
+        column_lists(packed, counts, 32, 8)

@@ -13,6 +13,7 @@ import torch
 import cute_kernels as ck
 import cute_kernels.bench as bench
 import cute_kernels.column_sparse_module as csm
+import cute_kernels.ops.column_lists as ops_lists
 import cute_kernels.ops.column_sparse as ops_cs
 from cute_kernels import reference as ref
 
@@ -55,6 +56,12 @@ def column_sparse_attention(q, k, v, indices, counts, *, group=192, scale=None, 
     return o.to(q.dtype) if out is None else out.copy_(o)
 
 
+def column_lists(packed, counts, n, width):
+    """The column-lists kernel's result, on the CPU: selected columns, then the others."""
+    full = torch.argsort((~ref.unpack_mask(packed, n)).to(torch.uint8), dim=-1, stable=True)
+    return full[..., :width].to(torch.int32)
+
+
 def test_fails_fast_without_a_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(SystemExit, match="needs a CUDA GPU"):
@@ -77,6 +84,8 @@ def test_runs_end_to_end_on_a_tiny_size(monkeypatch, tmp_path, capsys):
                      ("column_sparse_attention", column_sparse_attention),
                      ("pack_mask", ref.pack_mask)):
         monkeypatch.setattr(csm, name, fn)
+    monkeypatch.setattr(ck, "pack_mask", ref.pack_mask)
+    monkeypatch.setattr(ops_lists, "column_lists", column_lists)
     for name, value in (("DEVICE", "cpu"), ("H", 2), ("D", 64),
                         ("TOPK_EXTRA_SHAPES", ((4, 5000),))):  # N > 4096: the sampled path
         monkeypatch.setattr(script, name, value)
@@ -85,6 +94,7 @@ def test_runs_end_to_end_on_a_tiny_size(monkeypatch, tmp_path, capsys):
     assert "all columns (p = 0): gather / our dense" in out and "skip SDPA-cuDNN" in out
     payload = json.loads((tmp_path / "column_sparse.json").read_text())
     sweep, topk, steps = payload["sweep"], payload["topk"], payload["steps"]
+    assert payload["lists"]["equal"] and "of copy bandwidth" in out
     # p = 0 has one counts rule (every column), the others two
     assert [(r[0], r[1]) for r in sweep["rows"]][:3] == [(0.0, "exact"), (0.8, "exact"),
                                                          (0.8, "x128")]

@@ -1,0 +1,83 @@
+"""The column-lists kernel (kernels/column_lists.py) on the GPU against column_indices'
+reference: random packed masks at several densities, empty and full rows, odd widths (byte
+loads) and 16-byte rows, multiple_of padding, poisoned outputs, both kernel paths. Not yet
+run on a GPU (column_indices switches to the kernel once these pass)."""
+
+import os
+
+import numpy as np
+import pytest
+import torch
+from gpu_paths import PATHS  # tests/ is on pytest's path
+
+import cute_kernels as ck
+from cute_kernels.ops.column_lists import (
+    COLUMN_LISTS_KERNEL,
+    byte_width,
+    column_lists,
+    make_build,
+)
+from cute_kernels.ops.column_sparse import column_indices_reference
+
+pytestmark = pytest.mark.gpu
+
+POISON = -7
+
+
+def random_mask(r, n, density):
+    g = torch.Generator(device="cuda").manual_seed(int.from_bytes(os.urandom(4), "little"))
+    mask = torch.rand(r, n, generator=g, device="cuda") < density
+    mask[0] = False          # an empty row
+    if r > 1:
+        mask[1] = True       # a full row
+    return mask
+
+
+def packed_and_counts(mask):
+    packed = torch.from_numpy(np.packbits(mask.cpu().numpy(), axis=-1, bitorder="little"))
+    return packed.cuda(), mask.sum(1).to(torch.int32)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("r, n, density, multiple", [(7, 1000, 0.07, 1), (9, 4096, 0.3, 64),
+                                                     (5, 118784, 0.07, 128), (3, 777, 0.5, 1),
+                                                     (4, 8, 0.5, 1), (6, 32768 + 128, 0.01, 64)])
+def test_lists_match_the_reference(path, r, n, density, multiple):
+    mask = random_mask(r, n, density)
+    want, _ = column_indices_reference(mask, group=128, multiple_of=multiple)
+    packed, counts = packed_and_counts(mask)
+    with ck.force_path(path):
+        got = column_lists(packed, counts, n, want.shape[1])
+    assert torch.equal(got, want.cuda())
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_kernel_writes_every_entry(path):
+    """Through the compiled kernel into a poisoned list: every entry written, both widths."""
+    from cute_kernels.runtime.bridge import kernel_for
+    from cute_kernels.runtime.launch import kernel_params
+
+    for n in (4096, 1001):
+        mask = random_mask(6, n, 0.1)
+        want, _ = column_indices_reference(mask, group=128, multiple_of=256)
+        packed, counts = packed_and_counts(mask)
+        vec = byte_width(packed)
+        out = torch.full(tuple(want.shape), POISON, dtype=torch.int32, device="cuda")
+        with ck.force_path(path):
+            kernel = kernel_for(packed.device, ("test-column-lists", vec),
+                                lambda p, t, vec=vec: make_build(vec))
+            kernel(*kernel_params(COLUMN_LISTS_KERNEL).call_args(
+                mPacked=packed, mCounts=counts, mIndices=out, n=n))
+        torch.cuda.synchronize()
+        assert torch.equal(out, want.cuda())
+
+
+def test_strided_rows_take_byte_loads():
+    mask = random_mask(8, 4096, 0.2)
+    packed, counts = packed_and_counts(mask)
+    wide = torch.zeros(8, 600, dtype=torch.uint8, device="cuda")
+    wide[:, 3:515] = packed
+    view = wide[:, 3:515]
+    assert byte_width(view) == 1
+    want, _ = column_indices_reference(mask, group=128)
+    assert torch.equal(column_lists(view, counts, 4096, want.shape[1]), want.cuda())
