@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# compute-sanitizer (memcheck, racecheck) over one run of each attention and GEMM kernel
-# family; kernels are compiled first without the sanitizer (disk cache), then loaded under it.
+# compute-sanitizer (memcheck, racecheck) over one run of each attention, GEMM and index
+# kernel family; kernels are compiled first without the sanitizer (disk cache), then loaded under it.
 #   bash perf/sanitize.sh            (on the GPU machine, after setup-gpu-env.sh)
 set -u -o pipefail
 export CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-sanitize-cache}
@@ -40,6 +40,17 @@ for p in "${sparse[@]}"; do
     # shellcheck disable=SC2086
     check $tool "column-sparse $p" python perf/column_sparse_probe.py $p
   done
+done
+# block-sparse attention (both paths) and the index kernels (top-k, column lists)
+for p in hopper ampere; do
+  python perf/block_sparse_probe.py $p > /dev/null || { echo "probe failed: block-sparse $p"; status=1; }
+done
+python perf/index_probe.py > /dev/null || { echo "probe failed: index kernels"; status=1; }
+for tool in memcheck racecheck; do
+  for p in hopper ampere; do
+    check $tool "block-sparse $p" python perf/block_sparse_probe.py $p
+  done
+  check $tool "index kernels" python perf/index_probe.py
 done
 for tool in memcheck racecheck; do
   check $tool "gemm 128x192 1000x776x1000 silu" python perf/race_probe.py 128,192,64 1000 776 1000 m k 0 silu

@@ -1,0 +1,30 @@
+"""Run block-sparse attention once per element mask and on random block lists (for
+compute-sanitizer): python perf/block_sparse_probe.py [hopper|ampere]"""
+
+import sys
+
+import torch
+from torch.nn.attention.flex_attention import create_block_mask
+
+import cute_kernels as ck
+from cute_kernels import masks
+from cute_kernels.ops.block_sparse import block_sparse_attention
+
+path = sys.argv[1] if len(sys.argv) > 1 else None
+s, d = 777, 128
+q, k, v = (torch.randn(1, 2, s, d, device="cuda").bfloat16() for _ in "qkv")
+doc = torch.tensor([[0] * 300 + [1] * 477], dtype=torch.int32, device="cuda")
+with ck.force_path(path):
+    causal = create_block_mask(lambda b, h, q, kv: q >= kv, None, None, s, s, device="cuda")
+    block_sparse_attention(q, k, v, causal, mask=masks.causal())
+    dense_doc = (doc[:, None, :, None] == doc[:, None, None, :]).expand(1, 2, s, s)
+    from cute_kernels.ops.block_sparse import block_mask_from_dense
+
+    block_sparse_attention(q, k, v, block_mask_from_dense(dense_doc), mask=masks.document(),
+                           doc_ids=doc)
+    on = torch.rand(1, 2, 7, 7, device="cuda") < 0.4
+    order = torch.argsort((~on).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+    zeros = torch.zeros(1, 2, 7, dtype=torch.int32, device="cuda")
+    block_sparse_attention(q, k, v, (zeros, order, on.sum(-1).to(torch.int32), order))
+torch.cuda.synchronize()
+print("ok")
