@@ -58,6 +58,8 @@ def test_call_args_drop_the_stream_and_take_every_parameter():
         kernel_params(_ValueDefault).call_args(mA=0)
     with pytest.raises(TypeError, match="every parameter but the stream"):
         p.call_args(mA=0, mB=1, scale=2, mC=3, mD=4, stream=5)
+    with pytest.raises(TypeError, match="unknown argument.*'mX'"):  # never dropped silently
+        p.call_args(mA=0, mB=1, scale=2, mX=4)
     with pytest.raises(TypeError, match="no value for parameter 'mA'"):
         p.call_args(mX=0, mB=1, scale=2, mC=3, mD=4)
     with pytest.raises(TypeError, match="disagree"):

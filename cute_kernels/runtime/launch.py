@@ -61,8 +61,11 @@ class KernelParams:
         self.names = tuple(name for name, _ in params[0])
         self.has_default = tuple(bool(default) for _, default in params[0])
         self.call_names = tuple(n for n in self.names if n != STREAM)
-        self._none_defaults = frozenset(
-            name for name, default in params[0] if default == NONE_DEFAULT and name != STREAM)
+        # the values of parameters left out (default None), merged under the named ones: one
+        # dict merge instead of a loop over the parameters on every launch
+        self._none_defaults = {name: None for name, default in params[0]
+                               if default == NONE_DEFAULT and name != STREAM}
+        self._call_set = frozenset(self.call_names)
         self._get = itemgetter(*self.call_names) if self.call_names else (lambda named: ())
 
     def fake_args(self, named: dict) -> tuple:
@@ -92,13 +95,13 @@ class KernelParams:
         if STREAM in named:
             raise self._mismatch(named, "runtime calls take every parameter but the stream")
         if len(named) != len(self.call_names):
-            self._check_known(named)
-            left_out = [n for n in self.call_names if n not in named]
-            required = [n for n in left_out if n not in self._none_defaults]
-            if required:
+            merged = {**self._none_defaults, **named}
+            if len(merged) != len(self.call_names) or not self._call_set.issuperset(named):
+                self._check_known(named)
+                required = [n for n in self.call_names if n not in merged]
                 raise self._mismatch(named, f"no value for parameter {required[0]!r} (only "
                                             f"parameters whose default is None may be left out)")
-            named = dict(named, **dict.fromkeys(left_out))
+            named = merged
         try:
             values = self._get(named)
         except KeyError as err:
