@@ -249,3 +249,23 @@ def test_differentiable_ops_record_autograd_on_meta():
     assert ck.linear(x, w).requires_grad and ck.gated_mlp_up(x, w).requires_grad
     with pytest.raises(ValueError, match="out= is not supported"):
         ck.linear(x, w, out=torch.empty(2, 5, 96, dtype=BF, device="meta"))
+
+
+def test_attention_validation_is_cached_on_metadata_only(monkeypatch):
+    """attention re-validates only when the tensors' metadata or the scale change; a call
+    that fails validation is never cached."""
+    from cute_kernels.ops import attention as att
+
+    calls = []
+    real = att.validate_attention
+    monkeypatch.setattr(att, "validate_attention", lambda *a: calls.append(a[3]) or real(*a))
+    monkeypatch.setattr(att, "_VALIDATED", {})
+    q = torch.randn(1, 2, 8, 64).bfloat16()
+    assert att.validated_scale(q, q, q) == att.validated_scale(q.clone(), q, q) == 0.125
+    assert len(calls) == 1  # same metadata (another tensor): cached
+    assert att.validated_scale(q, q, q, 0.5) == 0.5 and len(calls) == 2
+    strided = torch.randn(1, 2, 64, 8).bfloat16().transpose(-1, -2)  # head dim not unit-stride
+    for _ in range(2):
+        with pytest.raises(ValueError, match="unit-stride last"):
+            att.validated_scale(strided, strided, strided)
+    assert len(calls) == 4

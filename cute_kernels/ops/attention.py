@@ -31,6 +31,34 @@ HEAD_DIMS = (64, 128)
 COLSUM_GROUPS = (128, 192)
 
 
+#: (q, k, v metadata, scale) -> the softmax scale, for calls that passed validate_attention:
+#: its result depends on the tensors' metadata only, and re-checking it costs more than
+#: launching a small kernel (as GEMM's plan cache, ops/gemm.py)
+_VALIDATED: dict = {}
+_MAX_VALIDATED = 4096
+
+
+def _meta(t) -> tuple:
+    return t.shape, t.stride(), t.dtype, t.device
+
+
+def validated_scale(q, k, v, scale=None) -> float:
+    """:func:`validate_attention` behind a cache keyed on plain tensors' metadata (not while
+    torch.compile traces: there the checks run on the fake tensors every time)."""
+    plain = (type(q) is torch.Tensor and type(k) is torch.Tensor and type(v) is torch.Tensor
+             and not torch.compiler.is_compiling())
+    if not plain or not (scale is None or type(scale) is float):
+        return validate_attention(q, k, v, scale)
+    key = (_meta(q), _meta(k), _meta(v), scale)
+    known = _VALIDATED.get(key)
+    if known is None:
+        known = validate_attention(q, k, v, scale)
+        if len(_VALIDATED) >= _MAX_VALIDATED:
+            _VALIDATED.clear()
+        _VALIDATED[key] = known
+    return known
+
+
 def validate_attention(q, k, v, scale=None) -> float:
     """Check q, k, v against the rules in the module docstring; return the softmax scale."""
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -294,7 +322,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
             CPU tensors (``cute_kernels.reference.attention`` runs anywhere).
         UnsupportedGPUError: a GPU without a kernel path.
     """
-    scale = validate_attention(q, k, v, scale)
+    scale = validated_scale(q, k, v, scale)
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     o, lse = _ATTENTION(q, k, v, causal, scale, out=out)
