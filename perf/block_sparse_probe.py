@@ -26,5 +26,8 @@ with ck.force_path(path):
     order = torch.argsort((~on).to(torch.int8), dim=-1, stable=True).to(torch.int32)
     zeros = torch.zeros(1, 2, 7, dtype=torch.int32, device="cuda")
     block_sparse_attention(q, k, v, (zeros, order, on.sum(-1).to(torch.int32), order))
+    # bad values without debug mode: clamped by the kernels, never an out-of-bounds access
+    garbage = torch.randint(-50, 50, (1, 2, 7, 3), dtype=torch.int32, device="cuda")
+    block_sparse_attention(q, k, v, (zeros + 99, garbage, zeros - 5, garbage))
 torch.cuda.synchronize()
 print("ok")

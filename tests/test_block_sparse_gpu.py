@@ -145,3 +145,19 @@ def test_packed_small_blocks(q_block, kv_block, keep, path):
              on.sum(-1).to(torch.int32), order)
     q, k, v = fresh(2, 2, s_q, 128), fresh(2, 2, s_kv, 128), fresh(2, 2, s_kv, 128)
     check(q, k, v, lists, block_size=(q_block, kv_block))
+
+
+def test_bad_list_values_are_clamped_not_read_out_of_bounds(path):
+    """Without debug mode the lists' values are not checked (that needs a device sync): the
+    kernels clamp counts to the list width and blocks into the key range, so garbage gives
+    finite numbers and never an illegal access; debug mode names the problem."""
+    s = 777
+    q, k, v = fresh(1, 2, s, 128), fresh(1, 2, s, 128), fresh(1, 2, s, 128)
+    garbage = torch.randint(-50, 50, (1, 2, 7, 3), dtype=torch.int32, device="cuda")
+    zeros = torch.zeros(1, 2, 7, dtype=torch.int32, device="cuda")
+    lists = (zeros + 99, garbage, zeros - 5, garbage)
+    o = bs.block_sparse_attention(q, k, v, lists)
+    torch.cuda.synchronize()
+    assert bool(torch.isfinite(o.float()).all())
+    with pytest.raises(ValueError, match="kv_num_blocks must be in"):
+        bs.block_sparse_attention(q, k, v, lists, validate=True)

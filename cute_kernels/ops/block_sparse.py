@@ -73,11 +73,12 @@ def check_block_size(size) -> tuple[int, int]:
 
 
 def block_lists(block_mask, b: int, h: int, s_q: int, s_kv: int,
-                block_size=(BLOCK, BLOCK)) -> BlockLists:
+                block_size=(BLOCK, BLOCK), check_values: bool = True) -> BlockLists:
     """Check ``block_mask`` (a ``BlockMask``, or a tuple ``(kv_num_blocks, kv_indices,
     full_kv_num_blocks, full_kv_indices)`` with the full pair optional/None, of blocks
     ``block_size``) against (B, H, S_q, S_kv) and return its lists, expanded over B and H,
-    int32, contiguous."""
+    int32, contiguous. ``check_values``: also :func:`check_list_values` (a device sync; the
+    op does it in debug mode only)."""
     if hasattr(block_mask, "kv_num_blocks") and hasattr(block_mask, "BLOCK_SIZE"):
         block_size = tuple(block_mask.BLOCK_SIZE)
         lengths = tuple(getattr(block_mask, "seq_lengths", (s_q, s_kv)))
@@ -92,8 +93,8 @@ def block_lists(block_mask, b: int, h: int, s_q: int, s_kv: int,
         raise TypeError(f"block_mask must be a torch.nn.attention.flex_attention.BlockMask or "
                         f"a tuple (kv_num_blocks, kv_indices[, full_kv_num_blocks, "
                         f"full_kv_indices]), got {type(block_mask).__name__}")
-    q_block, kv_block = block_size = check_block_size(block_size)
-    m_blocks, n_blocks = -(-s_q // q_block), -(-s_kv // kv_block)
+    q_block, _ = block_size = check_block_size(block_size)
+    m_blocks = -(-s_q // q_block)
     names = ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices")
     if (parts[2] is None) != (parts[3] is None):
         raise ValueError("full_kv_num_blocks and full_kv_indices go together (both or none)")
@@ -115,7 +116,20 @@ def block_lists(block_mask, b: int, h: int, s_q: int, s_kv: int,
             raise ValueError(f"{name} is on {t.device}, kv_num_blocks on {parts[0].device}")
         expanded = t.expand(b, h, *t.shape[2:]).to(INDEX_DTYPE).contiguous()
         out.append(expanded)
-    for counts, indices, name in ((out[0], out[1], "kv"), (out[2], out[3], "full_kv")):
+    lists = BlockLists(*out, block_size=block_size)
+    if check_values:
+        check_list_values(lists, s_kv)
+    return lists
+
+
+def check_list_values(lists: BlockLists, s_kv: int) -> None:
+    """Debug mode (a device sync): every count in [0, min(list width, key blocks)] and every
+    listed block a key block. The kernels clamp both, so bad values give wrong numbers, never
+    an out-of-bounds access."""
+    kv_block = lists.block_size[1]
+    n_blocks = -(-s_kv // kv_block)
+    for counts, indices, name in ((lists.partial_counts, lists.partial_indices, "kv"),
+                                  (lists.full_counts, lists.full_indices, "full_kv")):
         if bool((counts < 0).any()) or bool((counts > min(indices.shape[3], n_blocks)).any()):
             raise ValueError(f"{name}_num_blocks must be in [0, min(columns of {name}_indices, "
                              f"ceil(S_kv / {kv_block}) = {n_blocks})]")
@@ -124,7 +138,6 @@ def block_lists(block_mask, b: int, h: int, s_q: int, s_kv: int,
         if listed.numel() and (int(listed.min()) < 0 or int(listed.max()) >= n_blocks):
             raise ValueError(f"{name}_indices lists a key block outside [0, {n_blocks}) "
                              f"(S_kv = {s_kv})")
-    return BlockLists(*out, block_size=block_size)
 
 
 def block_mask_from_dense(mask: torch.Tensor, block_size=BLOCK):
@@ -199,7 +212,8 @@ def packed_rows(lists: BlockLists, s_kv: int) -> tuple[torch.Tensor, torch.Tenso
         live.append(torch.arange(indices.shape[3], device=dev) < counts.unsqueeze(-1).long())
     blocks, live = torch.cat(blocks, -1), torch.cat(live, -1)  # (B, H, M, P + F)
     rows = blocks.unsqueeze(-1) * kv_block + torch.arange(kv_block, device=dev)
-    keep = (live.unsqueeze(-1) & (rows < s_kv)).flatten(3)
+    # listed blocks outside the keys (no check without debug mode) contribute no rows
+    keep = (live.unsqueeze(-1) & (rows >= 0) & (rows < s_kv)).flatten(3)
     rows = rows.flatten(3)
     counts = keep.sum(-1)
     length = max(int(counts.max()), 1) if counts.numel() else 1
@@ -233,12 +247,14 @@ def _check_mask(block_mask, mask, doc_ids, lists: BlockLists, b: int, s_q: int, 
                         f"prefix_lm(n), document(), custom(fn)) or None, got "
                         f"{type(mask).__name__}")
     mask_mod = getattr(block_mask, "mask_mod", None)
-    partial = bool((lists.partial_counts > 0).any())
-    if lists.packed and partial and not _is_noop(mask_mod):
+    # a device sync, so only where the answer matters: a Python mask_mod nothing can trace
+    partial = ((mask is None or lists.packed) and not _is_noop(mask_mod)
+               and bool((lists.partial_counts > 0).any()))
+    if lists.packed and partial:
         raise ValueError(f"block_mask has partial blocks under a mask_mod: element masks need "
                          f"{BLOCK} x {BLOCK} blocks (BLOCK_SIZE {lists.block_size} is packed "
                          f"into the gather kernels, which take whole blocks)")
-    if mask is None and not _is_noop(mask_mod) and partial:
+    if mask is None and partial:
         raise ValueError(
             f"block_mask has partial blocks and a Python mask_mod "
             f"({getattr(mask_mod, '__name__', mask_mod)!r}), which cannot be traced into the "
@@ -388,8 +404,10 @@ def block_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bl
         doc_ids: int32 (B, S) document ids for ``mask=masks.document()``.
         scale: the softmax scale (default 1 / sqrt(D)).
         return_lse: also return the natural-log logsumexp per query (B, H, S_q) fp32.
-        validate: check ``mask`` against the BlockMask's mask_mod on sampled points (a
-            host-side check); default from ``CUTE_KERNELS_VALIDATE``.
+        validate: debug mode (default from ``CUTE_KERNELS_VALIDATE``): check the list values
+            (counts and block indices in range; a device sync) and ``mask`` against the
+            BlockMask's mask_mod on sampled points. Without it bad values give wrong
+            numbers but never an out-of-bounds access (the kernels clamp them).
         block_size: the (query, key) block size of tuple lists (an int: square); a BlockMask
             brings its own.
 
@@ -399,7 +417,7 @@ def block_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bl
     Raises:
         TypeError: as :func:`cute_kernels.attention`; a block_mask or mask of another type.
         ValueError: as :func:`cute_kernels.attention`; lists whose shapes do not match q/k,
-            counts or indices out of range, a block size other than 128, a BlockMask with
+            (validate) counts or indices out of range, an unsupported block size, a BlockMask with
             partial blocks and a mask_mod but no ``mask``, missing or misshapen doc_ids, an
             element mask on packed (small) blocks, or (validate) a mask that disagrees with
             the mask_mod.
@@ -407,9 +425,10 @@ def block_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bl
     scale = validate_attention(q, k, v, scale)
     b, h, s_q, _ = q.shape
     s_kv = k.shape[2]
-    lists = block_lists(block_mask, b, h, s_q, s_kv, block_size)
+    debug = validate_mode(validate)
+    lists = block_lists(block_mask, b, h, s_q, s_kv, block_size, check_values=debug)
     _check_mask(block_mask, mask, doc_ids, lists, b, s_q, s_kv)
-    if validate_mode(validate) and mask is not None:
+    if debug and mask is not None:
         _check_mask_mod_agrees(block_mask, mask, doc_ids, b, h, s_q, s_kv)
     if lists.packed:
         if mask is not None:

@@ -171,22 +171,30 @@ class BlockListKeyBlocks(DenseKeyBlocks):
                              f"lists' key block ({list_block})")
         self.mask, self.split = mask, list_block // self.block_n
 
+    @cute.jit
     def tile(self, m_block, s_q, s_kv, partial, n_partial, full, n_full, batch, head,
              doc_ids) -> BlockListTile:
+        """The view of query tile ``m_block``; counts are clamped into [0, list width] so a
+        bad count can never read past its list (the op checks values in debug mode)."""
+        n_partial = cutlass.min(cutlass.max(n_partial, 0), Int32(cute.size(partial)))
+        n_full = cutlass.min(cutlass.max(n_full, 0), Int32(cute.size(full)))
         return BlockListTile(m_block, s_q, s_kv, partial, n_partial * self.split, full,
                              n_full * self.split, batch, head, doc_ids)
 
     @cute.jit
     def block(self, tile: BlockListTile, step):
         """Visit ``step``: tile ``step % split`` of list entry ``step // split`` (partial
-        entries first); ``n_partial`` counts visits, so entries are ``// split`` of it."""
-        n = Int32(0)
+        entries first); ``n_partial`` counts visits, so entries are ``// split`` of it. A
+        listed block outside [0, ceil(S_kv / list block)) is clamped into it: never an
+        out-of-bounds load (the op checks values in debug mode)."""
         entry, part = step // self.split, step % self.split
+        listed = Int32(0)
         if step < tile.n_partial:
-            n = tile.partial[entry] * self.split + part
+            listed = tile.partial[entry]
         else:
-            n = tile.full[entry - tile.n_partial // self.split] * self.split + part
-        return n
+            listed = tile.full[entry - tile.n_partial // self.split]
+        last = cute.ceil_div(tile.s_kv, self.block_n * self.split) - 1
+        return cutlass.min(cutlass.max(listed, 0), last) * self.split + part
 
     def has_next(self, tile: BlockListTile, step, n):
         return step + 1 < tile.n_blocks
