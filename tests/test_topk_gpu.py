@@ -124,3 +124,17 @@ def test_topk_indices_under_torch_compile():
     eager = topk_indices(scores, 50)
     compiled = torch.compile(lambda s: topk_indices(s, 50), fullgraph=True)(scores)
     assert torch.equal(eager[0], compiled[0]) and torch.equal(eager[1], compiled[1])
+
+
+def test_topk_indices_with_random_columns():
+    """random_fraction: the kernel's exact top set plus distinct random others, in order."""
+    scores = fresh((3, 5, 2000), torch.float32)
+    k = 140
+    g = torch.Generator(device="cuda").manual_seed(3)
+    indices, counts = topk_indices(scores, k, random_fraction=0.5, generator=g)
+    total = k + 70
+    assert indices.shape == (3, 5, total) and bool((counts == total).all())
+    rows = indices.view(-1, total).long()
+    assert bool((rows[:, 1:] > rows[:, :-1]).all())  # increasing, hence distinct
+    top = scores.view(-1, 2000).topk(k, dim=1).indices
+    assert bool(torch.isin(top[0], rows[0]).all()) and bool(torch.isin(top[-1], rows[-1]).all())

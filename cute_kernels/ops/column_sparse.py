@@ -581,18 +581,25 @@ def _topk_lists(scores, k, sparsity, multiple_of, random_fraction, generator, to
     top, extra, total = _topk_sizes(n, k, sparsity, multiple_of, random_fraction)
     lead = scores.shape[:-1]
     rows = scores.reshape(-1, n)
-    if top_rows is _estimated_top and extra == 0 and (scores.is_cuda or _is_traced(scores)):
+    kernel_top = None
+    if top_rows is _estimated_top and (scores.is_cuda or _is_traced(scores)):
         # the radix-select kernel writes the increasing lists itself (ops/topk.py)
         from .topk import topk_rows
 
-        indices = topk_rows(rows, total)
-        full = torch.full((rows.shape[0],), total, dtype=INDEX_DTYPE, device=scores.device)
-        return indices.view(*lead, total), full.view(lead)
+        kernel_top = topk_rows(rows, top)
+        if extra == 0:
+            full = torch.full((rows.shape[0],), total, dtype=INDEX_DTYPE, device=scores.device)
+            return kernel_top.view(*lead, total), full.view(lead)
     indices = torch.empty(rows.shape[0], total, dtype=INDEX_DTYPE, device=scores.device)
     full = torch.full((rows.shape[0],), total, dtype=torch.long, device=scores.device)
     for start, stop in _row_chunks(rows.shape[0], n):
-        sel = _add_random(top_rows(rows[start:stop].float(), top, generator), extra, generator)
-        indices[start:stop] = _partition(sel, full[start:stop], total)
+        if kernel_top is not None:  # the kernel's top set, then the random columns in torch
+            sel = torch.zeros(stop - start, n, dtype=torch.bool, device=scores.device)
+            sel.scatter_(1, kernel_top[start:stop].long(), True)
+        else:
+            sel = top_rows(rows[start:stop].float(), top, generator)
+        indices[start:stop] = _partition(_add_random(sel, extra, generator), full[start:stop],
+                                         total)
     return indices.view(*lead, total), full.to(INDEX_DTYPE).view(lead)
 
 
@@ -612,8 +619,9 @@ def topk_indices(scores: torch.Tensor, k: int | None = None, *, sparsity: float 
     On a CUDA device without random columns: one CTA per row runs an exact radix select
     (kernels/topk.py: the k-th largest value found byte by byte from shared-memory
     histograms, two passes over a 16-bit row, four over float32, then one pass that writes
-    the selected columns in order); ties at the k-th value keep the lowest columns. Otherwise
-    (CPU, or ``random_fraction`` > 0) quantile estimation in torch instead of a sort: sample
+    the selected columns in order); ties at the k-th value keep the lowest columns; random
+    columns, when asked for, are added to that set in torch. On the CPU quantile estimation
+    in torch instead of a sort: sample
     4096 columns per row, take a threshold a little below the sample's (1 - k / N) quantile so
     that the candidates above it hold the true top k (but for probability ~3e-5 per row, and
     such a row is redone with ``torch.topk``), then keep the k largest candidates. Either way
