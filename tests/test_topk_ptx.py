@@ -52,3 +52,29 @@ def test_topk_rows_rejects_bad_input_before_compiling():
         topk_rows(torch.zeros(2, 8), 2.0)
     with pytest.raises(ValueError, match="CUDA"):  # a CPU tensor on the direct route
         topk_rows(torch.zeros(2, 8), 2)
+
+
+@pytest.mark.parametrize("hist_copies", [None, 8])
+def test_wide_digit_variant_ptx(hist_copies):
+    """digit_bits=11 (perf/topk_tuning.py): a float32 row read three times plus the write
+    pass; no local memory or spills."""
+    from test_ptx import _assert_no_spills  # tests/ is on pytest's path
+
+    from cute_kernels.runtime.compile import compile_ptx
+
+    cfg = {"digit_bits": 11} | ({"hist_copies": hist_copies} if hist_copies else {})
+    ptx = compile_ptx(make_build(torch.float32, 4, **cfg), "sm_90a")
+    assert ptx.count("ld.global.v4.b32") == 3 + 1
+    assert "ld.local" not in ptx
+    _assert_no_spills(ptx, "sm_90a")
+
+
+def test_digit_options_are_checked():
+    from cute_kernels.kernels.topk import TopkRows
+
+    assert TopkRows(32, 4, digit_bits=11).digits == [(21, 11), (10, 11), (0, 10)]
+    assert TopkRows(16, 8).digits == [(8, 8), (0, 8)]
+    with pytest.raises(ValueError, match="digit_bits"):
+        TopkRows(32, 4, digit_bits=12)
+    with pytest.raises(ValueError, match="hist_copies"):
+        TopkRows(32, 4, hist_copies=3)

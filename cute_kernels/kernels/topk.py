@@ -5,6 +5,9 @@ per query group), the k largest columns. Instead of sorting, each row's k-th lar
 found digit by digit (8 bits a pass, most significant first) from shared-memory histograms,
 and one last pass writes the selected columns in increasing order:
 
+0. **Digits.** 8 bits by default; ``digit_bits=11`` reads a float32 row three times instead
+   of four (histograms of 2048 bins, one per ``hist_copies`` group of warps). Not yet
+   measured on a GPU (``perf/topk_tuning.py``), so the default stays 8.
 1. **Keys.** A score's bits become an unsigned key with the same order (negative: all bits
    flipped; positive: the sign bit set; NaN: the largest key, as ``torch.topk`` ranks it).
    16-bit scores (bfloat16, float16) keep 16-bit keys, so two passes suffice; float32 takes
@@ -38,7 +41,6 @@ from cutlass import Int32, Uint32
 
 from .common.block_scan import block_exclusive_scan
 
-BINS = 256
 DIGIT_BITS = 8
 #: per-tile counts are packed into the two halves of a 32-bit word
 HALF = 16
@@ -50,7 +52,8 @@ class TopkRows:
     columns per thread load (16 bytes: 8 or 4, when rows are 16-byte aligned and N a
     multiple; else 1). Module docstring: algorithm, roles, shared memory."""
 
-    def __init__(self, key_bits: int, vec: int, threads: int = 512):
+    def __init__(self, key_bits: int, vec: int, threads: int = 512,
+                 digit_bits: int = DIGIT_BITS, hist_copies: int | None = None):
         if key_bits not in (16, 32):
             raise ValueError(f"key_bits must be 16 or 32, got {key_bits}")
         if threads % 32 or not 256 <= threads <= 1024:
@@ -59,7 +62,23 @@ class TopkRows:
             raise ValueError(f"a tile of threads x vec columns must stay below 2^{HALF}")
         self.key_bits, self.vec, self.threads = key_bits, vec, threads
         self.warps = threads // 32
-        self.passes = key_bits // DIGIT_BITS
+        # digits, most significant first: (shift, width); e.g. 32-bit keys in 11-bit digits
+        # take three passes (11, 11, 10) instead of four
+        if digit_bits not in (8, 11):
+            raise ValueError(f"digit_bits must be 8 or 11, got {digit_bits}")
+        self.bins = 1 << digit_bits
+        self.digits, low = [], key_bits
+        while low > 0:
+            width = min(digit_bits, low)
+            low -= width
+            self.digits.append((low, width))
+        self.passes = len(self.digits)
+        # histogram copies: one per warp (contention within a warp only) by default; wide
+        # digits share a copy between warps (2048 bins x 16 warps would not fit)
+        self.hist_copies = hist_copies or (self.warps if digit_bits == 8 else 4)
+        if self.warps % self.hist_copies or (self.bins * self.hist_copies) % threads:
+            raise ValueError(f"hist_copies must divide the {self.warps} warps, got "
+                             f"{self.hist_copies}")
 
     @cute.jit
     def __call__(self, mScores: cute.Tensor, mIndices: cute.Tensor, k: Int32, stream):
@@ -70,8 +89,8 @@ class TopkRows:
 
         @cute.struct
         class SharedStorage:
-            hist: cute.struct.MemRange[Int32, BINS * self.warps]
-            totals: cute.struct.MemRange[Int32, BINS]
+            hist: cute.struct.MemRange[Int32, self.bins * self.hist_copies]
+            totals: cute.struct.MemRange[Int32, self.bins]
             scan: cute.struct.MemRange[Uint32, 2 * self.warps]
             chosen: cute.struct.MemRange[Int32, 2]
 
@@ -85,8 +104,10 @@ class TopkRows:
         row, _, _ = cute.arch.block_idx()
         warp, lane = tidx // 32, tidx % 32
         storage = cutlass.memory.SmemAllocator().allocate(self.storage_cls)
-        sHist = storage.hist.get_tensor(cute.make_layout((BINS, self.warps)))
-        sTotals = storage.totals.get_tensor(cute.make_layout(BINS))
+        bins, copies = self.bins, self.hist_copies
+        sHist = storage.hist.get_tensor(cute.make_layout((bins, copies)))
+        sTotals = storage.totals.get_tensor(cute.make_layout(bins))
+        copy = warp if cutlass.const_expr(copies == self.warps) else warp // (self.warps // copies)
         sScan = storage.scan.get_tensor(cute.make_layout((self.warps, 2)))
         sChosen = storage.chosen.get_tensor(cute.make_layout(2))
         gRow = cute.zipped_divide(mBits[row, None], (self.vec,))  # (vec, N / vec)
@@ -94,9 +115,9 @@ class TopkRows:
 
         prefix, mask, remaining = Uint32(0), Uint32(0), k
         for d in cutlass.range_constexpr(self.passes):
-            shift = self.key_bits - DIGIT_BITS * (d + 1)
-            for i in cutlass.range_constexpr(BINS * self.warps // self.threads):
-                sHist[(tidx + i * self.threads) % BINS, (tidx + i * self.threads) // BINS] = 0
+            shift, width = self.digits[d]
+            for i in cutlass.range_constexpr(bins * copies // self.threads):
+                sHist[(tidx + i * self.threads) % bins, (tidx + i * self.threads) // bins] = 0
             cute.arch.sync_threads()
             for j in cutlass.range(tidx, n_vec, self.threads, unroll=1):
                 rVec = cute.make_rmem_tensor((self.vec,), mBits.element_type)
@@ -104,12 +125,12 @@ class TopkRows:
                 for e in cutlass.range_constexpr(self.vec):
                     key = self.key(rVec[e])
                     if (key & mask) == prefix:
-                        digit = Int32((key >> Uint32(shift)) & Uint32(BINS - 1))
-                        cute.arch.atomic_add(sHist[None, warp].iterator + digit, Int32(1))
+                        digit = Int32((key >> Uint32(shift)) & Uint32((1 << width) - 1))
+                        cute.arch.atomic_add(sHist[None, copy].iterator + digit, Int32(1))
             cute.arch.sync_threads()
-            for b in cutlass.range(tidx, BINS, self.threads, unroll=1):
+            for b in cutlass.range(tidx, bins, self.threads, unroll=1):
                 total = Int32(0)
-                for w in cutlass.range_constexpr(self.warps):
+                for w in cutlass.range_constexpr(copies):
                     total += sHist[b, w]
                 sTotals[b] = total
             cute.arch.sync_threads()
@@ -117,7 +138,7 @@ class TopkRows:
                 self.choose_bin(sTotals, sChosen, lane, remaining)
             cute.arch.sync_threads()
             prefix = prefix | (Uint32(sChosen[0]) << Uint32(shift))
-            mask = mask | (Uint32(BINS - 1) << Uint32(shift))
+            mask = mask | (Uint32((1 << width) - 1) << Uint32(shift))
             remaining = sChosen[1]
             # the next pass zeroes the histograms only after every thread read sChosen
             cute.arch.sync_threads()
@@ -143,7 +164,7 @@ class TopkRows:
         """Warp 0: the bin holding the ``remaining``-th largest key (counting from bin 255
         down) into ``sChosen[0]``, and how many of ``remaining`` lie in it into
         ``sChosen[1]``. Lane l owns bins 8l .. 8l + 7; suffix sums over lanes by shuffles."""
-        per_lane = BINS // 32
+        per_lane = self.bins // 32
         own = Int32(0)
         for b in cutlass.range_constexpr(per_lane):
             own += sTotals[lane * per_lane + b]

@@ -24,9 +24,10 @@ def vector_width(rows: torch.Tensor) -> int:
     return vec if aligned else 1
 
 
-def make_build(dtype: torch.dtype, vec: int):
+def make_build(dtype: torch.dtype, vec: int, **config):
     """The kernel against symbolic (R, N) scores (unit column stride; with ``vec`` > 1 a row
-    stride and N that are multiples of it, 16-byte aligned) and (R, L) int32 lists."""
+    stride and N that are multiples of it, 16-byte aligned) and (R, L) int32 lists;
+    ``config``: TopkRows options (digit_bits, hist_copies, threads; tuning)."""
     import cutlass
     from cutlass.cute.runtime import make_fake_tensor
 
@@ -35,7 +36,8 @@ def make_build(dtype: torch.dtype, vec: int):
     from ..runtime.compile import Build
     from ..runtime.launch import launch_args
 
-    kernel = TopkRows(key_bits=8 * torch.empty((), dtype=dtype).element_size(), vec=vec)
+    kernel = TopkRows(key_bits=8 * torch.empty((), dtype=dtype).element_size(), vec=vec,
+                      **config)
     scores = make_fake_tensor(cutlass_dtype(dtype), (sym(), sym(vec)), (sym(vec), 1),
                               assumed_align=VECTOR_BYTES if vec > 1 else None)
     return Build(kernel, launch_args(kernel, mScores=scores,
