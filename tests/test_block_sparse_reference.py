@@ -257,3 +257,41 @@ def test_packed_blocks_refuse_an_element_mask():
     lists = bs.block_mask_from_dense(torch.ones(1, 2, 256, 256, dtype=torch.bool), (128, 32))
     with pytest.raises(ValueError, match="element mask needs 128 x 128 blocks"):
         bs.block_sparse_attention(q, k, v, lists, mask=masks.causal(), block_size=(128, 32))
+
+
+BSR_BETA = pytest.mark.filterwarnings("ignore:Sparse BSR tensor support is in beta")
+
+
+@BSR_BETA
+@pytest.mark.parametrize("g, batch", [(128, ()), (64, (2,)), (128, (1, 2))])
+def test_bsr_layout_gives_the_same_attention(g, batch):
+    """A torch.sparse_bsr layout's stored blocks are the visible ones."""
+    s_q, s_kv = 256, 384
+    gen = torch.Generator().manual_seed(5)
+    blocks = torch.rand(s_q // g, s_kv // g, generator=gen) < 0.5
+    blocks[0, 0] = True
+    # torch's batched BSR needs as many blocks in every batch entry: shift the pattern
+    blocks = torch.stack([blocks.roll(i, 1) for i in range(max(1, len(batch) and batch[-1]))])
+    blocks = blocks.reshape(*batch, s_q // g, s_kv // g) if batch else blocks[0]
+    dense = blocks.repeat_interleave(g, -2).repeat_interleave(g, -1)
+    layout = dense.float().to_sparse_bsr((g, g))
+    lists, size = bs.lists_from_bsr(layout)
+    assert size == (g, g) and lists[2].shape[-1] == s_q // g
+    q, k, v = qkv(b=1, h=2, s_q=s_q, s_kv=s_kv)
+    want, _ = bs.block_sparse_attention_reference(q, k, v, lists, block_size=size)
+    mask = dense.reshape(*(1,) * (2 - len(batch)), *batch, s_q, s_kv).expand(1, 2, s_q, s_kv)
+    torch.testing.assert_close(want, sdpa(q, k, v, mask), atol=1e-5, rtol=1e-5)
+    via_op, _ = bs.block_sparse_attention_reference(q, k, v, layout)
+    torch.testing.assert_close(via_op, want)
+
+
+@BSR_BETA
+def test_bsr_layout_rules():
+    dense = torch.ones(256, 256).to_sparse_bsr((32, 32))
+    with pytest.raises(ValueError, match="square, 64 or 128"):
+        bs.lists_from_bsr(dense)
+    with pytest.raises(TypeError, match="sparse_bsr"):
+        bs.lists_from_bsr(torch.ones(4, 4))
+    q, k, v = qkv(s_q=256, s_kv=256)
+    with pytest.raises(ValueError, match="the BSR layout is"):
+        bs.block_sparse_attention_reference(q, k, v, torch.ones(128, 256).to_sparse_bsr((64, 64)))

@@ -72,6 +72,36 @@ def check_block_size(size) -> tuple[int, int]:
     return size
 
 
+def lists_from_bsr(layout: torch.Tensor):
+    """The block lists of a ``torch.sparse_bsr_tensor``'s layout (its values are ignored):
+    every stored G x G block is a *full* block. Batch dims () / (H,) / (B, H) broadcast as a
+    BlockMask's do. Returns ``((kv_num_blocks, kv_indices, full_kv_num_blocks,
+    full_kv_indices), (G, G))`` for :func:`block_sparse_attention`; G must be 64 or 128 (a
+    64-row query block with 64-key blocks is packed)."""
+    if layout.layout != torch.sparse_bsr:
+        raise TypeError(f"expected a torch.sparse_bsr tensor, got layout {layout.layout}")
+    g_rows, g_cols = layout.values().shape[-2:]
+    if g_rows != g_cols or g_rows not in (64, BLOCK):
+        raise ValueError(f"a BSR layout's blocks must be square, 64 or {BLOCK}, got "
+                         f"{g_rows} x {g_cols}")
+    crow, col = layout.crow_indices(), layout.col_indices()
+    batch = crow.shape[:-1]
+    if len(batch) > 2:
+        raise ValueError(f"a BSR layout may have at most two batch dims (B, H), got {batch}")
+    crow = crow.reshape(*(1,) * (2 - len(batch)), *batch, crow.shape[-1]).long()
+    col = col.reshape(*(1,) * (2 - len(batch)), *batch, col.shape[-1]).long()
+    counts = crow[..., 1:] - crow[..., :-1]  # (B, H, M)
+    width = max(1, int(counts.max())) if counts.numel() else 1
+    pos = crow[..., :-1].unsqueeze(-1) + torch.arange(width, device=crow.device)
+    live = torch.arange(width, device=crow.device) < counts.unsqueeze(-1)
+    flat = col.reshape(*col.shape[:2], -1)
+    gathered = flat.gather(2, pos.clamp(max=max(flat.shape[-1] - 1, 0)).flatten(2)).view(
+        pos.shape) if flat.shape[-1] else torch.zeros_like(pos)
+    indices = torch.where(live, gathered, 0).to(INDEX_DTYPE)
+    zeros = torch.zeros_like(counts, dtype=INDEX_DTYPE)
+    return (zeros, indices, counts.to(INDEX_DTYPE), indices), (g_rows, g_cols)
+
+
 def block_lists(block_mask, b: int, h: int, s_q: int, s_kv: int,
                 block_size=(BLOCK, BLOCK), check_values: bool = True) -> BlockLists:
     """Check ``block_mask`` (a ``BlockMask``, or a tuple ``(kv_num_blocks, kv_indices,
@@ -79,6 +109,11 @@ def block_lists(block_mask, b: int, h: int, s_q: int, s_kv: int,
     ``block_size``) against (B, H, S_q, S_kv) and return its lists, expanded over B and H,
     int32, contiguous. ``check_values``: also :func:`check_list_values` (a device sync; the
     op does it in debug mode only)."""
+    if isinstance(block_mask, torch.Tensor) and block_mask.layout == torch.sparse_bsr:
+        if tuple(block_mask.shape[-2:]) != (s_q, s_kv):
+            raise ValueError(f"the BSR layout is {tuple(block_mask.shape[-2:])}, but q and k "
+                             f"have S_q = {s_q}, S_kv = {s_kv}")
+        block_mask, block_size = lists_from_bsr(block_mask)
     if hasattr(block_mask, "kv_num_blocks") and hasattr(block_mask, "BLOCK_SIZE"):
         block_size = tuple(block_mask.BLOCK_SIZE)
         lengths = tuple(getattr(block_mask, "seq_lengths", (s_q, s_kv)))
@@ -90,9 +125,10 @@ def block_lists(block_mask, b: int, h: int, s_q: int, s_kv: int,
     elif isinstance(block_mask, (tuple, list)) and len(block_mask) in (2, 4):
         parts = tuple(block_mask) + (None, None) * (len(block_mask) == 2)
     else:
-        raise TypeError(f"block_mask must be a torch.nn.attention.flex_attention.BlockMask or "
-                        f"a tuple (kv_num_blocks, kv_indices[, full_kv_num_blocks, "
-                        f"full_kv_indices]), got {type(block_mask).__name__}")
+        raise TypeError(f"block_mask must be a torch.nn.attention.flex_attention.BlockMask, a "
+                        f"torch.sparse_bsr layout, or a tuple (kv_num_blocks, kv_indices[, "
+                        f"full_kv_num_blocks, full_kv_indices]), got "
+                        f"{type(block_mask).__name__}")
     q_block, _ = block_size = check_block_size(block_size)
     m_blocks = -(-s_q // q_block)
     names = ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices")
@@ -397,7 +433,9 @@ def block_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bl
         block_mask: a ``torch.nn.attention.flex_attention.BlockMask`` with seq_lengths
             (S_q, S_kv) and BLOCK_SIZE (128, 128), or a query block of 64 / 128 with key
             blocks of 16 / 32 / 64 (packed: module docstring); or ``(kv_num_blocks,
-            kv_indices[, full_kv_num_blocks, full_kv_indices])`` int32 tensors of its shapes.
+            kv_indices[, full_kv_num_blocks, full_kv_indices])`` int32 tensors of its shapes;
+            or a ``torch.sparse_bsr`` tensor (S_q, S_kv) with 64 or 128 blocks (batch dims
+            (H,) or (B, H)), whose stored blocks are the visible ones (``lists_from_bsr``).
         mask: what the partial blocks hold (``cute_kernels.masks``); required when the
             BlockMask has partial blocks and a mask_mod (a Python mask_mod is not traced);
             None: partial blocks are entirely visible.
