@@ -107,8 +107,44 @@ def _column_sparse_entry() -> KernelEntry:
         return make_build(path, torch.bfloat16, *COLUMN_SPARSE_VARIANTS[variant], False)
 
     return KernelEntry("column_sparse_attention", "bf16 attention of each query group over its "
-                       "own list of key rows (gathered into dense tiles; not yet GPU-verified); "
-                       "variants by head dim and group", tuple(COLUMN_SPARSE_VARIANTS), build)
+                       "own list of key rows (gathered into dense tiles); variants by head dim "
+                       "and group", tuple(COLUMN_SPARSE_VARIANTS), build)
+
+
+TOPK_VARIANTS = {"bf16": ("bfloat16", 8), "fp32": ("float32", 4)}
+
+
+def _topk_entry() -> KernelEntry:
+    def build(variant: str, path: str) -> Build:
+        import torch
+
+        from .ops.topk import make_build
+
+        dtype, vec = TOPK_VARIANTS[variant]
+        return make_build(getattr(torch, dtype), vec)
+
+    return KernelEntry("topk_indices", "k largest columns per row as increasing lists: radix "
+                       "select (smem histograms) + ordered write; variants by score dtype",
+                       tuple(TOPK_VARIANTS), build)
+
+
+BLOCK_SPARSE_VARIANTS = {"d64": (64, None), "d128": (128, None), "d128-causal": (128, "causal")}
+
+
+def _block_sparse_entry() -> KernelEntry:
+    def build(variant: str, path: str) -> Build:
+        import torch
+
+        from . import masks
+        from .ops.block_sparse import make_build
+
+        head_dim, mask = BLOCK_SPARSE_VARIANTS[variant]
+        return make_build(path, torch.bfloat16, head_dim, getattr(masks, mask)() if mask else None)
+
+    return KernelEntry("block_sparse_attention", "bf16 attention over FlexAttention-style block "
+                       "lists (128 x 128 blocks, element mask in partial ones; not yet "
+                       "GPU-verified); variants by head dim and mask", tuple(BLOCK_SPARSE_VARIANTS),
+                       build)
 
 
 def entries() -> dict[str, KernelEntry]:
@@ -117,6 +153,8 @@ def entries() -> dict[str, KernelEntry]:
         _gated_entry(),
         *_attention_entries(),
         _column_sparse_entry(),
+        _block_sparse_entry(),
+        _topk_entry(),
         _bitpack_entry("pack_mask", "bool [..., N] -> uint8 [..., ceil(N/8)], little-endian bits"),
         _bitpack_entry("unpack_mask", "uint8 [..., ceil(N/8)] -> bool [..., N]"),
     ]

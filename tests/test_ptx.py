@@ -25,6 +25,12 @@ EXPECTED = {
     # K/V rows gathered by cp.async on both paths (Q and O by TMA on Hopper)
     **{("column_sparse_attention", v): {"sm_80": AMPERE, "sm_90a": HOPPER | {"cp.async"}}
        for v in ("d64-g128", "d64-g192", "d128-g128", "d128-g192")},
+    # the block lists drive the dense kernels' loads
+    **{("block_sparse_attention", v): {"sm_80": AMPERE, "sm_90a": HOPPER}
+       for v in ("d64", "d128", "d128-causal")},
+    # SIMT: 16-byte loads of the scores, shared-memory histograms
+    **{("topk_indices", v): {"sm_80": {"ld.global.v4"}, "sm_90a": {"ld.global.v4"}}
+       for v in ("bf16", "fp32")},
 }
 
 
@@ -42,7 +48,7 @@ def test_ptx_instructions(name, target):
         for family in EXPECTED[(name, variant)][target]:
             assert mix[family] > 0, f"{name}[{variant}] on {target}: no {family}\n{mix}"
         # SIMT memory kernels must not have picked up tensor-core or async-copy machinery.
-        if name in ("pack_mask", "unpack_mask"):
+        if name in ("pack_mask", "unpack_mask", "topk_indices"):
             assert mix["mma.sync"] == mix["wgmma"] == mix["cp.async"] == 0
 
 
