@@ -5,7 +5,7 @@
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/validate_session.sh
 # Covers (2026-11-23): block-sparse attention (both paths, packed small blocks), the
 # column-lists kernel, and the paths changed after the last GPU run (top-k with random
-# columns, attention's validation cache). Prints a summary last.
+# columns, attention's validation cache, split-KV decoding). Prints a summary last.
 set -u -o pipefail
 OUT=${OUT:-/tmp/ck-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-validate}
@@ -23,7 +23,7 @@ step "block-sparse GPU tests" 180 python -m pytest -q -x --tb=short tests/test_b
 step "column-lists GPU tests" 60 python -m pytest -q -x --tb=short tests/test_column_lists_gpu.py
 step "changed paths: top-k random columns, attention validation cache" 60 python -m pytest -q \
   --tb=short tests/test_topk_gpu.py tests/test_attention_gpu.py \
-  -k "random_columns or default_output or (matches_reference and 64)"
+  -k "random_columns or default_output or split_kv or (matches_reference and 64)"
 step "memcheck block-sparse hopper" 50 compute-sanitizer --tool memcheck --error-exitcode 9 \
   python perf/block_sparse_probe.py hopper
 step "racecheck block-sparse hopper" 40 compute-sanitizer --tool racecheck --error-exitcode 9 \

@@ -185,3 +185,53 @@ def test_hopper_kernel_refuses_bad_column_sum_options():
     # mma.sync sums, like wgmma sums, take any group with any tile
     assert AttentionSm90(64, False, block_m=192, colsum=True, colsum_method="mma_sync",
                          group=128).colsum_atomic
+
+
+def test_split_kv_combine_is_the_softmax_over_all_keys():
+    """combine_splits (split-KV's merge): partial (O, lse) over key ranges, one of them empty,
+    combine to attention over every key."""
+    from cute_kernels.ops.attention import attention_reference, combine_splits
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 3, 5, 64, generator=g).bfloat16()
+    k = torch.randn(2, 3, 300, 64, generator=g).bfloat16()
+    v = torch.randn(2, 3, 300, 64, generator=g).bfloat16()
+    want, want_lse = attention_reference(q, k, v)
+    parts, lses = [], []
+    for lo, hi in ((0, 128), (128, 128), (128, 300)):
+        if hi > lo:
+            o, lse = attention_reference(q, k[:, :, lo:hi], v[:, :, lo:hi])
+        else:  # an empty split: o = 0, lse = -inf
+            o, lse = torch.zeros_like(want), torch.full_like(want_lse, float("-inf"))
+        parts.append(o)
+        lses.append(lse)
+    o, lse = combine_splits(torch.stack(parts), torch.stack(lses))
+    torch.testing.assert_close(o, want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lse, want_lse, atol=1e-5, rtol=1e-5)
+    o, lse = combine_splits(torch.zeros(2, 1, 4), torch.full((2, 1), float("-inf")))
+    assert bool((o == 0).all()) and bool((lse == float("-inf")).all())  # no key at all
+
+
+def test_num_splits_is_checked():
+    import cute_kernels as ck
+
+    q = torch.randn(1, 1, 8, 64).bfloat16()
+    with pytest.raises(TypeError, match="num_splits"):
+        ck.attention(q, q, q, num_splits=2.0)
+    with pytest.raises(ValueError, match="num_splits"):
+        ck.attention(q, q, q, num_splits=0)
+
+
+@pytest.mark.parametrize("head_dim, causal", [(64, False), (128, False), (128, True)])
+def test_split_kv_kernel_ptx(head_dim, causal):
+    """The split-KV build: the dense kernel with SplitKeyBlocks; no spills but causal D = 128's
+    (the dense causal build's, test_ptx.py)."""
+    from test_ptx import _assert_no_spills  # tests/ is on pytest's path
+
+    from cute_kernels.ops.attention import make_build
+    from cute_kernels.runtime.compile import compile_ptx
+
+    ptx = compile_ptx(make_build("hopper", torch.bfloat16, head_dim, causal, split_kv=True),
+                      "sm_90a")
+    assert "wgmma.mma_async" in ptx
+    _assert_no_spills(ptx, "sm_90a", allowed=32 if causal else 0)

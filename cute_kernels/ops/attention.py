@@ -22,7 +22,13 @@ import torch
 
 from ..runtime.arch import device_target
 from ..runtime.bridge import kernel_for
-from ..runtime.validate import check_cuda, check_no_overlap, check_same_device, check_tensor
+from ..runtime.validate import (
+    check_cuda,
+    check_int,
+    check_no_overlap,
+    check_same_device,
+    check_tensor,
+)
 from ..tuning.attention import colsum_spans_ctas, hopper_config
 from .dispatch import KernelOp
 
@@ -183,11 +189,12 @@ def _hopper_colsum_atomic(head_dim: int, group: int, config_key: tuple) -> bool:
 
 
 def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = False,
-               group: int = 192, config: dict | None = None):
+               group: int = 192, config: dict | None = None, split_kv: bool = False):
     """The attention kernel of ``path`` against symbolic (B, H, S, D) tensors (unit-stride head
     dim, other strides multiples of 8 elements), a compact fp32 lse and, for the column-sum
     variant, compact fp32 prev_lse (B, H, S_q) and colsum (B, H, G, S_kv). ``config``
-    overrides the Hopper kernel's keyword arguments (tuning and tests)."""
+    overrides the Hopper kernel's keyword arguments (tuning and tests); ``split_kv``: the
+    Hopper split-KV variant (o and lse with n_splits x B batch entries)."""
     import cutlass
 
     from ..runtime.bridge import fake_bhsd, fake_compact
@@ -204,7 +211,7 @@ def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = Fal
         from ..kernels.attention.sm90 import AttentionSm90
 
         cfg = hopper_config(head_dim, causal, colsum, group) if config is None else config
-        kernel = AttentionSm90(head_dim, causal, **cfg)
+        kernel = AttentionSm90(head_dim, causal, **cfg, **({"split_kv": True} if split_kv else {}))
     else:
         from ..kernels.attention.sm80 import AttentionSm80
 
@@ -243,11 +250,14 @@ def _config_key(config: dict | None) -> tuple:
     return () if config is None else tuple(sorted(config.items()))
 
 
-def _attention(q, k, v, causal: bool = False, scale: float | None = None, out=None,
-               config: dict | None = None):
+def _attention(q, k, v, causal: bool = False, scale: float | None = None,
+               num_splits: int = 1, out=None, config: dict | None = None):
     """The direct route, after ``validate_attention``: (o, lse) from the path's kernel;
     ``scale`` None is 1 / sqrt(D); ``config``: Hopper kernel overrides (tests, tuning).
-    o takes q's memory layout (``empty_like``) unless ``out`` is given."""
+    o takes q's memory layout (``empty_like``) unless ``out`` is given. ``num_splits`` > 1 on
+    the Hopper path: split-KV (:func:`_attention_split`)."""
+    if num_splits > 1 and device_target(q.device)[0] == "hopper":
+        return _attention_split(q, k, v, causal, scale, num_splits, out, config)
     _check_device_args(q=q, k=k, v=v, **({"out": out} if out is not None else {}))
     b, h, s_q, d = q.shape
     if out is None:
@@ -270,14 +280,47 @@ def _attention(q, k, v, causal: bool = False, scale: float | None = None, out=No
     return o, lse
 
 
+def _attention_split(q, k, v, causal, scale, num_splits: int, out, config):
+    """Split-KV (flash-decoding) on the Hopper kernel: the key blocks of every query tile are
+    cut into ``num_splits`` ranges (at most one per key block), each CTA writes its partial
+    (O in q's dtype, lse) into a workspace with ``num_splits x B`` batch entries, and the
+    partials are combined in float32: lse = logsumexp over splits, O = sum of exp(lse_s -
+    lse) O_s (a split that saw no key weighs nothing). For few query tiles and long keys
+    (decoding), where one CTA per tile leaves most SMs idle."""
+    _check_device_args(q=q, k=k, v=v, **({"out": out} if out is not None else {}))
+    b, h, s_q, d = q.shape
+    n = max(1, min(num_splits, -(-k.shape[2] // 128)))
+    o_parts = torch.empty(n * b, h, s_q, d, dtype=q.dtype, device=q.device)
+    lse_parts = torch.empty(n * b, h, s_q, dtype=torch.float32, device=q.device)
+    key = ("attention", q.dtype, d, bool(causal), "split")
+    kernel = kernel_for(q.device, key, lambda path, target: make_build(
+        path, q.dtype, d, bool(causal), config=config, split_kv=True),
+        hopper_key=_config_key(config))
+    kernel(*attention_params().call_args(
+        mQ=q, mK=k, mV=v, mO=o_parts, mLSE=lse_parts, mPrevLSE=None, mColsum=None,
+        mIndices=None, mCounts=None, scale=1.0 / math.sqrt(d) if scale is None else scale,
+        out_scale=None))
+    o, lse = combine_splits(o_parts.view(n, b, h, s_q, d), lse_parts.view(n, b, h, s_q))
+    if out is not None:
+        return out.copy_(o), lse
+    return o.to(q.dtype), lse
+
+
+def combine_splits(o_parts: torch.Tensor, lse_parts: torch.Tensor):
+    """(o fp32, lse) from split-KV partials (n, ...): the softmax over every split's keys."""
+    lse = torch.logsumexp(lse_parts, dim=0)
+    weight = torch.exp(lse_parts - lse).nan_to_num_(0.0)  # -inf - -inf: no key anywhere
+    return (weight.unsqueeze(-1) * o_parts.float()).sum(0), lse
+
+
 @torch.library.custom_op("cute_kernels::attention", mutates_args=())
 def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-                  scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    return _attention(q, k, v, causal, scale)
+                  scale: float, num_splits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return _attention(q, k, v, causal, scale, num_splits)
 
 
 @_attention_op.register_fake
-def _(q, k, v, causal, scale):
+def _(q, k, v, causal, scale, num_splits):
     b, h, s_q, _ = q.shape
     return torch.empty_like(q), q.new_empty(b, h, s_q, dtype=torch.float32)
 
@@ -287,7 +330,7 @@ _ATTENTION = KernelOp(_attention_op, _attention, grad_inputs=("q", "k", "v"))
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
               scale: float | None = None, return_lse: bool = False,
-              out: torch.Tensor | None = None):
+              out: torch.Tensor | None = None, num_splits: int | None = None):
     """Flash attention forward: ``softmax(scale * q k^T [+ causal mask]) v``.
 
     The layout of ``scaled_dot_product_attention``, with any strides that have a unit-stride
@@ -308,6 +351,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         return_lse: also return the log-sum-exp.
         out: optional tensor of q's shape and dtype (unit-stride head dim, 16-byte
             strides), not overlapping q, k or v, to write o into.
+        num_splits: split-KV (flash-decoding) on the Hopper path: each query tile's keys are
+            cut into this many ranges run by separate CTAs and combined in float32 (for
+            decoding: few query rows, long keys). None or 1: no split (the default until
+            the automatic choice is measured); the Ampere path ignores it. Not yet run on a
+            GPU (docs/attention.md).
 
     Returns:
         o (B, H, S_q, D) in q's dtype and memory layout (``out`` itself when given); with
@@ -316,16 +364,19 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
 
     Raises:
         TypeError: a non-tensor, a dtype other than bfloat16/float16, q, k and v of
-            different dtypes, a non-bool ``causal`` or a ``scale`` that is not a number.
+            different dtypes, a non-bool ``causal``, a ``scale`` that is not a number or a
+            ``num_splits`` that is not an int.
         ValueError: a shape rule above broken (rank, D, heads, sequence lengths,
-            strides), a ``scale`` <= 0 or not finite, a bad or overlapping ``out``, or
-            CPU tensors (``cute_kernels.reference.attention`` runs anywhere).
+            strides), a ``scale`` <= 0 or not finite, ``num_splits`` < 1, a bad or
+            overlapping ``out``, or CPU tensors (``cute_kernels.reference.attention`` runs
+            anywhere).
         UnsupportedGPUError: a GPU without a kernel path.
     """
     scale = validated_scale(q, k, v, scale)
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-    o, lse = _ATTENTION(q, k, v, causal, scale, out=out)
+    splits = 1 if num_splits is None else check_int("num_splits", num_splits, min_value=1)
+    o, lse = _ATTENTION(q, k, v, causal, scale, splits, out=out)
     return (o, lse) if return_lse else o
 
 

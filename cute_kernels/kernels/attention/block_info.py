@@ -206,3 +206,40 @@ class BlockListKeyBlocks(DenseKeyBlocks):
     def needs_mask(self, tile: BlockListTile, n, step=None):
         return step < tile.n_partial or (n + 1) * self.block_n > tile.s_kv
 
+
+class SplitTile(KeyBlockTile):
+    """One split's share of a query tile's key blocks: visits ``hi - 1`` down to ``lo``."""
+
+    def __init__(self, m_block, s_q, s_kv, n_blocks, hi):
+        super().__init__(m_block, s_q, s_kv, n_blocks)
+        self.hi = hi
+
+
+class SplitKeyBlocks(DenseKeyBlocks):
+    """Split-KV (flash-decoding): the blocks ``base`` (a dense or causal policy) gives a query
+    tile, cut into ``n_splits`` contiguous ranges; split ``s`` visits the ``s``-th, last to
+    first, and masks where ``base`` does. Each split's (O, lse) is a partial result the op
+    combines (a split with no block gives O = 0, lse = -inf, which weighs nothing)."""
+
+    def __init__(self, base: DenseKeyBlocks):
+        super().__init__((base.block_m, base.block_n))
+        self.base, self.causal = base, base.causal
+
+    @cute.jit
+    def tile(self, m_block, s_q, s_kv, split, n_splits) -> SplitTile:
+        total = self.base.count(m_block, s_q, s_kv)
+        per = (total + n_splits - 1) // n_splits
+        lo = cutlass.min(split * per, total)
+        hi = cutlass.min(lo + per, total)
+        return SplitTile(m_block, s_q, s_kv, hi - lo, hi)
+
+    def block(self, tile: SplitTile, step):
+        return tile.hi - 1 - step
+
+    def has_next(self, tile: SplitTile, step, n):
+        return step + 1 < tile.n_blocks
+
+    @cute.jit
+    def needs_mask(self, tile: SplitTile, n, step=None):
+        return self.base._needs_mask(tile.m_block, n, tile.s_q, tile.s_kv)
+

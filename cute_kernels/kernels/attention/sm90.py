@@ -24,7 +24,7 @@ from cutlass.tensor_utils import LayoutEnum
 
 from ...tuning.attention import HOPPER_DEFAULT_TILE, colsum_spans_ctas
 from ..common.constants import LOG2E, SM90_SMEM_BYTES
-from .block_info import BlockListKeyBlocks, key_block_policy
+from .block_info import BlockListKeyBlocks, SplitKeyBlocks, key_block_policy
 from .column_sums import ColumnSumsSm90, NoColumnSums
 from .kv_loader import GatherKVLoader, TmaKVLoader, _sdhb
 from .online_softmax import (
@@ -62,8 +62,10 @@ class Pipelines:
 class TileCoord:
     """Which query tile a CTA owns and the kv head it reads."""
 
-    def __init__(self, m_block, head, kv_head, batch):
+    def __init__(self, m_block, head, kv_head, batch, out_batch=None):
         self.m_block, self.head, self.kv_head, self.batch = m_block, head, kv_head, batch
+        # the batch index of O and lse: split-KV writes split s of batch b at s * B + b
+        self.out_batch = batch if out_batch is None else out_batch
 
 
 class ConsumerTile:
@@ -139,7 +141,7 @@ class AttentionSm90:
                  colsum_method: str = "mma", colsum_rounds: int = 3, colsum_writers: int = 1,
                  colsum_stages: int = 4, gather: bool = False, accumulate: bool = False,
                  gather_prefetch: bool = True, gather_hoist: bool = True,
-                 block_sparse: bool = False, mask=None):
+                 block_sparse: bool = False, mask=None, split_kv: bool = False):
         self.head_dim, self.causal, self.stages, self.colsum = head_dim, causal, stages, colsum
         # overlap: the softmax of S(n) runs while O += P(n + 1) V(n + 1) is on the tensor cores
         # (intra-warpgroup pipelining)
@@ -224,6 +226,13 @@ class AttentionSm90:
             raise ValueError("an element mask applies to the block-sparse variant only")
         else:
             self.key_blocks = key_block_policy((self.block_m, self.block_n), causal)
+        # split_kv (flash-decoding): the key blocks of a query tile split over several CTAs,
+        # each writing a partial (O, lse) the op combines; the grid's z is split * B + batch
+        self.split_kv = split_kv
+        if split_kv:
+            if colsum or gather or block_sparse or accumulate:
+                raise ValueError("split_kv applies to plain (dense or causal) attention")
+            self.key_blocks = SplitKeyBlocks(self.key_blocks)
         self.kv_loader = (GatherKVLoader(self.block_n, head_dim, NamedBarrier.GATHER_INDICES,
                                          hoist_swizzle=gather_hoist)
                           if gather else TmaKVLoader(self.block_n, head_dim))
@@ -314,12 +323,15 @@ class AttentionSm90:
             sIdx: cute.struct.MemRange[Int32, BN * self.stages if self.gather else 1]
 
         self.storage_cls = SharedStorage
-        grid = (cute.ceil_div(mQ.shape[2], BM), mQ.shape[1], mQ.shape[0])
+        # split_kv: O and lse have n_splits * B batch entries, one CTA per (split, batch)
+        grid = (cute.ceil_div(mQ.shape[2], BM), mQ.shape[1],
+                mO.shape[0] if cutlass.const_expr(self.split_kv) else mQ.shape[0])
         self.kernel(qk_mma, pv_mma, col_mma, tma_q, tQ, tma_k, tK, tma_v, tV, tma_o, tO, mLSE,
                     mPrevLSE, mColsum, mIndices, mCounts,
                     mQ.shape[2], mK.shape[2], mQ.shape[1] // mK.shape[1],
                     scale * Float32(LOG2E), sQ_layout, sK_layout, sV_layout, sP_layout,
-                    sF_layout, out_scale, mFullIndices, mFullCounts, mDocIds).launch(
+                    sF_layout, out_scale, mFullIndices, mFullCounts, mDocIds,
+                    mQ.shape[0] if cutlass.const_expr(self.split_kv) else None).launch(
             grid=grid, block=(self.threads, 1, 1), stream=stream)
 
 
@@ -332,12 +344,18 @@ class AttentionSm90:
                s_q: Int32, s_kv: Int32, q_per_kv: Int32, scale_log2: Float32,
                sQ_layout: cute.ComposedLayout, sK_layout: cute.ComposedLayout,
                sV_layout: cute.ComposedLayout, sP_layout: cute.ComposedLayout,
-               sF_layout: cute.ComposedLayout, out_scale, mFullIndices, mFullCounts, mDocIds):
+               sF_layout: cute.ComposedLayout, out_scale, mFullIndices, mFullCounts, mDocIds,
+               q_batch):
         """Shared state for every role, then the role's method: the producer warpgroup's
         ``load`` (and the column-sum writers), or the consumers' ``mma``."""
         BN = self.block_n
         tidx, _, _ = cute.arch.thread_idx()
         m_block, head, batch = cute.arch.block_idx()
+        out_batch = batch
+        split, n_splits = Int32(0), Int32(1)
+        if cutlass.const_expr(self.split_kv):
+            split, batch = batch // q_batch, batch % q_batch
+            n_splits = mLSE.shape[0] // q_batch
         kv_head = head // q_per_kv
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         wg = warp // 4
@@ -356,7 +374,7 @@ class AttentionSm90:
             sCol = cute.make_tensor(storage.sCol.data_ptr(), cute.make_layout(
                 (BN, self.colsum_partials, self.colsum_stages)))
 
-        tile = TileCoord(m_block, head, kv_head, batch)
+        tile = TileCoord(m_block, head, kv_head, batch, out_batch)
         if cutlass.const_expr(self.gather):
             # the group's packed key list: visits walk packed positions [0, count)
             rows = mIndices[batch, head, m_block, None]
@@ -367,6 +385,9 @@ class AttentionSm90:
                 m_block, s_q, s_kv, mIndices[batch, head, m_block, None],
                 mCounts[batch, head, m_block], mFullIndices[batch, head, m_block, None],
                 mFullCounts[batch, head, m_block], batch, head, mDocIds)
+        elif cutlass.const_expr(self.split_kv):
+            rows = None
+            blocks = self.key_blocks.tile(m_block, s_q, s_kv, split, n_splits)
         else:
             rows = None
             blocks = self.key_blocks.tile(m_block, s_q, s_kv)
@@ -534,7 +555,7 @@ class AttentionSm90:
         softmax_finish(acc_O, row_max, row_sum, lse, scale_log2)
         if cutlass.const_expr(self.accumulate):
             acc_O.store(acc_O.load() * Float32(out_scale))  # the reduce-add store adds it
-        self.epilogue(acc_O, lse, thr_pv, pv_mma, sQ, tma_o, tO, mLSE, s_q, tile.batch,
+        self.epilogue(acc_O, lse, thr_pv, pv_mma, sQ, tma_o, tO, mLSE, s_q, tile.out_batch,
                       tile.head, tile.m_block, ctid, warp)
 
     @cute.jit
