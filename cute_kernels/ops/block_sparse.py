@@ -22,13 +22,11 @@ partial blocks under a mask_mod, need 128 x 128 blocks).
 
 from __future__ import annotations
 
-import os
-
 import torch
 
 from ..masks import Mask
 from ..runtime.bridge import kernel_for
-from ..runtime.validate import check_int, check_tensor
+from ..runtime.validate import check_int, check_tensor, value_checks
 from .attention import ATTENTION_KERNELS, _check_device_args, validate_attention
 from .dispatch import KernelOp
 
@@ -308,11 +306,6 @@ def _check_mask(block_mask, mask, doc_ids, lists: BlockLists, b: int, s_q: int, 
         raise ValueError("doc_ids go with mask=cute_kernels.masks.document() only")
 
 
-def validate_mode(validate) -> bool:
-    return bool(validate) if validate is not None else \
-        os.environ.get("CUTE_KERNELS_VALIDATE", "0") not in ("", "0")
-
-
 def _check_mask_mod_agrees(block_mask, mask: Mask, doc_ids, b: int, h: int, s_q: int,
                            s_kv: int, samples: int = 4096) -> None:
     """Debug mode: ``mask`` and the BlockMask's own mask_mod agree on random points."""
@@ -463,7 +456,7 @@ def block_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bl
     scale = validate_attention(q, k, v, scale)
     b, h, s_q, _ = q.shape
     s_kv = k.shape[2]
-    debug = validate_mode(validate)
+    debug = value_checks(validate)
     lists = block_lists(block_mask, b, h, s_q, s_kv, block_size, check_values=debug)
     _check_mask(block_mask, mask, doc_ids, lists, b, s_q, s_kv)
     if debug and mask is not None:

@@ -8,17 +8,18 @@ from __future__ import annotations
 import torch
 
 from ..runtime.bridge import kernel_for
-from ..runtime.validate import VECTOR_BYTES, check_cuda, check_int, check_tensor
+from ..runtime.validate import (
+    VECTOR_BYTES,
+    check_cuda,
+    check_int,
+    check_tensor,
+    row_vector_width,
+)
 
 COLUMN_LISTS_KERNEL = "cute_kernels.kernels.column_lists:ColumnLists"
 
 
-def byte_width(packed: torch.Tensor) -> int:
-    """Bytes per thread load: 16 when every row starts 16-byte aligned and the byte count is a
-    multiple of 16, else 1."""
-    aligned = (packed.data_ptr() % VECTOR_BYTES == 0 and packed.shape[1] % VECTOR_BYTES == 0
-               and (packed.shape[0] == 1 or packed.stride(0) % VECTOR_BYTES == 0))
-    return VECTOR_BYTES if aligned else 1
+byte_width = row_vector_width  # bytes per thread load (runtime/validate.py)
 
 
 def make_build(vec: int):

@@ -8,20 +8,20 @@ from __future__ import annotations
 import torch
 
 from ..runtime.bridge import kernel_for
-from ..runtime.validate import VECTOR_BYTES, check_cuda, check_int, check_tensor
+from ..runtime.validate import (
+    VECTOR_BYTES,
+    check_cuda,
+    check_int,
+    check_tensor,
+    row_vector_width,
+)
 from .dispatch import KernelOp
 
 SCORE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 TOPK_KERNEL = "cute_kernels.kernels.topk:TopkRows"
 
 
-def vector_width(rows: torch.Tensor) -> int:
-    """Columns per 16-byte load when every row starts 16-byte aligned (base and row stride)
-    and N is a multiple; else 1."""
-    vec = VECTOR_BYTES // rows.element_size()
-    aligned = (rows.data_ptr() % VECTOR_BYTES == 0 and rows.shape[1] % vec == 0
-               and (rows.shape[0] == 1 or rows.stride(0) % vec == 0))
-    return vec if aligned else 1
+vector_width = row_vector_width  # columns per thread load (runtime/validate.py)
 
 
 def make_build(dtype: torch.dtype, vec: int, **config):

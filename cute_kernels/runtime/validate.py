@@ -79,6 +79,16 @@ def check_int(name: str, value: object, *, min_value: int | None = None) -> int:
     return value
 
 
+def row_vector_width(rows: torch.Tensor) -> int:
+    """Elements per 16-byte load of a (R, N) tensor with unit column stride: 16 bytes' worth
+    when every row starts 16-byte aligned (base and row stride) and N is a multiple, else 1
+    (the row kernels then load element by element)."""
+    vec = VECTOR_BYTES // rows.element_size()
+    aligned = (rows.data_ptr() % VECTOR_BYTES == 0 and rows.shape[1] % vec == 0
+               and (rows.shape[0] == 1 or rows.stride(0) % vec == 0))
+    return vec if aligned else 1
+
+
 def check_aligned(name: str, t: torch.Tensor, nbytes: int = VECTOR_BYTES) -> None:
     """TMA-style rule: base pointer and the strides of all but the unit-stride dim aligned."""
     if t.data_ptr() % nbytes:
