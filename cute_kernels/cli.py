@@ -217,6 +217,17 @@ def _demo_gpu() -> int:
                          else "-"])
     print(format_table(["op", "path", "ms", "TFLOP/s", "cuDNN TFLOP/s", "vs cuDNN",
                         "colsum / plain"], rows))
+
+    from .suites import column_sparse_rows
+
+    print()
+    rows = []
+    for row in column_sparse_rows([(1, 24, 32768, 128)]):
+        sparse = row.timings["cute sparse"].median_ms
+        rows.append([f"column_sparse_attention {row.label}", sparse,
+                     row.timings["SDPA-cuDNN"].median_ms / sparse,
+                     row.timings["cute dense"].median_ms / sparse])
+    print(format_table(["op", "ms", "vs cuDNN dense", "vs our dense"], rows))
     torch.cuda.synchronize()
     _print_cache_stats()
     return 0

@@ -205,3 +205,45 @@ def attention_rows(shapes, path: str | None = None, rounds: int = 10) -> list[Ro
                         {"flops": 4.0 * b * h * s * s * d / (2 if causal else 1)}))
         del sets
     return rows
+
+
+def column_sparse_rows(shapes, sparsity: float = 0.93, group: int = 192,
+                       rounds: int = 8) -> list[Row]:
+    """(B, H, S, D) shapes: column-sparse attention with ``sparsity`` of the columns dropped
+    per query group (random columns, picked by ``topk_indices`` from random scores) vs
+    SDPA-cuDNN dense and our dense kernel, interleaved, after a spot check against the
+    float32 reference on the first group."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from . import attention, column_sparse_attention, reference, topk_indices
+
+    rows = []
+    for b, h, s, d in shapes:
+        sets = [tuple(torch.randn(b, h, s, d, device="cuda").bfloat16() for _ in range(3))
+                for _ in range(input_sets_needed(3 * b * h * s * d * 2))]
+        groups = -(-s // group)
+        indices, counts = topk_indices(torch.rand(b, h, groups, s, device="cuda"),
+                                       sparsity=sparsity)
+        q, k, v = sets[0]
+        got = column_sparse_attention(q, k, v, indices, counts, group=group)
+        want = reference.column_sparse_attention(q[:1, :1, :group], k[:1, :1], v[:1, :1],
+                                                 indices[:1, :1, :1], counts[:1, :1, :1],
+                                                 group=group)
+        err = (got[:1, :1, :group].float() - want).abs().max().item()
+        if err > 2e-2:
+            raise RuntimeError(f"column-sparse attention {b}x{h}x{s}x{d}: max error {err:.1e}")
+
+        def cudnn(st):
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                return F.scaled_dot_product_attention(*st)
+
+        t = bench_interleaved({
+            "cute sparse": lambda st, idx=indices, cnt=counts: column_sparse_attention(
+                *st, idx, cnt, group=group),
+            "cute dense": lambda st: attention(*st),
+            "SDPA-cuDNN": cudnn}, sets, rounds=rounds)
+        rows.append(Row(f"B{b} H{h} S{s} D{d} {sparsity:.0%} sparse", t,
+                        {"count": float(counts.flatten()[0])}))
+        del sets
+    return rows
