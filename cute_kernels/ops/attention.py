@@ -20,6 +20,7 @@ import numbers
 
 import torch
 
+from ..kernels.attention.tiles import colsum_spans_ctas
 from ..runtime.arch import device_target
 from ..runtime.bridge import kernel_for
 from ..runtime.validate import (
@@ -29,7 +30,7 @@ from ..runtime.validate import (
     check_same_device,
     check_tensor,
 )
-from ..tuning.attention import colsum_spans_ctas, hopper_config
+from ..tuning.attention import hopper_config
 from .dispatch import KernelOp
 
 IN_DTYPES = (torch.bfloat16, torch.float16)

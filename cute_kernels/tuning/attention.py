@@ -2,16 +2,6 @@
 
 from __future__ import annotations
 
-#: AttentionSm90's (block_m, block_n) when a configuration names none.
-HOPPER_DEFAULT_TILE = (128, 128)
-
-
-def colsum_spans_ctas(group: int, block_m: int | None) -> bool:
-    """Whether a column-sum query group can span two Hopper CTAs (its query tile is not the
-    group): the kernel then adds partial sums onto a zeroed output. No kernel import needed,
-    so ``attention_colsum`` can ask before its kernel is loaded."""
-    return group != (block_m or HOPPER_DEFAULT_TILE[0])
-
 
 def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
                   group: int = 192) -> dict:

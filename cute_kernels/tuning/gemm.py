@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..kernels.common.tile_scheduler import cluster_tiles, persistent_grid
+from ..kernels.gemm.tiles import DEFAULT_CLUSTER_M, DEFAULT_TILE
 
-DEFAULT_TILE = (128, 256, 64)  # CTA tile (M, N, K); the op sizes the persistent grid from it
-DEFAULT_CLUSTER_M = 2  # CTAs per cluster along M: B tiles multicast to both
 #: tiles the op chooses between, with their throughput relative to the default when every SM
 #: is busy (H100, perf/gemm_tuning.py: 128x192 and 128x128 reach 0.97x and 0.90x of 128x256)
 TILE_SPEEDS = {DEFAULT_TILE: 1.0, (128, 192, 64): 0.97, (128, 128, 64): 0.90}

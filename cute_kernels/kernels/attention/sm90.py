@@ -22,7 +22,6 @@ from cutlass import BFloat16, Float32, Int32
 from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
-from ...tuning.attention import HOPPER_DEFAULT_TILE, colsum_spans_ctas
 from ..common.constants import LOG2E, SM90_SMEM_BYTES
 from .block_info import BlockListKeyBlocks, SplitKeyBlocks, key_block_policy
 from .column_sums import ColumnSumsSm90, NoColumnSums
@@ -35,6 +34,7 @@ from .online_softmax import (
     softmax_finish,
     store_lse,
 )
+from .tiles import HOPPER_DEFAULT_TILE, colsum_spans_ctas
 
 #: consumer warpgroups -> (producer, consumer) registers per thread (setmaxnreg)
 REGISTERS = {2: (40, 232), 3: (32, 160)}

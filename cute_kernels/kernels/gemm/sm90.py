@@ -18,12 +18,12 @@ from cutlass.tensor_utils import LayoutEnum
 
 from layouts import sm90_gated_c, tile_mma_tv
 
-from ...tuning.gemm import DEFAULT_CLUSTER_M, DEFAULT_TILE
 from ..common.constants import SM90_BARRIER_RESERVE, SM90_SMEM_BYTES
 from ..common.dsl import python_unrolled
 from ..common.tile_scheduler import grouped_tile_coord
 from ..common.warp_ptx import ld_acquire_gpu, nanosleep
 from .epilogue import Epilogue, gate_pairs, gated_store_copy
+from .tiles import DEFAULT_CLUSTER_M, DEFAULT_TILE
 
 # The drift limiter's wait for the other clusters gives up after about this long per tile
 # (~1 ms): a throttle, never a hang, even when a cluster is not resident.

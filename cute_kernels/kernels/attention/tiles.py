@@ -1,0 +1,15 @@
+"""Tile facts of the Hopper attention kernel that the op layer needs before any kernel is
+loaded, so they live apart from the DSL code (this module imports nothing): the default
+tile, and whether a column-sum query group spans two CTAs."""
+
+from __future__ import annotations
+
+#: AttentionSm90's (block_m, block_n) when a configuration names none.
+HOPPER_DEFAULT_TILE = (128, 128)
+
+
+def colsum_spans_ctas(group: int, block_m: int | None) -> bool:
+    """Whether a column-sum query group can span two Hopper CTAs (its query tile is not the
+    group): the kernel then adds partial sums onto a zeroed output. ``attention_colsum`` asks
+    before its kernel is loaded."""
+    return group != (block_m or HOPPER_DEFAULT_TILE[0])
