@@ -18,7 +18,8 @@ import sys
 import torch
 from gemm_tuning import parse_configs  # perf/ is the script's directory
 
-CONFIGS = "[dict(), dict(digit_bits=11), dict(digit_bits=11, hist_copies=8)]"
+CONFIGS = ("[dict(), dict(digit_bits=11), dict(digit_bits=11, hist_copies=8), "
+           "dict(threads=1024), dict(digit_bits=11, threads=1024)]")
 
 
 def main() -> None:
