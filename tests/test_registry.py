@@ -33,3 +33,18 @@ def test_import_is_light_and_first_use_loads_every_op():
             "assert hasattr(torch.ops.cute_kernels, 'gemm_nk')\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
+
+
+def test_kernels_do_not_import_tuning():
+    """The house's direction (docs/README.md): tuning/ reads kernels' defaults, never the other
+    way round (kernels take their configuration from the constructor)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(cute_kernels.__file__).parent / "kernels"
+    bad = []
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and "tuning" in (node.module or ""):
+                bad.append(f"{path.relative_to(root)}: from {node.module}")
+    assert not bad, bad
