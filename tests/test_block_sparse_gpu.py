@@ -161,3 +161,20 @@ def test_bad_list_values_are_clamped_not_read_out_of_bounds(path):
     assert bool(torch.isfinite(o.float()).all())
     with pytest.raises(ValueError, match="kv_num_blocks must be in"):
         bs.block_sparse_attention(q, k, v, lists, validate=True)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_64_row_query_blocks(d, path):
+    from torch.nn.attention.flex_attention import flex_attention
+
+    s = 1000
+    q, k, v = fresh(1, 2, s, d), fresh(1, 2, s, d), fresh(1, 2, s, d)
+
+    def window(b, h, q, kv):
+        return (q >= kv) & (q - kv < 200)
+
+    block_mask = create_block_mask(window, B=None, H=None, Q_LEN=s, KV_LEN=s, device="cuda",
+                                   BLOCK_SIZE=(64, 128))
+    o = check(q, k, v, block_mask, mask=masks.sliding_window(200))
+    flex = torch.compile(flex_attention)(q, k, v, block_mask=block_mask)
+    assert (o.float() - flex.float()).abs().max().item() < 3e-2

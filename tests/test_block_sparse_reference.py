@@ -295,3 +295,29 @@ def test_bsr_layout_rules():
     q, k, v = qkv(s_q=256, s_kv=256)
     with pytest.raises(ValueError, match="the BSR layout is"):
         bs.block_sparse_attention_reference(q, k, v, torch.ones(128, 256).to_sparse_bsr((64, 64)))
+
+
+def test_64_row_query_blocks_with_an_element_mask():
+    """(64, 128) blocks run the block-list kernels (the FA2 kernel's 64-row tile), masks
+    included; the reference agrees with SDPA under FlexAttention's causal mask."""
+    q, k, v = qkv(s_q=300, s_kv=300)
+    block_mask = create_block_mask(lambda b, h, q, kv: q >= kv, None, None, 300, 300,
+                                   device="cpu", BLOCK_SIZE=(64, 128))
+    lists = bs.block_lists(block_mask, 1, 2, 300, 300)
+    assert lists.block_size == (64, 128) and not lists.packed
+    o, _ = bs.block_sparse_attention_reference(q, k, v, block_mask, mask=masks.causal())
+    allowed = (torch.arange(300).view(-1, 1) >= torch.arange(300).view(1, -1))
+    torch.testing.assert_close(o, sdpa(q, k, v, allowed.expand(1, 2, 300, 300)), atol=1e-5,
+                               rtol=1e-5)
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_64_row_query_block_kernel_ptx(target):
+    from test_ptx import _assert_no_spills  # tests/ is on pytest's path
+
+    from cute_kernels.runtime.compile import compile_ptx
+
+    path = "hopper" if target == "sm_90a" else "ampere"
+    ptx = compile_ptx(bs.make_build(path, BF, 128, masks.causal(), q_block=64), target)
+    assert "mma.sync.aligned.m16n8k16" in ptx and "wgmma" not in ptx  # the FA2 kernel
+    _assert_no_spills(ptx, target)

@@ -12,7 +12,8 @@ Semantics (FlexAttention's): query block ``m`` of (b, h) sees the key blocks
 S_kv never. A query that sees no key gets o = 0 and lse = -inf. B and H of the lists may be 1
 (broadcast).
 
-Block sizes (query x key): 128 x 128 runs the block-list kernels (the block is the tile);
+Block sizes (query x key): 128 x 128 runs the block-list kernels (the block is the tile), and
+so does 64 x 128 (the FA2 kernel's 64-row tile, on either architecture);
 query blocks of 64 or 128 with key blocks of 16, 32 or 64 are *packed* (tile packing): each
 query block's listed key blocks are expanded into their key rows and run by the column-sparse
 gather kernels (``column_sparse_attention`` with ``group`` = the query block), so small key
@@ -34,6 +35,9 @@ from .dispatch import KernelOp
 BLOCK = 128
 #: query and key block sizes of packed blocks (the column-sparse gather kernels' groups)
 PACKED_Q_BLOCKS, PACKED_KV_BLOCKS = (64, 128), (16, 32, 64)
+#: block sizes of the block-list kernels: the Hopper 128 x 128 tile, and 64-row query blocks
+#: on the FA2 kernel's 64-row tile (either architecture)
+LIST_BLOCKS = ((BLOCK, BLOCK), (64, BLOCK))
 INDEX_DTYPE = torch.int32
 
 
@@ -50,7 +54,7 @@ class BlockLists:
     @property
     def packed(self) -> bool:
         """Whether these blocks run through the gather kernels (module docstring)."""
-        return self.block_size != (BLOCK, BLOCK)
+        return self.block_size not in LIST_BLOCKS
 
     def tensors(self):
         return (self.partial_counts, self.partial_indices, self.full_counts, self.full_indices)
@@ -62,11 +66,11 @@ def _is_noop(mask_mod) -> bool:
 
 def check_block_size(size) -> tuple[int, int]:
     size = tuple(size) if isinstance(size, (tuple, list)) else (size, size)
-    if size != (BLOCK, BLOCK) and not (len(size) == 2 and size[0] in PACKED_Q_BLOCKS
-                                       and size[1] in PACKED_KV_BLOCKS):
-        raise ValueError(f"block size (query, key) must be ({BLOCK}, {BLOCK}), or a query block "
-                         f"of {PACKED_Q_BLOCKS} with a key block of {PACKED_KV_BLOCKS}, got "
-                         f"{size}")
+    if size not in LIST_BLOCKS and not (len(size) == 2 and size[0] in PACKED_Q_BLOCKS
+                                        and size[1] in PACKED_KV_BLOCKS):
+        raise ValueError(f"block size (query, key) must be one of {LIST_BLOCKS}, or a query "
+                         f"block of {PACKED_Q_BLOCKS} with a key block of {PACKED_KV_BLOCKS}, "
+                         f"got {size}")
     return size
 
 
@@ -323,17 +327,18 @@ def _check_mask_mod_agrees(block_mask, mask: Mask, doc_ids, b: int, h: int, s_q:
                          f"({getattr(mask_mod, '__name__', mask_mod)!r}) on sampled points")
 
 
-def make_build(path: str, dtype, head_dim: int, mask: Mask | None):
+def make_build(path: str, dtype, head_dim: int, mask: Mask | None, q_block: int = BLOCK):
     """The path's attention kernel driven by block lists (``block_sparse=True``) against
     symbolic tensors: q/k/v/o as :func:`.attention.make_build`, compact int32 counts
-    (B, H, M) and indices (B, H, M, N) for the partial and the full blocks, doc ids (B, S)."""
+    (B, H, M) and indices (B, H, M, N) for the partial and the full blocks, doc ids (B, S).
+    64-row query blocks take the FA2 kernel on either path (the Hopper tile has 128+ rows)."""
     import cutlass
 
     from ..runtime.bridge import fake_bhsd, fake_compact
     from ..runtime.compile import Build
     from ..runtime.launch import launch_args
 
-    if path == "hopper":
+    if path == "hopper" and q_block == BLOCK:
         from ..kernels.attention.sm90 import AttentionSm90
 
         # D = 128 without an element mask: the softmax/MMA overlap, as the dense kernel
@@ -345,8 +350,9 @@ def make_build(path: str, dtype, head_dim: int, mask: Mask | None):
     else:
         from ..kernels.attention.sm80 import AttentionSm80
 
-        # the FA2 kernel's 128-row tile is the query block; each key block is two 64-key tiles
-        kernel = AttentionSm80(head_dim, False, block_m=BLOCK, block_sparse=True, mask=mask)
+        # the FA2 kernel's 64- or 128-row tile is the query block; each key block is two
+        # 64-key tiles
+        kernel = AttentionSm80(head_dim, False, block_m=q_block, block_sparse=True, mask=mask)
     doc = fake_compact(torch.int32, 2) if mask is not None and mask.needs_doc_ids else None
     return Build(kernel, launch_args(
         kernel, mQ=fake_bhsd(dtype, head_dim), mK=fake_bhsd(dtype, head_dim),
@@ -359,7 +365,8 @@ def make_build(path: str, dtype, head_dim: int, mask: Mask | None):
 
 
 def _block_sparse_attention(q, k, v, partial_counts, partial_indices, full_counts,
-                            full_indices, doc_ids, scale: float, mask_key: int):
+                            full_indices, doc_ids, scale: float, mask_key: int,
+                            q_block: int = BLOCK):
     """The direct route, after validation: (o, lse) from the path's kernel."""
     from ..runtime.launch import kernel_params
 
@@ -369,8 +376,8 @@ def _block_sparse_attention(q, k, v, partial_counts, partial_indices, full_count
     b, h, s_q, d = q.shape
     o = torch.empty_like(q)
     lse = torch.empty(b, h, s_q, dtype=torch.float32, device=q.device)
-    kernel = kernel_for(q.device, ("block_sparse_attention", q.dtype, d, mask),
-                        lambda path, target: make_build(path, q.dtype, d, mask))
+    kernel = kernel_for(q.device, ("block_sparse_attention", q.dtype, d, mask, q_block),
+                        lambda path, target: make_build(path, q.dtype, d, mask, q_block))
     kernel(*kernel_params(*ATTENTION_KERNELS).call_args(
         mQ=q, mK=k, mV=v, mO=o, mLSE=lse, mPrevLSE=None, mColsum=None,
         mIndices=partial_indices, mCounts=partial_counts, scale=scale, out_scale=None,
@@ -395,15 +402,15 @@ def _mask_key(mask: Mask | None) -> int:
 def _block_sparse_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                partial_counts: torch.Tensor, partial_indices: torch.Tensor,
                                full_counts: torch.Tensor, full_indices: torch.Tensor,
-                               doc_ids: torch.Tensor | None, scale: float, mask_key: int
-                               ) -> tuple[torch.Tensor, torch.Tensor]:
+                               doc_ids: torch.Tensor | None, scale: float, mask_key: int,
+                               q_block: int) -> tuple[torch.Tensor, torch.Tensor]:
     return _block_sparse_attention(q, k, v, partial_counts, partial_indices, full_counts,
-                                   full_indices, doc_ids, scale, mask_key)
+                                   full_indices, doc_ids, scale, mask_key, q_block)
 
 
 @_block_sparse_attention_op.register_fake
 def _(q, k, v, partial_counts, partial_indices, full_counts, full_indices, doc_ids, scale,
-      mask_key):
+      mask_key, q_block):
     b, h, s_q, _ = q.shape
     return torch.empty_like(q), q.new_empty(b, h, s_q, dtype=torch.float32)
 
@@ -472,5 +479,5 @@ def block_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bl
         return column_sparse_attention(q, k, v, indices, counts, group=lists.block_size[0],
                                        scale=scale, return_lse=return_lse)
     o, lse = _BLOCK_SPARSE_ATTENTION(q, k, v, *lists.tensors(), doc_ids, scale,
-                                     _mask_key(mask))
+                                     _mask_key(mask), lists.block_size[0])
     return (o, lse) if return_lse else o

@@ -124,8 +124,8 @@ class AttentionSm80:
             if causal or colsum or gather or accumulate:
                 raise ValueError("the block-sparse variant is not causal (use the causal "
                                  "mask), a column-sum, gather or accumulating kernel")
-            if block_m != 128:
-                raise ValueError(f"the block-sparse variant's query tile is the 128-row "
+            if block_m not in (64, 128):
+                raise ValueError(f"the block-sparse variant's query tile is the 64- or 128-row "
                                  f"block, got block_m {block_m}")
             self.key_blocks = BlockListKeyBlocks((block_m, block_n), mask)
         elif mask is not None:
