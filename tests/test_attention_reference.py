@@ -222,16 +222,17 @@ def test_num_splits_is_checked():
         ck.attention(q, q, q, num_splits=0)
 
 
+@pytest.mark.parametrize("path, target", [("hopper", "sm_90a"), ("ampere", "sm_80")])
 @pytest.mark.parametrize("head_dim, causal", [(64, False), (128, False), (128, True)])
-def test_split_kv_kernel_ptx(head_dim, causal):
-    """The split-KV build: the dense kernel with SplitKeyBlocks; no spills but causal D = 128's
-    (the dense causal build's, test_ptx.py)."""
+def test_split_kv_kernel_ptx(path, target, head_dim, causal):
+    """The split-KV builds: the dense kernels with SplitKeyBlocks; no spills but Hopper causal
+    D = 128's (the dense causal build's, test_ptx.py)."""
     from test_ptx import _assert_no_spills  # tests/ is on pytest's path
 
     from cute_kernels.ops.attention import make_build
     from cute_kernels.runtime.compile import compile_ptx
 
-    ptx = compile_ptx(make_build("hopper", torch.bfloat16, head_dim, causal, split_kv=True),
-                      "sm_90a")
-    assert "wgmma.mma_async" in ptx
-    _assert_no_spills(ptx, "sm_90a", allowed=32 if causal else 0)
+    ptx = compile_ptx(make_build(path, torch.bfloat16, head_dim, causal, split_kv=True),
+                      target)
+    assert ("wgmma.mma_async" if path == "hopper" else "mma.sync.aligned") in ptx
+    _assert_no_spills(ptx, target, allowed=32 if causal and path == "hopper" else 0)

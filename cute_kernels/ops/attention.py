@@ -195,7 +195,7 @@ def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = Fal
     dim, other strides multiples of 8 elements), a compact fp32 lse and, for the column-sum
     variant, compact fp32 prev_lse (B, H, S_q) and colsum (B, H, G, S_kv). ``config``
     overrides the Hopper kernel's keyword arguments (tuning and tests); ``split_kv``: the
-    Hopper split-KV variant (o and lse with n_splits x B batch entries)."""
+    split-KV variant (o and lse with n_splits x B batch entries)."""
     import cutlass
 
     from ..runtime.bridge import fake_bhsd, fake_compact
@@ -216,7 +216,8 @@ def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = Fal
     else:
         from ..kernels.attention.sm80 import AttentionSm80
 
-        kernel = AttentionSm80(head_dim, causal, colsum=colsum, group=group)
+        kernel = AttentionSm80(head_dim, causal, colsum=colsum, group=group,
+                               **({"split_kv": True} if split_kv else {}))
     prev_lse, colsums = (f32(3), f32(4)) if colsum else (None, None)
     return Build(kernel, launch_args(
         kernel, mQ=bhsd(), mK=bhsd(), mV=bhsd(), mO=bhsd(), mLSE=f32(3), mPrevLSE=prev_lse,
@@ -255,9 +256,9 @@ def _attention(q, k, v, causal: bool = False, scale: float | None = None,
                num_splits: int = 1, out=None, config: dict | None = None):
     """The direct route, after ``validate_attention``: (o, lse) from the path's kernel;
     ``scale`` None is 1 / sqrt(D); ``config``: Hopper kernel overrides (tests, tuning).
-    o takes q's memory layout (``empty_like``) unless ``out`` is given. ``num_splits`` > 1 on
-    the Hopper path: split-KV (:func:`_attention_split`)."""
-    if num_splits > 1 and device_target(q.device)[0] == "hopper":
+    o takes q's memory layout (``empty_like``) unless ``out`` is given. ``num_splits`` > 1:
+    split-KV (:func:`_attention_split`)."""
+    if num_splits > 1:
         return _attention_split(q, k, v, causal, scale, num_splits, out, config)
     _check_device_args(q=q, k=k, v=v, **({"out": out} if out is not None else {}))
     b, h, s_q, d = q.shape
@@ -282,8 +283,8 @@ def _attention(q, k, v, causal: bool = False, scale: float | None = None,
 
 
 def _attention_split(q, k, v, causal, scale, num_splits: int, out, config):
-    """Split-KV (flash-decoding) on the Hopper kernel: the key blocks of every query tile are
-    cut into ``num_splits`` ranges (at most one per key block), each CTA writes its partial
+    """Split-KV (flash-decoding): the key blocks of every query tile are cut into
+    ``num_splits`` ranges (at most one per 128 keys), each CTA writes its partial
     (O in q's dtype, lse) into a workspace with ``num_splits x B`` batch entries, and the
     partials are combined in float32: lse = logsumexp over splits, O = sum of exp(lse_s -
     lse) O_s (a split that saw no key weighs nothing). For few query tiles and long keys
@@ -352,11 +353,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         return_lse: also return the log-sum-exp.
         out: optional tensor of q's shape and dtype (unit-stride head dim, 16-byte
             strides), not overlapping q, k or v, to write o into.
-        num_splits: split-KV (flash-decoding) on the Hopper path: each query tile's keys are
-            cut into this many ranges run by separate CTAs and combined in float32 (for
-            decoding: few query rows, long keys). None or 1: no split (the default until
-            the automatic choice is measured); the Ampere path ignores it. Not yet run on a
-            GPU (docs/attention.md).
+        num_splits: split-KV (flash-decoding): each query tile's keys are cut into this
+            many ranges run by separate CTAs and combined in float32 (for decoding: few
+            query rows, long keys). None or 1: no split (the default until the automatic
+            choice is measured). Not yet run on a GPU (docs/attention.md).
 
     Returns:
         o (B, H, S_q, D) in q's dtype and memory layout (``out`` itself when given); with

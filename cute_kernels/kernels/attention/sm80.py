@@ -20,7 +20,7 @@ from cutlass.cute.nvgpu import warp
 
 from ..common.constants import BYTES_PER_VEC, LOG2E
 from ..common.sm80 import g2s_copy, in_bounds_predicate, smem_operand_atom
-from .block_info import BlockListKeyBlocks, PackedKeyRows, key_block_policy
+from .block_info import BlockListKeyBlocks, PackedKeyRows, SplitKeyBlocks, key_block_policy
 from .column_sums import (
     previous_step_factors,
     reduce_scatter_rows,
@@ -97,7 +97,7 @@ class AttentionSm80:
     def __init__(self, head_dim: int, causal: bool = False, block_m: int | None = None,
                  block_n: int = 64, warps: int | None = None, colsum: bool = False,
                  group: int = 192, gather: bool = False, accumulate: bool = False,
-                 block_sparse: bool = False, mask=None):
+                 block_sparse: bool = False, mask=None, split_kv: bool = False):
         self.head_dim, self.causal = head_dim, causal
         # accumulate: out += out_scale * O, read-modify-written by the CTA that owns the tile
         # (each output element has exactly one writer, so nothing races)
@@ -133,6 +133,13 @@ class AttentionSm80:
         else:
             self.key_blocks = (PackedKeyRows((block_m, block_n), group) if gather
                                else key_block_policy((block_m, block_n), causal))
+        # split_kv (flash-decoding), as AttentionSm90's: split s of batch b reads its range of
+        # key blocks and writes O and lse at batch entry s * B + b
+        self.split_kv = split_kv
+        if split_kv:
+            if colsum or gather or block_sparse or accumulate:
+                raise ValueError("split_kv applies to plain (dense or causal) attention")
+            self.key_blocks = SplitKeyBlocks(self.key_blocks)
         # D = 128 with 4 warps needs > 255 registers per thread (O alone is 128 fp32): 8 warps
         # halve every per-thread fragment. The gather gives every warp one 16-row slice (its
         # index registers took D = 64 with 32-row warps to 254 registers)
@@ -163,19 +170,26 @@ class AttentionSm80:
             warp.MmaF16BF16Op(dtype, Float32, (16, 8, 16)), (self.warps, 1, 1),
             permutation_mnk=(16 * self.warps, 16, 16))
         copy_qkv = g2s_copy(dtype, "k", self.block_n, self.head_dim, self.threads)
-        grid = (cute.ceil_div(mQ.shape[2], self.block_m), mQ.shape[1], mQ.shape[0])
+        grid = (cute.ceil_div(mQ.shape[2], self.block_m), mQ.shape[1],
+                mO.shape[0] if cutlass.const_expr(self.split_kv) else mQ.shape[0])
         self.kernel(mQ, mK, mV, mO, mLSE, mPrevLSE, mColsum, mIndices, mCounts,
                     scale * Float32(LOG2E), tiled_mma, copy_qkv, out_scale, mFullIndices,
-                    mFullCounts, mDocIds).launch(
+                    mFullCounts, mDocIds,
+                    mQ.shape[0] if cutlass.const_expr(self.split_kv) else None).launch(
                         grid=grid, block=(self.threads, 1, 1), stream=stream)
 
     @cute.kernel
     def kernel(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
                mLSE: cute.Tensor, mPrevLSE, mColsum, mIndices, mCounts, scale_log2: Float32,
                tiled_mma: cute.TiledMma, copy_qkv: cute.TiledCopy, out_scale, mFullIndices,
-               mFullCounts, mDocIds):
+               mFullCounts, mDocIds, q_batch):
         tidx, _, _ = cute.arch.thread_idx()
         m_block, head, batch = cute.arch.block_idx()
+        out_batch = batch
+        split, n_splits = Int32(0), Int32(1)
+        if cutlass.const_expr(self.split_kv):
+            split, batch = batch // q_batch, batch % q_batch
+            n_splits = mLSE.shape[0] // q_batch
         dtype = mQ.element_type
         BM, BN, D = self.block_m, self.block_n, self.head_dim
         s_q, s_kv = mQ.shape[2], mK.shape[2]
@@ -225,6 +239,8 @@ class AttentionSm80:
                 m_block, s_q, s_kv, mIndices[batch, head, m_block, None],
                 mCounts[batch, head, m_block], mFullIndices[batch, head, m_block, None],
                 mFullCounts[batch, head, m_block], batch, head, mDocIds)
+        elif cutlass.const_expr(self.split_kv):
+            blocks = self.key_blocks.tile(m_block, s_q, s_kv, split, n_splits)
         else:
             blocks = self.key_blocks.tile(m_block, s_q, s_kv)
         n_blocks = blocks.n_blocks
@@ -308,7 +324,8 @@ class AttentionSm80:
         softmax_finish(acc_O, row_max, row_sum, lse, scale_log2)
         if cutlass.const_expr(self.accumulate):
             acc_O.store(acc_O.load() * Float32(out_scale))
-        self._store(acc_O, lse, thr_mma, tiled_mma, sQ, mO, mLSE, batch, head, m_block, tidx)
+        self._store(acc_O, lse, thr_mma, tiled_mma, sQ, mO, mLSE, out_batch, head, m_block,
+                    tidx)
 
     @cute.jit
     def _colsum_setup(self, thr_mma, mPrevLSE, storage, batch, head, m_block, s_q, s_kv, rows):
