@@ -200,6 +200,7 @@ def test_split_kv_decode_matches_reference(path, s_q, s_kv, causal, splits):
         o, lse = ck.attention(q, k, v, causal=causal, return_lse=True, num_splits=splits)
     want, want_lse = attention_reference(q, k, v, causal=causal)
     assert (o.float() - want).abs().max().item() < 2e-2
+    assert o.dtype == q.dtype and o.stride() == q.stride()
     finite = torch.isfinite(want_lse)
     assert torch.equal(torch.isfinite(lse), finite)
     torch.testing.assert_close(lse[finite], want_lse[finite], atol=2e-3, rtol=2e-3)

@@ -201,6 +201,9 @@ def test_custom_cute_mask_is_traced():
 
     ptx = compile_ptx(bs.make_build("hopper", BF, 64, masks.custom(band)), "sm_90a")
     assert "wgmma.mma_async" in ptx
+    # the function's comparison is in the kernel: not the unmasked kernel, not the causal one
+    assert ptx != compile_ptx(bs.make_build("hopper", BF, 64, None), "sm_90a")
+    assert ptx != compile_ptx(bs.make_build("hopper", BF, 64, masks.causal()), "sm_90a")
 
 
 @pytest.mark.parametrize("mask", [None, masks.causal(), masks.document()])

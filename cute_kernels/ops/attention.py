@@ -29,6 +29,7 @@ from ..runtime.validate import (
     check_no_overlap,
     check_same_device,
     check_tensor,
+    tensor_meta,
 )
 from ..tuning.attention import hopper_config
 from .dispatch import KernelOp
@@ -45,10 +46,6 @@ _VALIDATED: dict = {}
 _MAX_VALIDATED = 4096
 
 
-def _meta(t) -> tuple:
-    return t.shape, t.stride(), t.dtype, t.device
-
-
 def validated_scale(q, k, v, scale=None) -> float:
     """:func:`validate_attention` behind a cache keyed on plain tensors' metadata (not while
     torch.compile traces: there the checks run on the fake tensors every time)."""
@@ -56,7 +53,7 @@ def validated_scale(q, k, v, scale=None) -> float:
              and not torch.compiler.is_compiling())
     if not plain or not (scale is None or type(scale) is float):
         return validate_attention(q, k, v, scale)
-    key = (_meta(q), _meta(k), _meta(v), scale)
+    key = (tensor_meta(q), tensor_meta(k), tensor_meta(v), scale)
     known = _VALIDATED.get(key)
     if known is None:
         known = validate_attention(q, k, v, scale)
@@ -303,9 +300,8 @@ def _attention_split(q, k, v, causal, scale, num_splits: int, out, config):
         mIndices=None, mCounts=None, scale=1.0 / math.sqrt(d) if scale is None else scale,
         out_scale=None))
     o, lse = combine_splits(o_parts.view(n, b, h, s_q, d), lse_parts.view(n, b, h, s_q))
-    if out is not None:
-        return out.copy_(o), lse
-    return o.to(q.dtype), lse
+    # o in out, else in q's memory layout, as the unsplit route writes it
+    return (torch.empty_like(q) if out is None else out).copy_(o), lse
 
 
 def combine_splits(o_parts: torch.Tensor, lse_parts: torch.Tensor):

@@ -47,11 +47,11 @@ from ..runtime.validate import (
 )
 from .attention import _check_device_args, validate_attention
 from .bitpack import packed_width, unpack_mask_reference
-from .dispatch import KernelOp, _is_meta
+from .dispatch import KernelOp, is_meta
+from .topk import SCORE_DTYPES, topk_rows
 
 GROUPS = (64, 128, 192)
 INDEX_DTYPE = torch.int32
-SCORE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 #: The torch index builders work on rows in chunks of about this many elements, which bounds
 #: their int64 temporaries (a mask of Chipmunk's HunyuanVideo size, 24 x 614 x 118k, would
 #: otherwise need ~14 GB for each).
@@ -125,7 +125,7 @@ def validate_indices(indices: torch.Tensor, counts: torch.Tensor, s_kv: int) -> 
     entries of each list (entries past the count are not looked at). Reads the tensors, so on
     a GPU it synchronises: the op runs it only in debug mode (module docstring). Meta and fake
     tensors have no values and pass. Raises ``ValueError`` naming the first bad entry."""
-    if _is_meta(indices) or _is_meta(counts):
+    if is_meta(indices) or is_meta(counts):
         return
     length = indices.shape[-1]
     bad = (counts < 0) | (counts > length)
@@ -582,10 +582,8 @@ def _topk_lists(scores, k, sparsity, multiple_of, random_fraction, generator, to
     lead = scores.shape[:-1]
     rows = scores.reshape(-1, n)
     kernel_top = None
-    if top_rows is _estimated_top and (scores.is_cuda or _is_traced(scores)):
+    if top_rows is _estimated_top and (scores.is_cuda or is_meta(scores)):
         # the radix-select kernel writes the increasing lists itself (ops/topk.py)
-        from .topk import topk_rows
-
         kernel_top = topk_rows(rows, top)
         if extra == 0:
             full = torch.full((rows.shape[0],), total, dtype=INDEX_DTYPE, device=scores.device)
@@ -601,12 +599,6 @@ def _topk_lists(scores, k, sparsity, multiple_of, random_fraction, generator, to
         indices[start:stop] = _partition(_add_random(sel, extra, generator), full[start:stop],
                                          total)
     return indices.view(*lead, total), full.to(INDEX_DTYPE).view(lead)
-
-
-def _is_traced(t: torch.Tensor) -> bool:
-    """A meta or fake tensor (torch.compile tracing, meta-device models): the kernel route
-    is taken so the traced graph holds the custom op."""
-    return t.is_meta or type(t) is not torch.Tensor
 
 
 def topk_indices(scores: torch.Tensor, k: int | None = None, *, sparsity: float | None = None,

@@ -39,7 +39,7 @@ def needs_grad(*tensors) -> bool:
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
-def _is_meta(t) -> bool:
+def is_meta(t) -> bool:
     """Whether ``t`` is a tensor only torch's dispatcher can handle: a meta tensor or a tensor
     subclass (fake tensors of tracing, DTensor, ...)."""
     return isinstance(t, torch.Tensor) and (t.is_meta or type(t) not in _PLAIN)
@@ -86,7 +86,7 @@ class KernelOp:
             return "op"
         if tracked:
             return "autograd"
-        return "op" if _is_meta(args[0]) else "direct"
+        return "op" if is_meta(args[0]) else "direct"
 
     def __call__(self, *args, out: torch.Tensor | None = None):
         route = self.route(*args)
@@ -97,7 +97,7 @@ class KernelOp:
         if out is not None:
             raise ValueError("out= is not supported when gradients are required "
                              "(autograd needs a fresh output)")
-        if self.check is not None and not _is_meta(args[0]):
+        if self.check is not None and not is_meta(args[0]):
             self.check(*args)
         return self.op(*args)
 

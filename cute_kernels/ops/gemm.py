@@ -27,6 +27,7 @@ from ..runtime.validate import (
     check_same_device,
     check_tensor,
     dtype_names,
+    tensor_meta,
 )
 from ..tuning import gemm as gemm_tuning
 from ..tuning.gemm import DEFAULT_CLUSTER_M, DEFAULT_TILE
@@ -176,16 +177,11 @@ _PLANS: dict = {}
 _MAX_PLANS = 4096
 
 
-def _meta(t):
-    if t is None:
-        return None
-    return t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16
-
-
 def _gemm_nk(a, b_nk, bias, out_dtype, epilogue, out=None, *, names=("a", "b")):
     """The direct route: ``act(a @ b_nk^T + bias)`` into ``out`` (or a new tensor); ``names``
     are the operands' names in error messages."""
-    sig = (_meta(a), _meta(b_nk), _meta(bias), _meta(out), out_dtype, epilogue, forced_path())
+    sig = (tensor_meta(a), tensor_meta(b_nk), tensor_meta(bias), tensor_meta(out), out_dtype,
+           epilogue, forced_path())
     plan = _PLANS.get(sig)
     if plan is None:
         plan = _plan(a, b_nk, bias, out, out_dtype, epilogue, *names)

@@ -17,6 +17,7 @@ from ..runtime.validate import (
 )
 from .dispatch import KernelOp
 
+#: the score dtypes top-k takes (topk_indices checks them too)
 SCORE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 TOPK_KERNEL = "cute_kernels.kernels.topk:TopkRows"
 

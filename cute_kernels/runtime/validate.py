@@ -79,6 +79,14 @@ def check_int(name: str, value: object, *, min_value: int | None = None) -> int:
     return value
 
 
+def tensor_meta(t: torch.Tensor | None):
+    """What the ops' validation caches key on: everything a tensor check reads (shape,
+    strides, dtype, device, 16-byte alignment of the start), None for None."""
+    if t is None:
+        return None
+    return t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % VECTOR_BYTES
+
+
 def row_vector_width(rows: torch.Tensor) -> int:
     """Elements per 16-byte load of a (R, N) tensor with unit column stride: 16 bytes' worth
     when every row starts 16-byte aligned (base and row stride) and N is a multiple, else 1

@@ -245,7 +245,8 @@ class GatherKVLoader:
             raise ValueError(f"the gather's smem rows are not whole swizzle atoms apart: {step}")
         return next(iter(step)) * 2
 
-    def load_k(self, part: GatherRows, k_pipe, k_state, n, kv_head, batch, row, n_next):
+    def load_k(self, part: GatherRows, k_pipe, k_state, n, kv_head, batch, row=None,
+               n_next=None):
         """Stage key block ``n``'s indices (``row``: this thread's, fetched ahead; None:
         fetch it now), then its K rows, into stage ``k_state``. Returns this thread's row of
         block ``n_next`` (fetched before the copies are issued), or None without ``row``."""

@@ -122,8 +122,9 @@ class AttentionSm90:
     rows past S_q); lse written by the first thread of each quad. With ``accumulate`` the
     store is a TMA reduce-add (``cp.reduce.async.bulk.tensor.add``) of ``out_scale * O``
     into the output: every output tile belongs to exactly one CTA, which adds it once.
-    Gather variant (``gather``, column-sparse attention; GPU-unverified so far): the tile is
-    one query group, its key blocks are chunks of the group's packed key list
+    Gather variant (``gather``, column-sparse attention; GPU tests and sanitizers pass on an
+    H100, perf/RESULTS.md): the tile is one query group, its key blocks are chunks of the
+    group's packed key list
     (``mIndices``/``mCounts``, the last chunk masked past the count), and the whole producer
     warpgroup runs ``load_gathered``: Q by TMA, K and V rows by 16-byte cp.async into the
     same swizzled stages (``GatherKVLoader``); the consumers are unchanged. Adds a
@@ -133,6 +134,9 @@ class AttentionSm90:
     (``mIndices``/``mCounts``) then its full ones (``mFullIndices``/``mFullCounts``), one list
     entry read per visit; partial blocks get the element ``mask`` (``mask_mod.py``) in the
     softmax; loads, roles and pipelines are the dense kernel's.
+    Split-KV variant (``split_kv``, decoding; GPU-unverified so far): the grid's z is
+    split x B + batch; ``SplitKeyBlocks`` gives each CTA one range of the tile's key blocks,
+    and O and lse (n_splits x B batch entries) hold the partials the op combines.
     """
 
     def __init__(self, head_dim: int, causal: bool, stages: int = 2, colsum: bool = False,
@@ -456,28 +460,7 @@ class AttentionSm90:
         sIdx = cute.make_tensor(storage.sIdx.data_ptr(),
                                 cute.make_layout((self.block_n, self.stages)))
         kv = self.kv_loader.partition(tidx, mK, mV, sK, sV, sIdx, rows, blocks.s_kv, s_kv)
-        k_pipe, v_pipe = pipes.k_pipe, pipes.v_pipe
-        k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
-        v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
-        # each block's key rows are fetched while the block before it is copied (prefetch)
-        row = cutlass.Int32(0)
-        if cutlass.const_expr(self.gather_prefetch):
-            if blocks.n_blocks > 0:
-                row = self.kv_loader.fetch_row(kv, self.key_blocks.block(blocks, 0))
-        for step in cutlass.range(blocks.n_blocks, unroll=1):
-            n = self.key_blocks.block(blocks, step)
-            if cutlass.const_expr(self.gather_prefetch):
-                n_next = self.key_blocks.block(blocks, cutlass.min(step + 1, blocks.n_blocks - 1))
-                row = self.kv_loader.load_k(kv, k_pipe, k_state, n, tile.kv_head, tile.batch,
-                                            row, n_next)
-            else:
-                self.kv_loader.load_k(kv, k_pipe, k_state, n, tile.kv_head, tile.batch, None,
-                                      None)
-            k_state.advance()
-            self.kv_loader.load_v(kv, v_pipe, v_state, n, tile.kv_head, tile.batch)
-            v_state.advance()
-        k_pipe.producer_tail(k_state)
-        v_pipe.producer_tail(v_state)
+        self._load_kv(kv, pipes, blocks, tile)
 
     @cute.jit
     def _load_q(self, tma_q, tQ, sQ, q_pipe, tile):
@@ -494,13 +477,25 @@ class AttentionSm90:
 
     @cute.jit
     def _load_kv(self, kv, pipes, blocks, tile):
-        """K and V of every visited key block through the loader, then the pipelines' tails."""
+        """K and V of every visited key block through the loader, then the pipelines' tails.
+        With the gather loader's ``gather_prefetch``, each block's key rows are fetched while
+        the block before it is copied (``load_k`` takes this block's and returns the next)."""
         k_pipe, v_pipe = pipes.k_pipe, pipes.v_pipe
         k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
         v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
+        prefetch = self.gather and self.gather_prefetch
+        row = cutlass.Int32(0)
+        if cutlass.const_expr(prefetch):
+            if blocks.n_blocks > 0:
+                row = self.kv_loader.fetch_row(kv, self.key_blocks.block(blocks, 0))
         for step in cutlass.range(blocks.n_blocks, unroll=1):
             n = self.key_blocks.block(blocks, step)
-            self.kv_loader.load_k(kv, k_pipe, k_state, n, tile.kv_head, tile.batch)
+            if cutlass.const_expr(prefetch):
+                n_next = self.key_blocks.block(blocks, cutlass.min(step + 1, blocks.n_blocks - 1))
+                row = self.kv_loader.load_k(kv, k_pipe, k_state, n, tile.kv_head, tile.batch,
+                                            row, n_next)
+            else:
+                self.kv_loader.load_k(kv, k_pipe, k_state, n, tile.kv_head, tile.batch)
             k_state.advance()
             self.kv_loader.load_v(kv, v_pipe, v_state, n, tile.kv_head, tile.batch)
             v_state.advance()
