@@ -1,7 +1,8 @@
 """The column-lists kernel (kernels/column_lists.py) on the GPU against column_indices'
 reference: random packed masks at several densities, empty and full rows, odd widths (byte
-loads) and 16-byte rows, multiple_of padding, poisoned outputs, both kernel paths. Not yet
-run on a GPU (column_indices switches to the kernel once these pass)."""
+loads) and 16-byte rows, multiple_of padding, poisoned outputs, both kernel paths; then
+``column_indices`` itself on CUDA (the kernel's user: bool masks packed by ``pack_mask``,
+bitpacked masks as given), exactly the reference."""
 
 import os
 
@@ -11,6 +12,7 @@ import torch
 from gpu_paths import PATHS  # tests/ is on pytest's path
 
 import cute_kernels as ck
+from cute_kernels.ops import column_sparse as cs
 from cute_kernels.ops.column_lists import (
     COLUMN_LISTS_KERNEL,
     byte_width,
@@ -81,3 +83,39 @@ def test_strided_rows_take_byte_loads():
     assert byte_width(view) == 1
     want, _ = column_indices_reference(mask, group=128)
     assert torch.equal(column_lists(view, counts, 4096, want.shape[1]), want.cuda())
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("multiple", [1, 128])
+@pytest.mark.parametrize("n", [13, 1001, 4093, 40965])
+def test_column_indices_on_cuda(path, n, multiple):
+    """``column_indices`` on CUDA (the kernel route) from a bool mask (B, H, G, n) with random
+    row densities (an empty and a full row), a transposed one, its bitpacked form with junk
+    bits past n and as a strided byte view, and an empty and a 1-D mask: exactly
+    ``column_indices_reference`` (on the CPU) and the torch compaction (``column_indices`` on
+    the CPU). n is odd: 1001 has an even byte count (16-bit popcount words), 4093 512 bytes
+    per row (16-byte loads), 13 and 40965 odd byte counts."""
+    g = torch.Generator(device="cuda").manual_seed(int.from_bytes(os.urandom(4), "little"))
+    density = torch.rand(2, 3, 5, 1, generator=g, device="cuda")
+    mask = torch.rand(2, 3, 5, n, generator=g, device="cuda") < density
+    mask[0, 0, 0] = False
+    mask[0, 0, 1] = True
+    packed = ck.pack_mask(mask)
+    junk = packed.clone()
+    junk[..., -1] |= (0xFF << (n % 8)) & 0xFF
+    wide = torch.zeros(*packed.shape[:-1], packed.shape[-1] + 1, dtype=torch.uint8,
+                       device="cuda")
+    wide[..., 1:] = junk
+    cases = [(mask, {}), (junk, {"n": n}), (wide[..., 1:], {"n": n}),
+             (mask.transpose(0, 2), {}), (mask[1, 2, 3], {}), (mask[:, :, :0], {})]
+    with ck.force_path(path):
+        for m, kw in cases:
+            cpu = m.cpu()
+            want = column_indices_reference(cpu, group=128, multiple_of=multiple, **kw)
+            torch_lists = cs.column_indices(cpu, group=128, multiple_of=multiple, **kw)
+            got = cs.column_indices(m, group=128, multiple_of=multiple, **kw)
+            assert got[0].is_cuda and got[0].dtype == got[1].dtype == torch.int32
+            for expect in (want, torch_lists):
+                assert got[0].shape == expect[0].shape and got[1].shape == expect[1].shape
+                assert torch.equal(got[0].cpu(), expect[0])
+                assert torch.equal(got[1].cpu(), expect[1])
