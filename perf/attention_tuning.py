@@ -3,7 +3,8 @@
     python perf/attention_tuning.py [--shape B,H,S,D] [--causal]
         [--configs "[dict(block_m=128, block_n=176, overlap=True)]"]
 
-Each config is AttentionSm90's keyword arguments (colsum=True times the column-sum variant with
+Each config is AttentionSm90's keyword arguments (persistent=True runs through the op, which
+builds the tile order; colsum=True times the column-sum variant with
 prev_lse = this step's lse, group=192 unless given; a variant that adds its sums onto zeros
 pays for the zeroing in its time, as ``attention_colsum`` does). The error column is o's
 relative error against cuDNN's output.
@@ -21,7 +22,7 @@ from gemm_tuning import parse_configs  # perf/ is the script's directory
 
 from cute_kernels.bench import bench_interleaved, format_table, input_sets_needed
 from cute_kernels.kernels.attention.sm90 import AttentionSm90
-from cute_kernels.ops.attention import make_build
+from cute_kernels.ops.attention import _attention, make_build
 from cute_kernels.runtime.compile import Build, compile_build
 
 CONFIGS = ("[dict(), dict(overlap=True), dict(block_m=192), "
@@ -65,7 +66,9 @@ def main() -> None:
         name = ",".join(f"{k}={v}" for k, v in cfg.items()) or "default"
         try:
             kern = AttentionSm90(d, args.causal, **cfg)
-            fn = compile_build(Build(kern, fake if cfg.get("colsum") else plain_fake), "sm_90a")
+            fake_args = (fake if cfg.get("colsum") else
+                         make_build("hopper", torch.bfloat16, d, args.causal, config=cfg).args)
+            fn = compile_build(Build(kern, fake_args), "sm_90a")
         except Exception as err:  # report and go on: a config may not fit
             print(f"skip {name}: {str(err).splitlines()[0][:100]}")
             continue
@@ -82,6 +85,10 @@ def main() -> None:
                 if zero:
                     colsum.zero_()
                 fn(*st, o, lse, prev[id(st[0])], colsum, None, None, scale, None)
+        elif cfg.get("persistent"):
+            # through the op: it builds the tile order and sizes the grid
+            def run(st, cfg=cfg):
+                _attention(*st, args.causal, scale, 1, o, cfg)
         else:
             def run(st, fn=fn):
                 fn(*st, o, lse, None, None, None, None, scale, None)

@@ -59,7 +59,8 @@ def test_matches_reference(path, d, causal, s_q, s_kv, h, h_kv):
 # sequential loop at D = 64, on 128- and 192-row tiles)
 CONFIGS = [dict(), dict(overlap=True), dict(block_m=192), dict(block_m=192, block_n=64),
            dict(block_n=176, overlap=True), dict(pingpong=True),
-           dict(block_m=192, pingpong=True)]
+           dict(block_m=192, pingpong=True), dict(persistent=True),
+           dict(overlap=True, persistent=True)]  # (192 rows x 2 Q stages: D = 64 only, below)
 
 
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU")
@@ -67,6 +68,21 @@ CONFIGS = [dict(), dict(overlap=True), dict(block_m=192), dict(block_m=192, bloc
 @pytest.mark.parametrize("d, causal", [(64, True), (128, False)])
 def test_hopper_configs(config, d, causal):
     q, k, v = qkv(1, 2, 1, 1000, 1111, d)
+    poisoned = torch.full_like(q, float("nan"))
+    o, lse = _attention(q, k, v, causal=causal, out=poisoned, config=config)
+    check(o, lse, q, k, v, causal)
+
+
+@pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("config", [dict(persistent=True), dict(overlap=True, persistent=True),
+                                    dict(block_m=192, persistent=True)], ids=str)
+@pytest.mark.parametrize("causal, s_q, s_kv", [(True, 4097, 4097), (True, 3000, 5001),
+                                               (False, 4097, 777)])
+def test_persistent_ctas_walk_many_tiles(config, causal, s_q, s_kv):
+    """More tiles than SMs: each CTA carries its pipelines from tile to tile (and causal
+    tiles run longest first), GQA, a strided q, a poisoned output."""
+    d = 64 if config.get("block_m") == 192 else 128
+    q, k, v = qkv(2, 8, 2, s_q, s_kv, d)
     poisoned = torch.full_like(q, float("nan"))
     o, lse = _attention(q, k, v, causal=causal, out=poisoned, config=config)
     check(o, lse, q, k, v, causal)

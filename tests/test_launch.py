@@ -74,7 +74,7 @@ def test_every_op_kernel_family_shares_one_signature():
     assert gemm_ops.gemm_params().call_names == ("mA", "mB", "mC", "mBias", "num_ctas", "mSync")
     assert attention_ops.attention_params().call_names == (
         "mQ", "mK", "mV", "mO", "mLSE", "mPrevLSE", "mColsum", "mIndices", "mCounts", "scale",
-        "out_scale", "mFullIndices", "mFullCounts", "mDocIds")
+        "out_scale", "mFullIndices", "mFullCounts", "mDocIds", "mTileOrder", "num_ctas")
     for entry in entries().values():
         for variant in entry.variants:
             for path in ("hopper", "ampere"):

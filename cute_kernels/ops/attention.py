@@ -20,8 +20,8 @@ import numbers
 
 import torch
 
-from ..kernels.attention.tiles import colsum_spans_ctas
-from ..runtime.arch import device_target
+from ..kernels.attention.tiles import HOPPER_DEFAULT_TILE, colsum_spans_ctas
+from ..runtime.arch import HOPPER, device_target, sm_count
 from ..runtime.bridge import kernel_for
 from ..runtime.validate import (
     check_cuda,
@@ -219,7 +219,20 @@ def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = Fal
     return Build(kernel, launch_args(
         kernel, mQ=bhsd(), mK=bhsd(), mV=bhsd(), mO=bhsd(), mLSE=f32(3), mPrevLSE=prev_lse,
         mColsum=colsums, mIndices=None, mCounts=None, scale=cutlass.Float32(1.0),
-        out_scale=None))
+        out_scale=None, **schedule_args(kernel)))
+
+
+def schedule_args(kernel) -> dict:
+    """The fake arguments of a persistent Hopper kernel's schedule (the tile order and the
+    CTA count); none for the one-CTA-per-tile kernels."""
+    if not getattr(kernel, "persistent", False):
+        return {}
+    import cutlass
+
+    from ..runtime.bridge import fake_vector
+
+    return {"mFullIndices": None, "mFullCounts": None, "mDocIds": None,
+            "mTileOrder": fake_vector(torch.int32, align=4), "num_ctas": cutlass.Int32(1)}
 
 
 #: The attention kernel classes, as ``"module:Class"`` (the column-sparse op calls them too).
@@ -273,10 +286,38 @@ def _attention(q, k, v, causal: bool = False, scale: float | None = None,
     key = ("attention", q.dtype, d, bool(causal))
     kernel = kernel_for(q.device, key, lambda path, target: make_build(
         path, q.dtype, d, bool(causal), config=config), hopper_key=_config_key(config))
+    order, ctas = None, None
+    if config is not None and config.get("persistent") and device_target(q.device)[0] == HOPPER:
+        order, ctas = dense_tile_order(b, h, s_q, k.shape[2], bool(causal),
+                                       config.get("block_m") or HOPPER_DEFAULT_TILE[0],
+                                       q.device)
     kernel(*attention_params().call_args(
         mQ=q, mK=k, mV=v, mO=o, mLSE=lse, mPrevLSE=None, mColsum=None, mIndices=None,
-        mCounts=None, scale=1.0 / math.sqrt(d) if scale is None else scale, out_scale=None))
+        mCounts=None, scale=1.0 / math.sqrt(d) if scale is None else scale, out_scale=None,
+        mTileOrder=order, num_ctas=ctas))
     return o, lse
+
+
+_TILE_ORDERS: dict[tuple, tuple[torch.Tensor, int]] = {}
+
+
+def dense_tile_order(b: int, h: int, s_q: int, s_kv: int, causal: bool, block_m: int,
+                     device) -> tuple[torch.Tensor, int]:
+    """(tile order, CTAs) of the persistent Hopper kernel (``config={"persistent": True}``):
+    tiles ``(b * H + h) * M + m``, head after head (the CTAs running at once share K/V in
+    L2); causal: a head's last query tiles (the most key blocks) first. Cached per shape (a
+    few KiB each)."""
+    key = (b, h, s_q, s_kv, causal, block_m, device)
+    hit = _TILE_ORDERS.get(key)
+    if hit is None:
+        m = -(-s_q // block_m)
+        ids = torch.arange(b * h * m, dtype=torch.int32).view(b * h, m)
+        order = (ids.flip(-1) if causal else ids).flatten()
+        hit = (order.to(device), min(order.numel(), sm_count(device)))
+        if len(_TILE_ORDERS) > 256:
+            _TILE_ORDERS.clear()
+        _TILE_ORDERS[key] = hit
+    return hit
 
 
 def _attention_split(q, k, v, causal, scale, num_splits: int, out, config):

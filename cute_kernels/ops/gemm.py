@@ -17,7 +17,7 @@ from typing import NamedTuple
 import torch
 
 from ..kernels.common.activation_names import ACTIVATIONS
-from ..runtime.arch import forced_path
+from ..runtime.arch import forced_path, sm_count
 from ..runtime.bridge import fake_mkl, fake_vector, kernel_for
 from ..runtime.compile import Build
 from ..runtime.launch import KernelParams, kernel_params, launch_args
@@ -236,16 +236,8 @@ def _degenerate(a, bias, out, plan: GemmPlan, epilogue):
 def schedule(a: torch.Tensor, b_nk: torch.Tensor) -> gemm_tuning.GemmSchedule:
     """The Hopper launch for these operands (``tuning.gemm.schedule`` on this device)."""
     batch = a.shape[0] if a.dim() == 3 else 1
-    return gemm_tuning.schedule(a.shape[-2], b_nk.shape[-2], a.shape[-1], batch, _sms(a.device))
-
-
-_SM_COUNT: dict[int, int] = {}
-
-
-def _sms(device: torch.device) -> int:
-    if device.index not in _SM_COUNT:
-        _SM_COUNT[device.index] = torch.cuda.get_device_properties(device).multi_processor_count
-    return _SM_COUNT[device.index]
+    return gemm_tuning.schedule(a.shape[-2], b_nk.shape[-2], a.shape[-1], batch,
+                                sm_count(a.device))
 
 
 def _epilogue_reference(acc: torch.Tensor, bias, epilogue):

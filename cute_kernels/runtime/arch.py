@@ -141,3 +141,17 @@ def device_target(device) -> tuple[str, str]:
         _CAPABILITY[index] = torch.cuda.get_device_capability(index)
     major, minor = _CAPABILITY[index]
     return select_path(major, minor), target_for_capability(major, minor)
+
+
+_SM_COUNT: dict[int | None, int] = {}
+
+
+def sm_count(device) -> int:
+    """The streaming multiprocessors of CUDA ``device`` (a torch.device), read once: what a
+    persistent kernel's grid is sized by."""
+    index = device.index
+    if index not in _SM_COUNT:
+        import torch
+
+        _SM_COUNT[index] = torch.cuda.get_device_properties(device).multi_processor_count
+    return _SM_COUNT[index]

@@ -157,14 +157,16 @@ class AttentionSm80:
     @cute.jit
     def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
                  mLSE: cute.Tensor, mPrevLSE, mColsum, mIndices, mCounts, scale: Float32,
-                 out_scale, stream, mFullIndices=None, mFullCounts=None, mDocIds=None):
+                 out_scale, stream, mFullIndices=None, mFullCounts=None, mDocIds=None,
+                 mTileOrder=None, num_ctas=None):
         """``mPrevLSE`` (B, H, S_q) and ``mColsum`` (B, H, groups, S_kv), both compact fp32,
         the latter zero-filled: the column-sum variant's (None otherwise). ``mIndices``
         (B, H, groups, L) and ``mCounts`` (B, H, groups) int32: the key rows each query group
         attends to, for column-sparse attention (None otherwise). ``out_scale``: the
         accumulating variant's factor (None otherwise). ``mFullIndices``, ``mFullCounts``,
         ``mDocIds``: block-sparse attention's (``block_sparse``; partial blocks in
-        ``mIndices`` / ``mCounts`` then)."""
+        ``mIndices`` / ``mCounts`` then). ``mTileOrder`` / ``num_ctas``: the Hopper kernel's
+        persistent schedule (one argument list for both paths); None here."""
         dtype = mQ.element_type
         tiled_mma = cute.make_tiled_mma(
             warp.MmaF16BF16Op(dtype, Float32, (16, 8, 16)), (self.warps, 1, 1),

@@ -73,17 +73,19 @@ class ConsumerTile:
     the running softmax (row max and sum), and the tile's key-block iterator."""
 
     def __init__(self, *, qk_mma, pv_mma, tSrQ, tSrK, tOrV, acc_S, acc_O, rP, tOrP, k_pipe,
-                 v_pipe, row_max, row_sum, scale_log2, thr_qk, blocks, wg_c):
+                 v_pipe, row_max, row_sum, scale_log2, thr_qk, blocks, wg_c, q_stage=0):
         self.qk_mma, self.pv_mma, self.tSrQ, self.tSrK, self.tOrV = (qk_mma, pv_mma, tSrQ,
                                                                      tSrK, tOrV)
         self.acc_S, self.acc_O, self.rP, self.tOrP = acc_S, acc_O, rP, tOrP
         self.k_pipe, self.v_pipe = k_pipe, v_pipe
         self.row_max, self.row_sum, self.scale_log2 = row_max, row_sum, scale_log2
         self.thr_qk, self.blocks, self.wg_c = thr_qk, blocks, wg_c
+        self.q_stage = q_stage  # Q's smem stage (0 but in the persistent schedule)
 
 
 class AttentionSm90:
-    """Warp-specialized flash attention, one CTA per (query block, head, batch).
+    """Warp-specialized flash attention, one CTA per (query block, head, batch), or one per SM
+    walking the tiles (``persistent``).
 
     Warp roles (``kernel`` dispatches each to its method): warpgroup 0 is the producer
     (``setmaxnreg`` down); its warp 0 runs ``load``: TMA of Q once, then K and V of every key
@@ -112,9 +114,10 @@ class AttentionSm90:
     (group, key) once: a plain store when the group is the CTA's tile, else an fp32
     ``red.add`` onto zeros, at most two terms per element (a 64-row-aligned group of 128 or
     192 rows spans at most two CTAs), hence deterministic.
-    Pipeline: Q in a one-stage barrier; K and V each in a ``stages``-deep ``PipelineTmaAsync``
-    ring (a loader may fill a stage any way that completes its full barrier); the dense and
-    causal iterators visit key blocks last to first so the masked ones come first.
+    Pipeline: Q in a one-stage barrier (two stages when persistent); K and V each in a
+    ``stages``-deep ``PipelineTmaAsync`` ring (a loader may fill a stage any way that
+    completes its full barrier); the dense and causal iterators visit key blocks last to
+    first so the masked ones come first.
     Shared memory (D = 128, 128 x 128, 2 stages): Q 32 KiB + K 64 KiB + V 64 KiB; column sums
     add the ring, colsum_stages x slots x block_n x 4 B, and for wgmma sums per consumer P
     64 x block_n x 2 B + factors 8 x 64 x 2 B (204 KiB in all at the D = 128 default).
@@ -129,11 +132,18 @@ class AttentionSm90:
     warpgroup runs ``load_gathered``: Q by TMA, K and V rows by 16-byte cp.async into the
     same swizzled stages (``GatherKVLoader``); the consumers are unchanged. Adds a
     ``block_n x stages`` int32 index ring to shared memory.
-    Block-sparse variant (``block_sparse``, FlexAttention block lists; GPU-unverified so far):
-    128 x 128 tiles, the ``BlockListKeyBlocks`` policy visits a query tile's partial key blocks
-    (``mIndices``/``mCounts``) then its full ones (``mFullIndices``/``mFullCounts``), one list
-    entry read per visit; partial blocks get the element ``mask`` (``mask_mod.py``) in the
-    softmax; loads, roles and pipelines are the dense kernel's.
+    Block-sparse variant (``block_sparse``, FlexAttention block lists; GPU tests pass on an
+    H100): 128 x 128 tiles, the ``BlockListKeyBlocks`` policy visits a query tile's partial key
+    blocks (``mIndices``/``mCounts``) then its full ones (``mFullIndices``/``mFullCounts``),
+    one list entry read per visit; partial blocks get the element ``mask`` (``mask_mod.py``) in
+    the softmax; loads, roles and pipelines are the dense kernel's.
+    Persistent schedule (``persistent``; the block-sparse op's, and the dense kernels' through
+    ``config``): ``num_ctas`` CTAs (one per SM) walk the host's tile order ``mTileOrder``
+    (longest rows first), CTA c taking entries c, c + num_ctas, ...; every role carries its
+    pipeline states from tile to tile, so the producer loads the next tile's Q (two Q stages,
+    +32 KiB) and first K/V blocks while the consumers finish this one, and a consumer releases
+    its Q stage once the TMA store has read O out of it. Short rows (block-sparse, causal)
+    otherwise pay a launch, Q load, pipeline fill and epilogue per tile, unhidden.
     Split-KV variant (``split_kv``, decoding; GPU-unverified so far): the grid's z is
     split x B + batch; ``SplitKeyBlocks`` gives each CTA one range of the tile's key blocks,
     and O and lse (n_splits x B batch entries) hold the partials the op combines.
@@ -145,11 +155,14 @@ class AttentionSm90:
                  colsum_method: str = "mma", colsum_rounds: int = 3, colsum_writers: int = 1,
                  colsum_stages: int = 4, gather: bool = False, accumulate: bool = False,
                  gather_prefetch: bool = True, gather_hoist: bool = True,
-                 block_sparse: bool = False, mask=None, split_kv: bool = False):
+                 block_sparse: bool = False, mask=None, split_kv: bool = False,
+                 persistent: bool = False):
         self.head_dim, self.causal, self.stages, self.colsum = head_dim, causal, stages, colsum
         # overlap: the softmax of S(n) runs while O += P(n + 1) V(n + 1) is on the tensor cores
         # (intra-warpgroup pipelining)
         self.overlap = overlap
+        self.persistent = persistent  # (checked below; smem_bytes reads q_stages)
+        self.q_stages = 2 if persistent else 1
         self.gather, self.gather_prefetch = gather, gather_prefetch  # (smem_bytes reads it)
         self.block_m = block_m or HOPPER_DEFAULT_TILE[0]
         self.block_n = block_n or HOPPER_DEFAULT_TILE[1]
@@ -237,6 +250,13 @@ class AttentionSm90:
             if colsum or gather or block_sparse or accumulate:
                 raise ValueError("split_kv applies to plain (dense or causal) attention")
             self.key_blocks = SplitKeyBlocks(self.key_blocks)
+        # persistent: one CTA per SM walks a host-ordered tile list (longest rows first), so
+        # a tile's Q load, K/V prologue and epilogue overlap its neighbours' mainloops; Q
+        # gets two stages (the next tile's Q lands while this one's O leaves through the
+        # other). Dense, causal and block-list kernels.
+        if persistent and (colsum or gather or split_kv or accumulate or pingpong):
+            raise ValueError("persistent applies to the dense, causal and block-sparse "
+                             "kernels without pingpong")
         self.kv_loader = (GatherKVLoader(self.block_n, head_dim, NamedBarrier.GATHER_INDICES,
                                          hoist_swizzle=gather_hoist)
                           if gather else TmaKVLoader(self.block_n, head_dim))
@@ -252,7 +272,7 @@ class AttentionSm90:
     def smem_bytes(self) -> int:
         """Shared memory of the SharedStorage built in ``__call__`` (alignment included)."""
         BM, BN, D, wgs = self.block_m, self.block_n, self.head_dim, self.consumer_wgs
-        tiles = 2 * (BM * D + 2 * self.stages * BN * D)  # Q, K and V stages (16-bit)
+        tiles = 2 * (self.q_stages * BM * D + 2 * self.stages * BN * D)  # Q, K, V (16-bit)
         # P and f are 1024-aligned members: at least one 1 KiB slot each, even when unused
         p_and_f = 2 * 1024
         if self.colsum and self.colsum_method == "mma":
@@ -270,13 +290,16 @@ class AttentionSm90:
     @cute.jit
     def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
                  mLSE: cute.Tensor, mPrevLSE, mColsum, mIndices, mCounts, scale: Float32,
-                 out_scale, stream, mFullIndices=None, mFullCounts=None, mDocIds=None):
+                 out_scale, stream, mFullIndices=None, mFullCounts=None, mDocIds=None,
+                 mTileOrder=None, num_ctas=None):
         """Tensors as AttentionSm80.__call__ (column sums: ``mPrevLSE``, ``mColsum``;
         column-sparse key rows: ``mIndices``, ``mCounts``; ``out_scale`` (Float32) with
         ``accumulate``: O is added, times it, into ``mO``; each None when unused). Block
         lists (``block_sparse``): the partial blocks in ``mIndices`` (B, H, M, N) /
         ``mCounts`` (B, H, M), the full ones in ``mFullIndices`` / ``mFullCounts``; the
-        document mask's ids (B, S) in ``mDocIds``."""
+        document mask's ids (B, S) in ``mDocIds``. ``persistent``: ``mTileOrder`` (int32,
+        one entry per query tile, ``(b * H + h) * M + m``) is the order the ``num_ctas`` CTAs
+        take the tiles in (CTA c: entries c, c + num_ctas, ...)."""
         dtype = mQ.element_type
         BM, BN, D = self.block_m, self.block_n, self.head_dim
         qk_mma = sm90_utils.make_trivial_tiled_mma(
@@ -285,7 +308,8 @@ class AttentionSm90:
         pv_mma = sm90_utils.make_trivial_tiled_mma(
             dtype, dtype, OperandMajorMode.K, OperandMajorMode.MN, Float32,
             (self.consumer_wgs, 1, 1), tiler_mn=(64, D), a_source=warpgroup.OperandSource.RMEM)
-        sQ_layout = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, (BM, BN, D), dtype, 1)
+        sQ_layout = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, (BM, BN, D), dtype,
+                                                  self.q_stages)
         sK_layout = sm90_utils.make_smem_layout_b(LayoutEnum.ROW_MAJOR, (BM, BN, D), dtype,
                                                   self.stages)
         sV_layout = sm90_utils.make_smem_layout_b(LayoutEnum.COL_MAJOR, (BM, D, BN), dtype,
@@ -312,8 +336,8 @@ class AttentionSm90:
 
         @cute.struct
         class SharedStorage:
-            mbar: cute.struct.MemRange[cutlass.Int64,
-                                       2 + 4 * self.stages + 2 * self.colsum_stages]
+            mbar: cute.struct.MemRange[cutlass.Int64, 2 * self.q_stages + 4 * self.stages
+                                       + 2 * self.colsum_stages]
             sQ: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sQ_layout)], 1024]
             sK: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sK_layout)], 1024]
             sV: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sV_layout)], 1024]
@@ -330,12 +354,15 @@ class AttentionSm90:
         # split_kv: O and lse have n_splits * B batch entries, one CTA per (split, batch)
         grid = (cute.ceil_div(mQ.shape[2], BM), mQ.shape[1],
                 mO.shape[0] if cutlass.const_expr(self.split_kv) else mQ.shape[0])
+        if cutlass.const_expr(self.persistent):
+            grid = (num_ctas, 1, 1)
         self.kernel(qk_mma, pv_mma, col_mma, tma_q, tQ, tma_k, tK, tma_v, tV, tma_o, tO, mLSE,
                     mPrevLSE, mColsum, mIndices, mCounts,
                     mQ.shape[2], mK.shape[2], mQ.shape[1] // mK.shape[1],
                     scale * Float32(LOG2E), sQ_layout, sK_layout, sV_layout, sP_layout,
                     sF_layout, out_scale, mFullIndices, mFullCounts, mDocIds,
-                    mQ.shape[0] if cutlass.const_expr(self.split_kv) else None).launch(
+                    mQ.shape[0] if cutlass.const_expr(self.split_kv) else None,
+                    mTileOrder).launch(
             grid=grid, block=(self.threads, 1, 1), stream=stream)
 
 
@@ -349,7 +376,7 @@ class AttentionSm90:
                sQ_layout: cute.ComposedLayout, sK_layout: cute.ComposedLayout,
                sV_layout: cute.ComposedLayout, sP_layout: cute.ComposedLayout,
                sF_layout: cute.ComposedLayout, out_scale, mFullIndices, mFullCounts, mDocIds,
-               q_batch):
+               q_batch, mTileOrder):
         """Shared state for every role, then the role's method: the producer warpgroup's
         ``load`` (and the column-sum writers), or the consumers' ``mma``."""
         BN = self.block_n
@@ -378,41 +405,135 @@ class AttentionSm90:
             sCol = cute.make_tensor(storage.sCol.data_ptr(), cute.make_layout(
                 (BN, self.colsum_partials, self.colsum_stages)))
 
-        tile = TileCoord(m_block, head, kv_head, batch, out_batch)
+        if cutlass.const_expr(self.persistent):
+            self._persistent(qk_mma, pv_mma, col_mma, tma_q, tQ, tma_k, tK, tma_v, tV, tma_o,
+                             tO, mLSE, mIndices, mCounts, mFullIndices, mFullCounts, mDocIds,
+                             mTileOrder, sQ, sK, sV, storage, sP_layout, sF_layout, pipes, s_q,
+                             s_kv, q_per_kv, scale_log2, tidx, warp, wg, out_scale)
+        else:
+            tile = TileCoord(m_block, head, kv_head, batch, out_batch)
+            blocks, rows = self._key_block_view(tile, s_q, s_kv, mIndices, mCounts,
+                                                mFullIndices, mFullCounts, mDocIds, split,
+                                                n_splits)
+            if wg == PRODUCER_WARPGROUP:
+                cute.arch.setmaxregister_decrease(self.producer_regs)
+                if cutlass.const_expr(self.gather):
+                    # every producer thread gathers; Q still comes by TMA from one warp
+                    self.load_gathered(tma_q, tQ, tK, tV, sQ, sK, sV, storage, pipes, blocks,
+                                       tile, rows, s_kv, tidx, warp)
+                elif warp == TMA_WARP:
+                    self.load(tma_q, tQ, tma_k, tK, tma_v, tV, sQ, sK, sV, pipes, blocks, tile)
+                if cutlass.const_expr(self.colsum):
+                    if warp >= 1 and warp <= self.colsum_writers:
+                        self.sums.write(col_pipe, sCol, mColsum, blocks, s_kv, batch, head,
+                                        m_block, tidx % 32, warp - 1)
+            else:
+                cute.arch.setmaxregister_increase(self.consumer_regs)
+                self.mma(qk_mma, pv_mma, col_mma, sQ, sK, sV, storage, sP_layout, sF_layout,
+                         sCol, pipes, blocks, tile, tma_o, tO, mLSE, mPrevLSE, s_q, scale_log2,
+                         tidx, warp, out_scale)
+
+    @cute.jit
+    def _key_block_view(self, tile, s_q, s_kv, mIndices, mCounts, mFullIndices, mFullCounts,
+                        mDocIds, split, n_splits):
+        """(the key-block iterator's view of ``tile``, the gather's key list or None)."""
+        m_block, head, batch = tile.m_block, tile.head, tile.batch
+        rows = None
         if cutlass.const_expr(self.gather):
             # the group's packed key list: visits walk packed positions [0, count)
             rows = mIndices[batch, head, m_block, None]
             blocks = self.key_blocks.tile(m_block, s_q, mCounts[batch, head, m_block])
         elif cutlass.const_expr(self.block_sparse):
-            rows = None
             blocks = self.key_blocks.tile(
                 m_block, s_q, s_kv, mIndices[batch, head, m_block, None],
                 mCounts[batch, head, m_block], mFullIndices[batch, head, m_block, None],
                 mFullCounts[batch, head, m_block], batch, head, mDocIds)
         elif cutlass.const_expr(self.split_kv):
-            rows = None
             blocks = self.key_blocks.tile(m_block, s_q, s_kv, split, n_splits)
         else:
-            rows = None
             blocks = self.key_blocks.tile(m_block, s_q, s_kv)
+        return blocks, rows
 
+    @cute.jit
+    def _persistent(self, qk_mma, pv_mma, col_mma, tma_q, tQ, tma_k, tK, tma_v, tV, tma_o, tO,
+                    mLSE, mIndices, mCounts, mFullIndices, mFullCounts, mDocIds, mTileOrder,
+                    sQ, sK, sV, storage, sP_layout, sF_layout, pipes, s_q, s_kv, q_per_kv,
+                    scale_log2, tidx, warp, wg, out_scale):
+        """The persistent schedule: each role walks the CTA's share of ``mTileOrder`` (entries
+        ``blockIdx.x``, ``+ gridDim.x``, ...) and carries its pipeline states from tile to
+        tile, so the producer fetches the next tile's Q and first K/V blocks while the
+        consumers still work on (or store) this one; the producer's tails run once, after
+        the last tile. Each consumer releases its Q stage once O has left it."""
+        tiles = self._tile_walk(mTileOrder, s_q, mLSE)
+        lists = (mIndices, mCounts, mFullIndices, mFullCounts, mDocIds)
         if wg == PRODUCER_WARPGROUP:
             cute.arch.setmaxregister_decrease(self.producer_regs)
-            if cutlass.const_expr(self.gather):
-                # every producer thread gathers; Q still comes by TMA from one warp
-                self.load_gathered(tma_q, tQ, tK, tV, sQ, sK, sV, storage, pipes, blocks, tile,
-                                   rows, s_kv, tidx, warp)
-            elif warp == TMA_WARP:
-                self.load(tma_q, tQ, tma_k, tK, tma_v, tV, sQ, sK, sV, pipes, blocks, tile)
-            if cutlass.const_expr(self.colsum):
-                if warp >= 1 and warp <= self.colsum_writers:
-                    self.sums.write(col_pipe, sCol, mColsum, blocks, s_kv, batch, head,
-                                    m_block, tidx % 32, warp - 1)
+            if warp == TMA_WARP:
+                self._persistent_load(tma_q, tQ, tma_k, tK, tma_v, tV, sQ, sK, sV, pipes,
+                                      tiles, lists, s_q, s_kv, q_per_kv)
         else:
             cute.arch.setmaxregister_increase(self.consumer_regs)
-            self.mma(qk_mma, pv_mma, col_mma, sQ, sK, sV, storage, sP_layout, sF_layout, sCol,
-                     pipes, blocks, tile, tma_o, tO, mLSE, mPrevLSE, s_q, scale_log2, tidx,
-                     warp, out_scale)
+            self._persistent_mma(qk_mma, pv_mma, col_mma, sQ, sK, sV, storage, sP_layout,
+                                 sF_layout, pipes, tiles, lists, tma_o, tO, mLSE, s_q, s_kv,
+                                 q_per_kv, scale_log2, tidx, warp, out_scale)
+
+    @cute.jit
+    def _tile_walk(self, mTileOrder, s_q, mLSE):
+        """(order, first, stride, end, query tiles per head, heads): this CTA's entries of
+        the tile order are ``first, first + stride, ... < end``."""
+        first, _, _ = cute.arch.block_idx()
+        stride, _, _ = cute.arch.grid_dim()
+        return (mTileOrder, Int32(first), Int32(stride), Int32(cute.size(mTileOrder)),
+                cute.ceil_div(s_q, self.block_m), mLSE.shape[1])
+
+    def _fresh_states(self, role):
+        """The Q, K and V pipeline states of ``role`` (producer or consumer) at stage 0."""
+        return (pipeline.make_pipeline_state(role, self.q_stages),
+                pipeline.make_pipeline_state(role, self.stages),
+                pipeline.make_pipeline_state(role, self.stages))
+
+    @cute.jit
+    def _persistent_load(self, tma_q, tQ, tma_k, tK, tma_v, tV, sQ, sK, sV, pipes, tiles,
+                         lists, s_q, s_kv, q_per_kv):
+        """Producer warp, persistent: per tile of the walk, Q then its K/V blocks, the
+        pipeline states carried across tiles; the tails once, after the last."""
+        order, first, stride, end, m_tiles, heads = tiles
+        gK, gV = self.kv_loader.tiles(tK, tV)
+        kv = self.kv_loader.partition(tma_k, tma_v, gK, gV, sK, sV)
+        q_state, k_state, v_state = self._fresh_states(pipeline.PipelineUserType.Producer)
+        for t in cutlass.range(first, end, stride, unroll=1):
+            tile, blocks = self._scheduled_tile(order[t], m_tiles, heads, q_per_kv, s_q, s_kv,
+                                                lists)
+            q_state = self._load_q(tma_q, tQ, sQ, pipes.q_pipe, tile, q_state)
+            k_state, v_state = self._load_kv_blocks(kv, pipes, blocks, tile, k_state, v_state)
+        pipes.q_pipe.producer_tail(q_state)
+        pipes.k_pipe.producer_tail(k_state)
+        pipes.v_pipe.producer_tail(v_state)
+
+    @cute.jit
+    def _persistent_mma(self, qk_mma, pv_mma, col_mma, sQ, sK, sV, storage, sP_layout,
+                        sF_layout, pipes, tiles, lists, tma_o, tO, mLSE, s_q, s_kv, q_per_kv,
+                        scale_log2, tidx, warp, out_scale):
+        """Consumers, persistent: ``mma`` per tile of the walk, the states carried."""
+        order, first, stride, end, m_tiles, heads = tiles
+        q_state, k_state, v_state = self._fresh_states(pipeline.PipelineUserType.Consumer)
+        for t in cutlass.range(first, end, stride, unroll=1):
+            tile, blocks = self._scheduled_tile(order[t], m_tiles, heads, q_per_kv, s_q, s_kv,
+                                                lists)
+            q_state, k_state, v_state = self.mma(
+                qk_mma, pv_mma, col_mma, sQ, sK, sV, storage, sP_layout, sF_layout, None,
+                pipes, blocks, tile, tma_o, tO, mLSE, None, s_q, scale_log2, tidx, warp,
+                out_scale, (q_state, k_state, v_state))
+
+    @cute.jit
+    def _scheduled_tile(self, tile_id, m_tiles, heads, q_per_kv, s_q, s_kv, lists):
+        """(TileCoord, key-block view) of tile ``tile_id`` = ``(b * H + h) * M + m``."""
+        m_block = tile_id % m_tiles
+        head = (tile_id // m_tiles) % heads
+        batch = tile_id // (m_tiles * heads)
+        tile = TileCoord(m_block, head, head // q_per_kv, batch)
+        blocks, _ = self._key_block_view(tile, s_q, s_kv, *lists, Int32(0), Int32(1))
+        return tile, blocks
 
     @cute.jit
     def _pipelines(self, storage, dtype, sQ_layout, sK_layout, sV_layout):
@@ -423,18 +544,21 @@ class AttentionSm90:
         producer = pipeline.CooperativeGroup(pipeline.Agent.Thread)
         bar = storage.mbar.data_ptr()
         q_pipe = pipeline.PipelineTmaAsync.create(
-            barrier_storage=bar, num_stages=1, producer_group=producer, consumer_group=consumers,
+            barrier_storage=bar, num_stages=self.q_stages, producer_group=producer,
+            consumer_group=consumers,
             tx_count=cute.size_in_bytes(dtype, cute.slice_(sQ_layout, (None, None, 0))),
             cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)))
         # the loader decides how a K/V stage completes (TMA transaction bytes here)
-        k_pipe, v_pipe = self.kv_loader.make_pipelines(bar + 2, self.stages, self.consumer_wgs,
-                                                       dtype, sK_layout, sV_layout)
+        k_pipe, v_pipe = self.kv_loader.make_pipelines(bar + 2 * self.q_stages, self.stages,
+                                                       self.consumer_wgs, dtype, sK_layout,
+                                                       sV_layout)
         col_pipe = None
         if cutlass.const_expr(self.colsum):
             # consumer threads -> the column-sum writer warp; every thread arrives (its own
             # smem writes or reads are then ordered by its own arrive/wait pair)
             col_pipe = pipeline.PipelineAsync.create(
-                barrier_storage=bar + 2 + 4 * self.stages, num_stages=self.colsum_stages,
+                barrier_storage=bar + 2 * self.q_stages + 4 * self.stages,
+                num_stages=self.colsum_stages,
                 producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
                                                          128 * self.consumer_wgs),
                 consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
@@ -463,26 +587,45 @@ class AttentionSm90:
         self._load_kv(kv, pipes, blocks, tile)
 
     @cute.jit
-    def _load_q(self, tma_q, tQ, sQ, q_pipe, tile):
-        """The query tile, once, by TMA (one-stage pipeline)."""
+    def _load_q(self, tma_q, tQ, sQ, q_pipe, tile, q_state=None):
+        """The query tile by TMA: into the one stage, or (``q_state``, persistent) into the
+        state's stage, returning the advanced state."""
         gQ = cute.local_tile(tQ, (self.block_m, self.head_dim), (None, None, None, None))
         tQsQ, tQgQ = cpasync.tma_partition(tma_q, 0, cute.make_layout(1),
                                            cute.group_modes(sQ, 0, 2),
                                            cute.group_modes(gQ, 0, 2))
-        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+        carried = q_state is not None
+        if cutlass.const_expr(not carried):
+            q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+        stage = 0
+        if cutlass.const_expr(carried):
+            stage = q_state.index
         q_pipe.producer_acquire(q_state)
-        cute.copy(tma_q, tQgQ[(None, tile.m_block, 0, tile.head, tile.batch)], tQsQ[(None, 0)],
+        cute.copy(tma_q, tQgQ[(None, tile.m_block, 0, tile.head, tile.batch)],
+                  tQsQ[(None, stage)],
                   tma_bar_ptr=q_pipe.producer_get_barrier(q_state))
         q_pipe.producer_commit(q_state)
+        if cutlass.const_expr(carried):
+            q_state.advance()
+        return q_state
 
     @cute.jit
     def _load_kv(self, kv, pipes, blocks, tile):
-        """K and V of every visited key block through the loader, then the pipelines' tails.
-        With the gather loader's ``gather_prefetch``, each block's key rows are fetched while
-        the block before it is copied (``load_k`` takes this block's and returns the next)."""
-        k_pipe, v_pipe = pipes.k_pipe, pipes.v_pipe
+        """K and V of every visited key block through the loader, then the pipelines'
+        tails."""
         k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
         v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
+        k_state, v_state = self._load_kv_blocks(kv, pipes, blocks, tile, k_state, v_state)
+        pipes.k_pipe.producer_tail(k_state)
+        pipes.v_pipe.producer_tail(v_state)
+
+    @cute.jit
+    def _load_kv_blocks(self, kv, pipes, blocks, tile, k_state, v_state):
+        """K and V of the tile's visited key blocks from the given pipeline states (returned
+        advanced). With the gather loader's ``gather_prefetch``, each block's key rows are
+        fetched while the block before it is copied (``load_k`` takes this block's and returns
+        the next)."""
+        k_pipe, v_pipe = pipes.k_pipe, pipes.v_pipe
         prefetch = self.gather and self.gather_prefetch
         row = cutlass.Int32(0)
         if cutlass.const_expr(prefetch):
@@ -499,15 +642,16 @@ class AttentionSm90:
             k_state.advance()
             self.kv_loader.load_v(kv, v_pipe, v_state, n, tile.kv_head, tile.batch)
             v_state.advance()
-        k_pipe.producer_tail(k_state)
-        v_pipe.producer_tail(v_state)
+        return k_state, v_state
 
     @cute.jit
     def mma(self, qk_mma, pv_mma, col_mma, sQ, sK, sV, storage, sP_layout, sF_layout, sCol,
             pipes, blocks, tile, tma_o, tO, mLSE, mPrevLSE, s_q, scale_log2, tidx, warp,
-            out_scale):
+            out_scale, states=None):
         """Consumers: fragments and running softmax state, the mainloop of the configured
-        schedule, then the epilogue."""
+        schedule, then the epilogue. ``states`` (persistent): the (Q, K, V) pipeline states
+        carried from the previous tile, returned advanced past this one (Q's stage released
+        once O has left it)."""
         BM, BN, D = self.block_m, self.block_n, self.head_dim
         ctid = tidx - 128
         thr_qk = qk_mma.get_slice(ctid)
@@ -528,38 +672,57 @@ class AttentionSm90:
         row_max.fill(-Float32.inf)
         row_sum.fill(0.0)
 
-        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
+        carried = states is not None
+        k_state, v_state = None, None
+        if cutlass.const_expr(carried):
+            q_state, k_state, v_state = states
+        else:
+            q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
         pipes.q_pipe.consumer_wait(q_state)
+        q_stage = 0
+        if cutlass.const_expr(carried):
+            q_stage = q_state.index
         rP = cute.make_rmem_tensor_like(acc_S, sQ.element_type)
         mc = ConsumerTile(qk_mma=qk_mma, pv_mma=pv_mma, tSrQ=tSrQ, tSrK=tSrK, tOrV=tOrV,
                           acc_S=acc_S, acc_O=acc_O, rP=rP, tOrP=acc_as_a_operand(rP),
                           k_pipe=pipes.k_pipe, v_pipe=pipes.v_pipe, row_max=row_max,
                           row_sum=row_sum, scale_log2=scale_log2, thr_qk=thr_qk, blocks=blocks,
-                          wg_c=ctid // 128)
+                          wg_c=ctid // 128, q_stage=q_stage)
         col = None
         if cutlass.const_expr(self.colsum):
             col = self.sums.setup(col_mma, qk_mma, thr_qk, storage, sP_layout, sF_layout,
                                   mPrevLSE, s_q, tile.batch, tile.head, tile.m_block, ctid, rP,
                                   row_max, scale_log2, sCol, pipes.col_pipe)
         if cutlass.const_expr(self.overlap):
-            self._mainloop_overlapped(mc, col, rows)
+            k_state, v_state = self._mainloop_overlapped(mc, col, rows, k_state, v_state)
         else:
-            self._mainloop_sequential(mc, col)
+            k_state, v_state = self._mainloop_sequential(mc, col, k_state, v_state)
 
         lse = cute.make_rmem_tensor(rows, Float32)
         softmax_finish(acc_O, row_max, row_sum, lse, scale_log2)
         if cutlass.const_expr(self.accumulate):
             acc_O.store(acc_O.load() * Float32(out_scale))  # the reduce-add store adds it
         self.epilogue(acc_O, lse, thr_pv, pv_mma, sQ, tma_o, tO, mLSE, s_q, tile.out_batch,
-                      tile.head, tile.m_block, ctid, warp)
+                      tile.head, tile.m_block, ctid, warp, q_stage)
+        if cutlass.const_expr(carried):
+            # the store warp has waited for the TMA store to read O out of Q's stage
+            cute.arch.barrier(barrier_id=int(NamedBarrier.EPILOGUE),
+                              number_of_threads=128 * self.consumer_wgs)
+            pipes.q_pipe.consumer_release(q_state)
+            q_state.advance()
+        return q_state, k_state, v_state
 
     @cute.jit
-    def _mainloop_sequential(self, mc, col):
+    def _mainloop_sequential(self, mc, col, k_state=None, v_state=None):
         """Per key block: S = Q K^T (with ``pingpong``, consumers issue it in turn so their
         softmaxes interleave with each other's wgmmas instead of coinciding), softmax, then
-        O += P V retired before the next block; column sums at their named points."""
-        k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
-        v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
+        O += P V retired before the next block; column sums at their named points. K/V
+        states: fresh, or carried (persistent); returned advanced."""
+        if cutlass.const_expr(k_state is None):
+            k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer,
+                                                   self.stages)
+            v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer,
+                                                   self.stages)
         col_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer,
                                                  self.colsum_stages)
         k_pipe, v_pipe, blocks = mc.k_pipe, mc.v_pipe, mc.blocks
@@ -591,14 +754,19 @@ class AttentionSm90:
             v_pipe.consumer_release(v_state)
             v_state.advance()
         self.sums.seq_finish(col, col_state, n_blocks)
+        return k_state, v_state
 
     @cute.jit
-    def _mainloop_overlapped(self, mc, col, rows):
+    def _mainloop_overlapped(self, mc, col, rows, k_state=None, v_state=None):
         """S(n) = Q K(n)^T and O += P(n + 1) V(n + 1) in flight together: the softmax of S(n)
         runs while the P V wgmmas do, and O's rescale waits for them (the first block is
-        peeled: its softmax has no P V beside it; the last P V runs alone)."""
-        k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
-        v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
+        peeled: its softmax has no P V beside it; the last P V runs alone). K/V states as
+        ``_mainloop_sequential``."""
+        if cutlass.const_expr(k_state is None):
+            k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer,
+                                                   self.stages)
+            v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer,
+                                                   self.stages)
         col_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer,
                                                  self.colsum_stages)
         k_pipe, v_pipe, blocks = mc.k_pipe, mc.v_pipe, mc.blocks
@@ -635,6 +803,7 @@ class AttentionSm90:
             v_pipe.consumer_release(v_state)
             self.sums.ovl_last_pv_retired(col, col_state)
             v_state.advance()
+        return k_state, v_state
 
     @cute.jit
     def _qk(self, mc, k_state, wait: cutlass.Constexpr):
@@ -646,7 +815,7 @@ class AttentionSm90:
         mc.acc_S.fill(0.0)
         warpgroup.fence()
         for kb in cutlass.range_constexpr(cute.size(mc.tSrQ, mode=[2])):
-            cute.gemm(mc.qk_mma, mc.acc_S, mc.tSrQ[(None, None, kb, 0)],
+            cute.gemm(mc.qk_mma, mc.acc_S, mc.tSrQ[(None, None, kb, mc.q_stage)],
                       mc.tSrK[(None, None, kb, k_state.index)], mc.acc_S)
         warpgroup.commit_group()
         if cutlass.const_expr(wait):
@@ -677,14 +846,15 @@ class AttentionSm90:
 
     @cute.jit
     def epilogue(self, acc_O, lse, thr_pv, pv_mma, sQ, tma_o, tO, mLSE, s_q, batch, head,
-               m_block, ctid, warp):
-        """O through Q's smem and one TMA store (rows past S_q clipped); lse per row."""
+               m_block, ctid, warp, q_stage=0):
+        """O through Q's smem (stage ``q_stage``) and one TMA store (rows past S_q clipped);
+        lse per row."""
         BM, D = self.block_m, self.head_dim
         dtype = sQ.element_type
         barrier_threads = 128 * self.consumer_wgs
         rO = cute.make_rmem_tensor_like(acc_O, dtype)
         rO.store(acc_O.load().to(dtype))
-        sO = sQ[(None, None, 0)]
+        sO = sQ[(None, None, q_stage)]
         r2s = cute.make_tiled_copy_C(cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), dtype),
                                      pv_mma)
         thr_r2s = r2s.get_slice(ctid)
@@ -699,7 +869,7 @@ class AttentionSm90:
                                                cute.group_modes(sQ, 0, 2),
                                                cute.group_modes(gO, 0, 2))
             with cute.arch.elect_one():
-                cute.copy(tma_o, tOsO[(None, 0)], tOgO[(None, m_block, 0, head, batch)])
+                cute.copy(tma_o, tOsO[(None, q_stage)], tOgO[(None, m_block, 0, head, batch)])
                 cute.arch.cp_async_bulk_commit_group()
                 cute.arch.cp_async_bulk_wait_group(0, read=True)
         store_lse(lse, thr_pv, mLSE, batch, head, m_block, (BM, D), s_q, ctid)
