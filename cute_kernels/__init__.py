@@ -20,6 +20,8 @@ _EXPORTS = {
     "GatedMLP": ".modules",
     "attention": ".ops.attention",
     "attention_colsum": ".ops.attention",
+    "block_mask_from_dense": ".ops.block_sparse",
+    "block_sparse_attention": ".ops.block_sparse",
     "column_indices": ".ops.column_sparse",
     "column_sparse_attention": ".ops.column_sparse",
     "topk_indices": ".ops.column_sparse",
@@ -33,8 +35,9 @@ _EXPORTS = {
     "UnsupportedGPUError": ".runtime.arch",
     "force_path": ".runtime.arch",
 }
-#: submodules reachable as attributes (``ck.reference.attention``) without an explicit import
-_SUBMODULES = ("reference",)
+#: submodules reachable as attributes (``ck.reference.attention``, ``ck.masks.causal()``)
+#: without an explicit import
+_SUBMODULES = ("masks", "reference")
 
 __all__ = [
     "ColumnSparseAttention",
@@ -42,12 +45,15 @@ __all__ = [
     "UnsupportedGPUError",
     "attention",
     "attention_colsum",
+    "block_mask_from_dense",
+    "block_sparse_attention",
     "column_indices",
     "column_sparse_attention",
     "force_path",
     "gated_mlp_up",
     "gemm",
     "linear",
+    "masks",
     "pack_gated_weight",
     "pack_mask",
     "reference",
@@ -57,11 +63,12 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # static tools see the eager imports
-    from . import reference
+    from . import masks, reference
     from .column_sparse_module import ColumnSparseAttention
     from .modules import GatedMLP
     from .ops.attention import attention, attention_colsum
     from .ops.bitpack import pack_mask, unpack_mask
+    from .ops.block_sparse import block_mask_from_dense, block_sparse_attention
     from .ops.column_sparse import column_indices, column_sparse_attention, topk_indices
     from .ops.gated_mlp import gated_mlp_up, pack_gated_weight, unpack_gated_weight
     from .ops.gemm import gemm, linear

@@ -16,8 +16,9 @@ check a result, or to run the same math where there is no CUDA device::
 Argument rules follow the ops' where the math needs them (attention: the op's shape, dtype and
 head-dim rules, with the same error messages); the GEMMs take any sizes and dtypes.
 
-The ops of ``NOT_YET_PUBLIC`` have their references here before the ops are exported from
-``cute_kernels`` (their kernels not GPU-verified yet): they live in the module named there.
+The ops of ``NOT_YET_PUBLIC`` (none at present) have their references here before the ops
+are exported from ``cute_kernels`` (their kernels not GPU-verified yet): they live in the
+module named there.
 """
 
 from __future__ import annotations
@@ -40,9 +41,8 @@ __all__ = ["attention", "attention_colsum", "block_sparse_attention", "column_in
            "topk_indices", "unpack_mask"]
 
 #: References whose ops are not exported from ``cute_kernels`` yet: name -> the op's module
-#: (the column-sparse ops left it when their kernels ran on a GPU; block-sparse attention's
-#: kernel has not yet).
-NOT_YET_PUBLIC = {"block_sparse_attention": "cute_kernels.ops.block_sparse"}
+#: (the column-sparse and block-sparse ops left it when their kernels passed on a GPU).
+NOT_YET_PUBLIC: dict[str, str] = {}
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
@@ -87,11 +87,11 @@ def column_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 def block_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask, *,
                            mask=None, doc_ids: torch.Tensor | None = None,
                            scale: float | None = None, return_lse: bool = False):
-    """Block-sparse attention in float32, as ``cute_kernels.ops.block_sparse.
-    block_sparse_attention``: dense attention under the element mask the block lists
-    (a FlexAttention ``BlockMask`` or its tensors) and ``mask`` (``cute_kernels.masks``,
-    inside partial blocks) describe; a query with no visible key gets o = 0, lse = -inf.
-    Returns o fp32 (B, H, S_q, D), and with ``return_lse`` also lse (B, H, S_q)."""
+    """Block-sparse attention in float32, as :func:`cute_kernels.block_sparse_attention`:
+    dense attention under the element mask the block lists (a FlexAttention ``BlockMask`` or
+    its tensors) and ``mask`` (``cute_kernels.masks``, inside partial blocks) describe; a
+    query with no visible key gets o = 0, lse = -inf. Returns o fp32 (B, H, S_q, D), and with
+    ``return_lse`` also lse (B, H, S_q)."""
     o, lse = block_sparse_attention_reference(q, k, v, block_mask, mask=mask, doc_ids=doc_ids,
                                               scale=scale)
     return (o, lse) if return_lse else o

@@ -29,5 +29,11 @@ with ck.force_path(path):
     # bad values without debug mode: clamped by the kernels, never an out-of-bounds access
     garbage = torch.randint(-50, 50, (1, 2, 7, 3), dtype=torch.int32, device="cuda")
     block_sparse_attention(q, k, v, (zeros + 99, garbage, zeros - 5, garbage))
+    # more tiles (280) than SMs, uneven rows, GQA
+    q40 = torch.randn(1, 40, s, d, device="cuda").bfloat16()
+    on = torch.rand(1, 40, 7, 7, device="cuda") < 0.5
+    order = torch.argsort((~on).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+    block_sparse_attention(q40, k, v, (on.sum(-1).to(torch.int32), order,
+                                       on.sum(-1).to(torch.int32).flip(-1), order))
 torch.cuda.synchronize()
 print("ok")

@@ -34,7 +34,7 @@ def _check_documents_arguments(fn, *, skip=("self", "cls")) -> None:
 def test_every_public_name_is_covered():
     """The lists below cover ``__all__``: a new public name needs a docstring check too."""
     covered = set(FUNCTIONS) | {"ColumnSparseAttention", "GatedMLP", "UnsupportedGPUError",
-                                "reference"}
+                                "masks", "reference"}
     assert set(ck.__all__) == covered
 
 
@@ -63,7 +63,8 @@ def test_column_sparse_module_methods_document_their_arguments(method):
 
 
 def test_class_and_module_docstrings():
-    for obj in (ck.GatedMLP, ck.ColumnSparseAttention, ck.UnsupportedGPUError, ck.reference):
+    for obj in (ck.GatedMLP, ck.ColumnSparseAttention, ck.UnsupportedGPUError, ck.reference,
+                ck.masks):
         doc = inspect.getdoc(obj)
         assert doc and len(doc.splitlines()) >= MIN_LINES, obj
     text = pydoc.render_doc(ck.GatedMLP, renderer=pydoc.plaintext)

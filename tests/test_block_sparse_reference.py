@@ -255,6 +255,42 @@ def test_packed_small_blocks_become_row_lists(q_block, kv_block):
     assert bool((indices[..., :1] >= 0).all()) and int(indices.max()) < s_kv
 
 
+@pytest.mark.parametrize("s_kv", [333, 320])
+def test_packed_rows_merge_partial_and_full_lists(s_kv):
+    """Partial and full lists both in use, in random order, padded with garbage past their
+    counts, the residue block anywhere in them: the packed rows still give the block-sparse
+    reference (the residue block's rows past S_kv fall past the count)."""
+    from cute_kernels.ops.column_sparse import column_sparse_attention_reference
+
+    s_q, q_block, kv_block = 256, 128, 32
+    m, n = s_q // q_block, -(-s_kv // kv_block)
+    g = torch.Generator().manual_seed(2)
+    on = torch.rand(1, 2, m, n, generator=g) < 0.6
+    on[..., n - 1] = True  # the residue block (when S_kv has one) is listed everywhere
+    full = on & (torch.rand(1, 2, m, n, generator=g) < 0.5)
+
+    def lists(sel):
+        order = torch.stack([torch.cat([torch.randperm(n, generator=g)]) for _ in
+                             range(2 * m)]).view(1, 2, m, n)
+        picked = torch.argsort((~sel.gather(-1, order)).to(torch.int8), dim=-1, stable=True)
+        idx = order.gather(-1, picked).to(torch.int32)
+        counts = sel.sum(-1).to(torch.int32)
+        garbage = torch.arange(n) >= counts.unsqueeze(-1)
+        return counts, torch.where(garbage, torch.randint(-9, 99, idx.shape, generator=g,
+                                                          dtype=torch.int32), idx)
+
+    block_lists = (*lists(on & ~full), *lists(full))
+    lists_obj = bs.block_lists(block_lists, 1, 2, s_q, s_kv, (q_block, kv_block))
+    indices, counts = bs.packed_rows(lists_obj, s_kv)
+    longest = int((on & ~full).sum(-1).max()) + int(full.sum(-1).max())
+    assert indices.shape[-1] == kv_block * longest  # not the lists' width
+    q, k, v = qkv(s_q=s_q, s_kv=s_kv)
+    want, _ = bs.block_sparse_attention_reference(q, k, v, block_lists,
+                                                  block_size=(q_block, kv_block))
+    got, _ = column_sparse_attention_reference(q, k, v, indices, counts, group=q_block)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
 def test_packed_blocks_refuse_an_element_mask():
     q, k, v = qkv(s_q=256, s_kv=256)
     lists = bs.block_mask_from_dense(torch.ones(1, 2, 256, 256, dtype=torch.bool), (128, 32))
@@ -324,3 +360,15 @@ def test_64_row_query_block_kernel_ptx(target):
     ptx = compile_ptx(bs.make_build(path, BF, 128, masks.causal(), q_block=64), target)
     assert "mma.sync.aligned.m16n8k16" in ptx and "wgmma" not in ptx  # the FA2 kernel
     _assert_no_spills(ptx, target)
+
+
+def test_dense_tile_order_causal_longest_first_per_head(monkeypatch):
+    from cute_kernels.ops import attention as attn
+
+    monkeypatch.setattr(attn, "_TILE_ORDERS", {})
+    monkeypatch.setattr(attn, "sm_count", lambda device: 132)  # no GPU here
+    order, ctas = attn.dense_tile_order(1, 2, 300, 300, True, 128, torch.device("cpu"))
+    assert order.tolist() == [2, 1, 0, 5, 4, 3] and ctas == 6
+    order, _ = attn.dense_tile_order(1, 2, 300, 300, False, 128, torch.device("cpu"))
+    assert order.tolist() == list(range(6))
+

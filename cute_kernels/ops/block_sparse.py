@@ -1,10 +1,11 @@
 """``block_sparse_attention``: attention over the key blocks a FlexAttention ``BlockMask``
 lists (issue 15), with an element mask (``cute_kernels.masks``) inside its partial blocks.
 
-Not public yet (not exported from ``cute_kernels``): the kernels driven by the block lists
-(Hopper ``AttentionSm90(block_sparse=True)``, Ampere ``AttentionSm80(block_sparse=True)``)
-compile and pass their PTX checks but have not run on a GPU; the reference, the list
-conversion and the validation are complete.
+Exported as ``cute_kernels.block_sparse_attention`` and ``cute_kernels.block_mask_from_dense``.
+The kernels driven by the block lists (Hopper ``AttentionSm90(block_sparse=True)``, Ampere
+``AttentionSm80(block_sparse=True)``) pass their GPU tests against flex_attention and a float32
+reference on an H100 (tests/test_block_sparse_gpu.py), memcheck and racecheck clean; speed in
+perf/RESULTS.md.
 
 Semantics (FlexAttention's): query block ``m`` of (b, h) sees the key blocks
 ``full_kv_indices[b, h, m, :full_kv_num_blocks[b, h, m]]`` entirely and the blocks
@@ -179,13 +180,27 @@ def check_list_values(lists: BlockLists, s_kv: int) -> None:
 
 
 def block_mask_from_dense(mask: torch.Tensor, block_size=BLOCK):
-    """The block lists of a bool (B, H, S_q, S_kv) element mask: a key block is *full* where
-    every element of the (query block, key block) tile is True, *partial* where some are, and
-    absent where none is. ``block_size``: an int or (query, key) (see ``check_block_size``).
-    Returns ``(kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices)`` (int32) for
-    :func:`block_sparse_attention` (with ``block_size=`` when not 128), whose ``mask=`` must
-    then say what the partial blocks hold (or pass an all-or-nothing mask: no partial
-    blocks)."""
+    """The block lists of a dense boolean element mask, in FlexAttention's form.
+
+    A key block is *full* where every element of its (query block, key block) tile is True,
+    *partial* where some are, and absent where none is (elements past S_q / S_kv count as
+    True, so a residue block can still be full). Works on any device (plain torch).
+
+    Args:
+        mask: bool (B, H, S_q, S_kv), True = the query may see the key.
+        block_size: an int (square blocks) or (query block, key block): 128 x 128, 64 x 128,
+            or query 64/128 with key 16/32/64 (packed).
+
+    Returns:
+        ``(kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices)``, int32, (B, H,
+        M) counts and (B, H, M, N) indices, for :func:`block_sparse_attention` (with
+        ``block_size=`` when not 128), whose ``mask=`` must then say what the partial blocks
+        hold (or the mask is all-or-nothing per block: no partial blocks).
+
+    Raises:
+        TypeError: ``mask`` not a bool tensor, ``block_size`` not an int or pair of ints.
+        ValueError: ``mask`` not 4-D, a block size not listed above.
+    """
     check_tensor("mask", mask, dtypes=(torch.bool,), ndim=4, on_cuda=False)
     if not isinstance(block_size, (tuple, list)):
         block_size = check_int("block_size", block_size, min_value=1)
@@ -239,25 +254,48 @@ def dense_mask(lists: BlockLists, s_q: int, s_kv: int, mask: Mask | None,
 
 def packed_rows(lists: BlockLists, s_kv: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Tile packing for small key blocks: per query block, the key rows of its listed blocks
-    (partial and full; keys past S_kv dropped), as the column-sparse kernels' ``(indices,
-    counts)``: int32 (B, H, M, L) with L the longest list, and (B, H, M)."""
+    (partial and full), as the column-sparse kernels' ``(indices, counts)``: int32
+    (B, H, M, L) and (B, H, M), L = ``kv_block`` x the longest pair of lists.
+
+    Work grows with the listed blocks, not the lists' width (a BlockMask's lists are as wide
+    as the key blocks): one device sync reads the longest lists, the live entries (a prefix of
+    each list) are merged on that width, and only then expanded into rows. The block holding
+    the S_kv residue goes last, so its rows past S_kv fall past the count (the kernels load
+    and mask nothing there). Listed blocks outside the keys are clamped into them, as the
+    block-list kernels clamp (the op checks values in debug mode)."""
     kv_block = lists.block_size[1]
     dev = lists.partial_counts.device
-    blocks, live = [], []
-    for counts, indices in ((lists.partial_counts, lists.partial_indices),
-                            (lists.full_counts, lists.full_indices)):
-        blocks.append(indices.long())
-        live.append(torch.arange(indices.shape[3], device=dev) < counts.unsqueeze(-1).long())
-    blocks, live = torch.cat(blocks, -1), torch.cat(live, -1)  # (B, H, M, P + F)
-    rows = blocks.unsqueeze(-1) * kv_block + torch.arange(kv_block, device=dev)
-    # listed blocks outside the keys (no check without debug mode) contribute no rows
-    keep = (live.unsqueeze(-1) & (rows >= 0) & (rows < s_kv)).flatten(3)
-    rows = rows.flatten(3)
-    counts = keep.sum(-1)
-    length = max(int(counts.max()), 1) if counts.numel() else 1
-    order = torch.argsort((~keep).to(torch.int8), dim=-1, stable=True)[..., :length]
-    indices = torch.where(keep.gather(-1, order), rows.gather(-1, order), 0)
-    return indices.to(INDEX_DTYPE).contiguous(), counts.to(INDEX_DTYPE).contiguous()
+    n_kv = -(-s_kv // kv_block)
+    partial_w, full_w = lists.partial_indices.shape[3], lists.full_indices.shape[3]
+    n_partial = lists.partial_counts.clamp(0, partial_w).unsqueeze(-1)  # int32 throughout
+    n_full = lists.full_counts.clamp(0, full_w).unsqueeze(-1)
+    longest = torch.stack([n_partial.amax(), n_full.amax()]) if n_partial.numel() else None
+    partial_l, full_l = longest.tolist() if longest is not None else (0, 0)
+    width = max(partial_l + full_l, 1)
+    # entry t of the merged list: partial[t] for t < n_partial, else full[t - n_partial]
+    t = torch.arange(width, device=dev, dtype=INDEX_DTYPE)
+    partial_part = lists.partial_indices[..., :max(partial_l, 1)]
+    full_part = lists.full_indices[..., :max(full_l, 1)]
+    in_partial = t.clamp(max=partial_part.shape[-1] - 1).long().expand(*n_partial.shape[:-1],
+                                                                       width)
+    in_full = (t - n_partial).clamp_(0, full_part.shape[-1] - 1).long()
+    blocks = torch.where(t < n_partial, partial_part.gather(-1, in_partial),
+                         full_part.gather(-1, in_full)).clamp_(0, n_kv - 1)
+    entries = (n_partial + n_full).squeeze(-1)
+    counts = entries * kv_block
+    residue = s_kv % kv_block
+    if residue:
+        live = t < entries.unsqueeze(-1)
+        ragged = live & (blocks == n_kv - 1)
+        # live entries first, the residue block last among them (a stable sort of 3 keys)
+        key = torch.where(live, ragged.to(torch.int8), 2).to(torch.int8)
+        blocks = blocks.gather(-1, torch.argsort(key, dim=-1, stable=True))
+        counts = counts - ragged.any(-1).to(INDEX_DTYPE) * (kv_block - residue)
+    # the one pass over the expanded rows (in place after the broadcast add)
+    rows = blocks.unsqueeze(-1) * kv_block + torch.arange(kv_block, device=dev,
+                                                          dtype=INDEX_DTYPE)
+    indices = rows.clamp_(max=s_kv - 1).flatten(3)
+    return indices, counts.to(INDEX_DTYPE).contiguous()
 
 
 def block_sparse_attention_reference(q, k, v, block_mask, *, mask: Mask | None = None,
@@ -344,7 +382,9 @@ def make_build(path: str, dtype, head_dim: int, mask: Mask | None, q_block: int 
         # D = 128 without an element mask: the softmax/MMA overlap, as the dense kernel
         # (hopper_config); with one, the sequential loop (ptxas 13.0: the overlapped loop
         # spills 40-172 bytes under the masks, the sequential one 0 but for the document
-        # mask's 64). Not yet measured on a GPU. The block is the 128 x 128 tile either way.
+        # mask's 64). The block is the 128 x 128 tile either way. One CTA per tile: the
+        # persistent schedule (kernel docstring) measured 4-19% slower here (H100, S = 32k,
+        # perf/RESULTS.md: it spills 24-136 bytes in the consumers' loop).
         kernel = AttentionSm90(head_dim, False, block_sparse=True, mask=mask,
                                overlap=head_dim == 128 and mask is None)
     else:
@@ -362,6 +402,7 @@ def make_build(path: str, dtype, head_dim: int, mask: Mask | None, q_block: int 
         scale=cutlass.Float32(1.0), out_scale=None,
         mFullIndices=fake_compact(torch.int32, 4), mFullCounts=fake_compact(torch.int32, 3),
         mDocIds=doc))
+
 
 
 def _block_sparse_attention(q, k, v, partial_counts, partial_indices, full_counts,
