@@ -16,7 +16,7 @@ check a result, or to run the same math where there is no CUDA device::
 Argument rules follow the ops' where the math needs them (attention: the op's shape, dtype and
 head-dim rules, with the same error messages); the GEMMs take any sizes and dtypes.
 
-The ops of ``NOT_YET_PUBLIC`` (none at present) have their references here before the ops
+The ops of ``NOT_YET_PUBLIC`` (the BCSR stages) have their references here before the ops
 are exported from ``cute_kernels`` (their kernels not GPU-verified yet): they live in the
 module named there.
 """
@@ -29,6 +29,7 @@ from .ops.activations import ACTIVATION_FNS, GATED_ACTIVATIONS, check_activation
 from .ops.attention import attention_colsum_reference, attention_reference
 from .ops.bitpack import pack_mask_reference, unpack_mask_reference
 from .ops.block_sparse import block_sparse_attention_reference
+from .ops.bsr import bsr_sddmm_reference, bsr_softmax_reference, bsr_spmm_reference
 from .ops.column_sparse import (
     column_indices_reference,
     column_sparse_attention_reference,
@@ -36,13 +37,15 @@ from .ops.column_sparse import (
 )
 from .ops.gated_mlp import gated_mlp_up_reference
 
-__all__ = ["attention", "attention_colsum", "block_sparse_attention", "column_indices",
-           "column_sparse_attention", "gated_mlp_up", "gemm", "linear", "pack_mask",
-           "topk_indices", "unpack_mask"]
+__all__ = ["attention", "attention_colsum", "block_sparse_attention", "bsr_sddmm", "bsr_softmax",
+           "bsr_spmm", "column_indices", "column_sparse_attention", "gated_mlp_up", "gemm",
+           "linear", "pack_mask", "topk_indices", "unpack_mask"]
 
 #: References whose ops are not exported from ``cute_kernels`` yet: name -> the op's module
-#: (the column-sparse and block-sparse ops left it when their kernels passed on a GPU).
-NOT_YET_PUBLIC: dict[str, str] = {}
+#: (the column-sparse and block-sparse ops left it when their kernels passed on a GPU; the
+#: BCSR stages' kernels have not run on one yet).
+NOT_YET_PUBLIC = {name: "cute_kernels.ops.bsr" for name in ("bsr_sddmm", "bsr_softmax",
+                                                             "bsr_spmm")}
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
@@ -163,3 +166,29 @@ def unpack_mask(packed: torch.Tensor, n: int) -> torch.Tensor:
         raise ValueError(f"n must be an int with packed.shape[-1] == ceil(n / 8), got n = {n!r} "
                          f"for packed.shape[-1] = {packed.shape[-1]}")
     return unpack_mask_reference(packed, n)
+
+
+def bsr_sddmm(q: torch.Tensor, k: torch.Tensor, layout: torch.Tensor, *,
+              scale: float | None = None) -> torch.Tensor:
+    """``scale * q k^T`` at the stored G x G blocks of ``layout`` (a torch ``sparse_bsr``
+    tensor, values ignored), in float32, as ``cute_kernels.ops.bsr.bsr_sddmm``: q (*batch, N,
+    D), k (*batch, N_kv, D); the layout's batch dims match q's or are absent (shared).
+    Returns a BSR tensor of the layout's pattern with fp32 values; scale defaults to
+    1 / sqrt(D)."""
+    return bsr_sddmm_reference(q, k, layout, scale=scale)
+
+
+def bsr_softmax(s: torch.Tensor) -> torch.Tensor:
+    """Row softmax of the BSR tensor ``s`` over its stored blocks only, in float32, as
+    ``cute_kernels.ops.bsr.bsr_softmax`` (absent blocks count as -inf; a block row with no
+    stored block stores nothing). Returns a BSR tensor of s's pattern with fp32 values.
+    Plain torch: any device, slow (a loop over block rows)."""
+    return bsr_softmax_reference(s)
+
+
+def bsr_spmm(p: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """``p @ v`` for a BSR tensor ``p`` (*batch, N, N_kv) and a dense v (*batch, N_kv, D), in
+    float32, as ``cute_kernels.ops.bsr.bsr_spmm``, without materialising p; block rows with no
+    stored block give zeros. Returns (*batch, N, D) fp32."""
+    return bsr_spmm_reference(p, v)
+

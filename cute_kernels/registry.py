@@ -142,9 +142,29 @@ def _block_sparse_entry() -> KernelEntry:
         return make_build(path, torch.bfloat16, head_dim, getattr(masks, mask)() if mask else None)
 
     return KernelEntry("block_sparse_attention", "bf16 attention over FlexAttention-style block "
-                       "lists (128 x 128 blocks, element mask in partial ones; not yet "
-                       "GPU-verified); variants by head dim and mask", tuple(BLOCK_SPARSE_VARIANTS),
-                       build)
+                       "lists (128 x 128 blocks, element mask in partial ones); variants by "
+                       "head dim and mask", tuple(BLOCK_SPARSE_VARIANTS), build)
+
+
+#: variant -> (stage, G, D); every G and D compile alike (tests/test_bsr.py builds them all)
+BSR_VARIANTS = {"sddmm-g64-d128": ("sddmm", 64, 128), "sddmm-g16-d64": ("sddmm", 16, 64),
+                "softmax-g64": ("softmax", 64, None), "spmm-g64-d128": ("spmm", 64, 128),
+                "spmm-g128-d128": ("spmm", 128, 128)}
+
+
+def _bsr_entry() -> KernelEntry:
+    def build(variant: str, path: str) -> Build:
+        import torch
+
+        from .ops.bsr import make_build
+
+        return make_build(*((BSR_VARIANTS[variant][0], torch.bfloat16)
+                            + BSR_VARIANTS[variant][1:]))
+
+    return KernelEntry("bsr", "bf16 BCSR attention stages on torch sparse_bsr tensors: SDDMM, "
+                       "row softmax over stored blocks, SpMM (mma.sync on both paths; not yet "
+                       "GPU-verified); variants by stage, block G and head dim",
+                       tuple(BSR_VARIANTS), build)
 
 
 def entries() -> dict[str, KernelEntry]:
@@ -154,6 +174,7 @@ def entries() -> dict[str, KernelEntry]:
         *_attention_entries(),
         _column_sparse_entry(),
         _block_sparse_entry(),
+        _bsr_entry(),
         _topk_entry(),
         _bitpack_entry("pack_mask", "bool [..., N] -> uint8 [..., ceil(N/8)], little-endian bits"),
         _bitpack_entry("unpack_mask", "uint8 [..., ceil(N/8)] -> bool [..., N]"),
@@ -194,6 +215,7 @@ INSTRUCTIONS = {
     # 16-byte global accesses: .v4 of 32-bit or .v2 of 64-bit elements.
     "ld.global.v4": r"\bld\.global(?:\.\w+)*\.(?:v4\.[busf]32|v2\.[busf]64)\b",
     "st.global.v4": r"\bst\.global(?:\.\w+)*\.(?:v4\.[busf]32|v2\.[busf]64)\b",
+    "shfl.sync": r"\bshfl\.sync\b",
 }
 
 

@@ -28,6 +28,12 @@ EXPECTED = {
     # the block lists drive the dense kernels' loads
     **{("block_sparse_attention", v): {"sm_80": AMPERE, "sm_90a": HOPPER}
        for v in ("d64", "d128", "d128-causal")},
+    # BCSR stages: cp.async + ldmatrix + mma.sync on both targets; the softmax is SIMT with
+    # 16-byte loads and stores of the stored values
+    **{("bsr", v): {"sm_80": AMPERE, "sm_90a": AMPERE}
+       for v in ("sddmm-g64-d128", "sddmm-g16-d64", "spmm-g64-d128", "spmm-g128-d128")},
+    ("bsr", "softmax-g64"): {"sm_80": {"ld.global.v4", "st.global.v4", "shfl.sync"},
+                             "sm_90a": {"ld.global.v4", "st.global.v4", "shfl.sync"}},
     # SIMT: 16-byte loads of the scores, shared-memory histograms
     **{("topk_indices", v): {"sm_80": {"ld.global.v4"}, "sm_90a": {"ld.global.v4"}}
        for v in ("bf16", "fp32")},
@@ -205,6 +211,40 @@ def test_attention_overlap_ptx(head_dim, causal):
     assert all(instruction_mix(ptx)[f] > 0 for f in HOPPER)
 
 
+@pytest.mark.parametrize("head_dim, causal", [(64, True), (128, False)])
+def test_attention_persistent_ptx(head_dim, causal):
+    """The persistent schedule: every role loops over the tile order in gridDim.x strides,
+    and Q's second stage adds a (full, empty) barrier pair."""
+    import torch
+
+    from cute_kernels.ops.attention import make_build
+    from cute_kernels.runtime.compile import compile_ptx
+
+    ptx = compile_ptx(make_build("hopper", torch.bfloat16, head_dim, causal,
+                                 config=dict(persistent=True)), "sm_90a")
+    assert "%nctaid.x" in ptx
+    plain = compile_ptx(make_build("hopper", torch.bfloat16, head_dim, causal), "sm_90a")
+    assert "%nctaid.x" not in plain
+    assert all(instruction_mix(ptx)[f] > 0 for f in HOPPER)
+    assert ptx.count("mbarrier.init.shared") == plain.count("mbarrier.init.shared") + 2
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("target", TARGETS)
+def test_split_combine_ptx(head_dim, target):
+    """The split-KV combine: shuffle reductions of the partial lse, vector loads of each
+    split's O chunk (4 or 2 bf16 per lane), no spills."""
+    import torch
+
+    from cute_kernels.ops.attention import make_combine_build
+    from cute_kernels.runtime.compile import compile_ptx
+
+    ptx = compile_ptx(make_combine_build(torch.bfloat16, head_dim), target)
+    assert instruction_mix(ptx)["shfl.sync"] >= 10  # max and sum butterflies, 5 steps each
+    assert f"ld.global.v{head_dim // 32}.b16" in ptx
+    _assert_no_spills(ptx, target)
+
+
 @pytest.mark.parametrize("drift", [False, True])
 def test_gemm_drift_limiter_ptx(drift):
     """With the wave drift limiter the producer polls the tile counter with an acquire load
@@ -230,7 +270,7 @@ def test_drift_limiter_schedule(monkeypatch):
 
     import cute_kernels.ops.gemm as gemm_ops
 
-    monkeypatch.setattr(gemm_ops, "_sms", lambda device: 132)
+    monkeypatch.setattr(gemm_ops, "sm_count", lambda device: 132)
 
     def drift(m, n, k):
         a, b = torch.empty(m, k, device="meta"), torch.empty(n, k, device="meta")

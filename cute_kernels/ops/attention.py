@@ -324,9 +324,10 @@ def _attention_split(q, k, v, causal, scale, num_splits: int, out, config):
     """Split-KV (flash-decoding): the key blocks of every query tile are cut into
     ``num_splits`` ranges (at most one per 128 keys), each CTA writes its partial
     (O in q's dtype, lse) into a workspace with ``num_splits x B`` batch entries, and the
-    partials are combined in float32: lse = logsumexp over splits, O = sum of exp(lse_s -
-    lse) O_s (a split that saw no key weighs nothing). For few query tiles and long keys
-    (decoding), where one CTA per tile leaves most SMs idle."""
+    partials are combined in float32 by one kernel (``SplitCombine``; ``combine_splits`` is
+    its reference): lse = logsumexp over splits, O = sum of exp(lse_s - lse) O_s (a split
+    that saw no key weighs nothing). For few query tiles and long keys (decoding), where one
+    CTA per tile leaves most SMs idle."""
     _check_device_args(q=q, k=k, v=v, **({"out": out} if out is not None else {}))
     b, h, s_q, d = q.shape
     n = max(1, min(num_splits, -(-k.shape[2] // 128)))
@@ -340,13 +341,44 @@ def _attention_split(q, k, v, causal, scale, num_splits: int, out, config):
         mQ=q, mK=k, mV=v, mO=o_parts, mLSE=lse_parts, mPrevLSE=None, mColsum=None,
         mIndices=None, mCounts=None, scale=1.0 / math.sqrt(d) if scale is None else scale,
         out_scale=None))
-    o, lse = combine_splits(o_parts.view(n, b, h, s_q, d), lse_parts.view(n, b, h, s_q))
     # o in out, else in q's memory layout, as the unsplit route writes it
-    return (torch.empty_like(q) if out is None else out).copy_(o), lse
+    o = torch.empty_like(q) if out is None else out
+    lse = torch.empty(b, h, s_q, dtype=torch.float32, device=q.device)
+    combine = kernel_for(q.device, ("split_combine", q.dtype, d),
+                         lambda path, target: make_combine_build(q.dtype, d))
+    combine(*combine_params().call_args(
+        mOParts=o_parts, mLseParts=lse_parts, mO=o, mLSE=lse))
+    return o, lse
+
+
+SPLIT_COMBINE_KERNEL = "cute_kernels.kernels.attention.split_combine:SplitCombine"
+
+
+@functools.cache
+def combine_params():
+    """The combine kernel's runtime parameters (read from source: no DSL import)."""
+    from ..runtime.launch import kernel_params
+
+    return kernel_params(SPLIT_COMBINE_KERNEL)
+
+
+def make_combine_build(dtype, head_dim: int):
+    """The split-KV combine kernel against symbolic partials (n B, H, S, D) / (n B, H, S) and
+    outputs (B, H, S, D) (unit-stride D) / (B, H, S)."""
+    from ..kernels.attention.split_combine import SplitCombine
+    from ..runtime.bridge import fake_bhsd, fake_compact
+    from ..runtime.compile import Build
+    from ..runtime.launch import launch_args
+
+    kernel = SplitCombine(head_dim)
+    return Build(kernel, launch_args(
+        kernel, mOParts=fake_bhsd(dtype, head_dim), mLseParts=fake_compact(torch.float32, 3),
+        mO=fake_bhsd(dtype, head_dim), mLSE=fake_compact(torch.float32, 3)))
 
 
 def combine_splits(o_parts: torch.Tensor, lse_parts: torch.Tensor):
-    """(o fp32, lse) from split-KV partials (n, ...): the softmax over every split's keys."""
+    """(o fp32, lse) from split-KV partials (n, ...): the softmax over every split's keys
+    (the reference of the combine kernel, kernels/attention/split_combine.py)."""
     lse = torch.logsumexp(lse_parts, dim=0)
     weight = torch.exp(lse_parts - lse).nan_to_num_(0.0)  # -inf - -inf: no key anywhere
     return (weight.unsqueeze(-1) * o_parts.float()).sum(0), lse

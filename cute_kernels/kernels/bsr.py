@@ -1,0 +1,324 @@
+"""Block-sparse (BCSR) attention stages on the tensor cores: SDDMM, sparse row softmax, SpMM.
+
+The three kernels of "Blocked Dynamic Sparse Attention" (the BCSR seed), with the matrices in
+torch's ``sparse_bsr`` layout: G x G blocks, ``crow`` (M + 1 row pointers per batch entry),
+``col`` (one block column per stored block), ``values`` (nnz, G, G) row-major, G in {16, 32,
+64, 128}; a leading flattened batch (B x H) is the grid's y. All three run the same code on
+the Ampere and Hopper paths (cp.async, ldmatrix, mma.sync m16n8k16, fp32 accumulation): the
+issue allows mma.sync here, and G x G products are too small for a warpgroup's 64-row WGMMA
+at G < 64.
+
+* ``BsrSddmm``: one CTA per stored block ``e`` of row ``r = rows[e]`` and column
+  ``c = col[e]``: Q rows [r G, r G + G) and K rows [c G, c G + G) by cp.async into swizzled
+  smem, S = scale Q K^T by ldmatrix + mma.sync over D, written straight from the fragments into
+  ``values[e]``. Warps: min(4, G / 16), stacked along the block's rows. Shared memory:
+  2 x G x D x 2 bytes (64 KiB at G = 128, D = 128).
+* ``BsrSpmm``: one CTA per block row (rows taken in ``order``: the host sorts them longest
+  first, the seed's static balancing by row weight), O (G x D) += P(e) V(col[e]) over the row's
+  blocks, two smem stages (P(e + 1) and its V rows stream in while block e multiplies). Warps:
+  min(4, G / 16) along the rows. Shared memory: 2 stages x (G x G + G x D) x 2 bytes (128 KiB
+  at G = 128, D = 128).
+* ``BsrSoftmax``: one CTA of four warps per block row (in ``order``), one warp per scalar
+  row at a time: an online max/sum pass over the row's stored blocks in 16-byte vectors, a
+  shuffle reduction, then the normalised write pass (two reads and one write of the stored
+  values: the kernel is bandwidth bound). No shared memory.
+
+Stored entries are trusted to lie in range only in debug mode (the op checks them there);
+otherwise rows and columns are clamped into the matrix, so a bad layout gives wrong numbers,
+never an out-of-bounds access.
+"""
+
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32
+from cutlass.cute.nvgpu import warp
+
+from .common.constants import LOG2E
+from .common.sm80 import g2s_copy, smem_operand_atom
+
+#: block sizes (G) the kernels take
+BLOCKS = (16, 32, 64, 128)
+#: elements per 16-byte vector of a 16-bit type
+VEC = 8
+
+
+def _warps(block: int) -> int:
+    """Warps of the MMA kernels: one per 16 rows of the block, at most four."""
+    return min(4, block // 16)
+
+
+def _check(block: int, head_dim: int | None = None) -> None:
+    if block not in BLOCKS:
+        raise ValueError(f"block must be one of {BLOCKS}, got {block}")
+    if head_dim is not None and head_dim not in (64, 128):
+        raise ValueError(f"head_dim must be 64 or 128, got {head_dim}")
+
+
+def _tiled_mma(dtype, warps: int) -> cute.TiledMma:
+    """mma.sync m16n8k16 with fp32 accumulators, ``warps`` warps stacked along M."""
+    return cute.make_tiled_mma(warp.MmaF16BF16Op(dtype, Float32, (16, 8, 16)), (warps, 1, 1),
+                               permutation_mnk=(16 * warps, 16, 16))
+
+
+def _ldmatrix(transpose: bool, dtype):
+    return cute.make_copy_atom(warp.LdMatrix8x8x16bOp(transpose, 4), dtype)
+
+
+@cute.jit
+def _smem_gemm(tiled_mma, acc, lds_a, tAs, tAr_v, tAr, lds_b, tBs, tBr_v, tBr):
+    """acc += A B over the shared K: ldmatrix of k-block j + 1 ahead of mma j."""
+    k_blocks = cute.size(tAs, mode=[2])
+    cute.copy(lds_a, tAs[None, None, 0], tAr_v[None, None, 0])
+    cute.copy(lds_b, tBs[None, None, 0], tBr_v[None, None, 0])
+    for kb in cutlass.range_constexpr(k_blocks):
+        if cutlass.const_expr(kb + 1 < k_blocks):
+            cute.copy(lds_a, tAs[None, None, kb + 1], tAr_v[None, None, kb + 1])
+            cute.copy(lds_b, tBs[None, None, kb + 1], tBr_v[None, None, kb + 1])
+        cute.gemm(tiled_mma, acc, tAr[None, None, kb], tBr[None, None, kb], acc)
+
+
+class BsrSddmm:
+    """``values[b, e] = scale * Q[b, rows[b, e]-th G rows] K[b, col[b, e]-th G rows]^T``.
+
+    Tensors: ``mQ`` (Bt, N, D), ``mK`` (Bt, N_kv, D) (unit-stride D, 16-byte rows),
+    ``mRows`` / ``mCols`` (Bt, nnz) int32 (each stored block's block row and column),
+    ``mOut`` (Bt, nnz, G, G) compact, Q's dtype. Roles, tiles and shared memory: module
+    docstring.
+    """
+
+    def __init__(self, block: int, head_dim: int):
+        _check(block, head_dim)
+        self.block, self.head_dim = block, head_dim
+        self.warps = _warps(block)
+        self.threads = 32 * self.warps
+
+    @cute.jit
+    def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mRows: cute.Tensor,
+                 mCols: cute.Tensor, mOut: cute.Tensor, scale: Float32, stream):
+        tiled_mma = _tiled_mma(mQ.element_type, self.warps)
+        copy = g2s_copy(mQ.element_type, "k", self.block, self.head_dim, self.threads)
+        self.kernel(mQ, mK, mRows, mCols, mOut, scale, tiled_mma, copy).launch(
+            grid=(mRows.shape[1], mRows.shape[0], 1), block=(self.threads, 1, 1), stream=stream)
+
+    @cute.kernel
+    def kernel(self, mQ: cute.Tensor, mK: cute.Tensor, mRows: cute.Tensor, mCols: cute.Tensor,
+               mOut: cute.Tensor, scale: Float32, tiled_mma: cute.TiledMma,
+               copy: cute.TiledCopy):
+        tidx, _, _ = cute.arch.thread_idx()
+        entry, batch, _ = cute.arch.block_idx()
+        G, D, dtype = self.block, self.head_dim, mQ.element_type
+        # clamped: a bad layout reads wrong rows, never outside the operands
+        row = cutlass.min(cutlass.max(mRows[batch, entry], 0), mQ.shape[1] // G - 1)
+        col = cutlass.min(cutlass.max(mCols[batch, entry], 0), mK.shape[1] // G - 1)
+
+        s_layout = cute.tile_to_shape(smem_operand_atom("k", D, 2), (G, D), (0, 1))
+
+        @cute.struct
+        class SharedStorage:
+            sQ: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(s_layout)], 1024]
+            sK: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(s_layout)], 1024]
+
+        storage = cutlass.memory.SmemAllocator().allocate(SharedStorage)
+        sQ = cute.make_tensor(storage.sQ.data_ptr(), s_layout)
+        sK = cute.make_tensor(storage.sK.data_ptr(), s_layout)
+        gQ = cute.local_tile(mQ[batch, None, None], (G, D), (row, 0))
+        gK = cute.local_tile(mK[batch, None, None], (G, D), (col, 0))
+        thr_copy = copy.get_slice(tidx)
+        cute.copy(copy, thr_copy.partition_S(gQ), thr_copy.partition_D(sQ))
+        cute.copy(copy, thr_copy.partition_S(gK), thr_copy.partition_D(sK))
+        cute.arch.cp_async_commit_group()
+
+        thr_mma = tiled_mma.get_slice(tidx)
+        tSrQ = thr_mma.make_fragment_A(thr_mma.partition_A(sQ))
+        tSrK = thr_mma.make_fragment_B(thr_mma.partition_B(sK))
+        acc = cute.make_rmem_tensor(tiled_mma.partition_shape_C((G, G)), Float32)
+        acc.fill(0.0)
+        lds_q = cute.make_tiled_copy_A(_ldmatrix(False, dtype), tiled_mma)
+        lds_k = cute.make_tiled_copy_B(_ldmatrix(False, dtype), tiled_mma)
+        thr_q, thr_k = lds_q.get_slice(tidx), lds_k.get_slice(tidx)
+        cute.arch.cp_async_wait_group(0)
+        cute.arch.sync_threads()
+        _smem_gemm(tiled_mma, acc, lds_q, thr_q.partition_S(sQ), thr_q.retile(tSrQ), tSrQ,
+                   lds_k, thr_k.partition_S(sK), thr_k.retile(tSrK), tSrK)
+
+        rS = cute.make_rmem_tensor_like(acc, dtype)
+        rS.store((acc.load() * scale).to(dtype))
+        cute.autovec_copy(rS, thr_mma.partition_C(mOut[batch, entry, None, None]))
+
+
+class BsrSpmm:
+    """``out[b, r-th G rows] = sum over the stored blocks e of block row r: values[b, e]
+    V[b, col[b, e]-th G rows]``, block rows taken in ``mOrder`` (a permutation of 0..M-1 per
+    batch entry; the host's longest-first order).
+
+    Tensors: ``mP`` (Bt, nnz, G, G) compact, ``mCrow`` (Bt, M + 1) and ``mCols`` (Bt, nnz)
+    int32, ``mOrder`` (Bt, M) int32, ``mV`` (Bt, N_kv, D) (unit-stride D, 16-byte rows),
+    ``mOut`` (Bt, M G, D) V's dtype. Roles, stages and shared memory: module docstring.
+    """
+
+    stages = 2
+
+    def __init__(self, block: int, head_dim: int):
+        _check(block, head_dim)
+        self.block, self.head_dim = block, head_dim
+        self.warps = _warps(block)
+        self.threads = 32 * self.warps
+
+    @cute.jit
+    def __call__(self, mP: cute.Tensor, mCrow: cute.Tensor, mCols: cute.Tensor,
+                 mOrder: cute.Tensor, mV: cute.Tensor, mOut: cute.Tensor, stream):
+        dtype = mV.element_type
+        tiled_mma = _tiled_mma(dtype, self.warps)
+        copy_p = g2s_copy(dtype, "k", self.block, self.block, self.threads)
+        copy_v = g2s_copy(dtype, "k", self.block, self.head_dim, self.threads)
+        self.kernel(mP, mCrow, mCols, mOrder, mV, mOut, tiled_mma, copy_p, copy_v).launch(
+            grid=(mOrder.shape[1], mOrder.shape[0], 1), block=(self.threads, 1, 1),
+            stream=stream)
+
+    @cute.kernel
+    def kernel(self, mP: cute.Tensor, mCrow: cute.Tensor, mCols: cute.Tensor,
+               mOrder: cute.Tensor, mV: cute.Tensor, mOut: cute.Tensor,
+               tiled_mma: cute.TiledMma, copy_p: cute.TiledCopy, copy_v: cute.TiledCopy):
+        tidx, _, _ = cute.arch.thread_idx()
+        slot, batch, _ = cute.arch.block_idx()
+        G, D, dtype = self.block, self.head_dim, mV.element_type
+        m_rows, nnz, n_cols = mOrder.shape[1], mCols.shape[1], mV.shape[1] // G
+        row = cutlass.min(cutlass.max(mOrder[batch, slot], 0), m_rows - 1)
+        # the row's stored blocks [first, end), clamped into the stored entries
+        first = cutlass.min(cutlass.max(mCrow[batch, row], 0), nnz)
+        end = cutlass.min(cutlass.max(mCrow[batch, row + 1], first), nnz)
+
+        p_layout = cute.tile_to_shape(smem_operand_atom("k", G, 2), (G, G, self.stages),
+                                      (0, 1, 2))
+        v_layout = cute.tile_to_shape(smem_operand_atom("k", D, 2), (G, D, self.stages),
+                                      (0, 1, 2))
+
+        @cute.struct
+        class SharedStorage:
+            sP: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(p_layout)], 1024]
+            sV: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(v_layout)], 1024]
+
+        storage = cutlass.memory.SmemAllocator().allocate(SharedStorage)
+        sP = cute.make_tensor(storage.sP.data_ptr(), p_layout)
+        sV = cute.make_tensor(storage.sV.data_ptr(), v_layout)
+        thr_p, thr_v = copy_p.get_slice(tidx), copy_v.get_slice(tidx)
+
+        thr_mma = tiled_mma.get_slice(tidx)
+        acc = cute.make_rmem_tensor(tiled_mma.partition_shape_C((G, D)), Float32)
+        acc.fill(0.0)
+        lds_p = cute.make_tiled_copy_A(_ldmatrix(False, dtype), tiled_mma)
+        lds_v = cute.make_tiled_copy_B(_ldmatrix(True, dtype), tiled_mma)
+        thr_lp, thr_lv = lds_p.get_slice(tidx), lds_v.get_slice(tidx)
+
+        if first < end:
+            self._load(copy_p, thr_p, copy_v, thr_v, mP, mCols, mV, sP, sV, batch, first, 0,
+                       n_cols)
+        cute.arch.cp_async_commit_group()
+        for e in cutlass.range(first, end, unroll=1):
+            stage = (e - first) % self.stages
+            if e + 1 < end:
+                self._load(copy_p, thr_p, copy_v, thr_v, mP, mCols, mV, sP, sV, batch, e + 1,
+                           (e + 1 - first) % self.stages, n_cols)
+            cute.arch.cp_async_commit_group()
+            cute.arch.cp_async_wait_group(1)  # block e's stage has landed
+            cute.arch.sync_threads()
+            sPe = sP[None, None, stage]
+            # V(e) as the (D, G) B operand: its keys are the MMA's K
+            sVt = cute.composition(sV[None, None, stage], cute.make_layout((D, G), stride=(G, 1)))
+            tOrP = thr_mma.make_fragment_A(thr_mma.partition_A(sPe))
+            tOrV = thr_mma.make_fragment_B(thr_mma.partition_B(sVt))
+            _smem_gemm(tiled_mma, acc, lds_p, thr_lp.partition_S(sPe), thr_lp.retile(tOrP), tOrP,
+                       lds_v, thr_lv.partition_S(sVt), thr_lv.retile(tOrV), tOrV)
+            cute.arch.sync_threads()  # the stage is refilled two blocks on
+        cute.arch.cp_async_wait_group(0)
+
+        rO = cute.make_rmem_tensor_like(acc, dtype)
+        rO.store(acc.load().to(dtype))
+        gO = cute.local_tile(mOut[batch, None, None], (G, D), (row, 0))
+        cute.autovec_copy(rO, thr_mma.partition_C(gO))
+
+    @cute.jit
+    def _load(self, copy_p, thr_p, copy_v, thr_v, mP, mCols, mV, sP, sV, batch, e, stage,
+              n_cols):
+        """cp.async stored block ``e`` and the V rows of its column into ``stage``."""
+        col = cutlass.min(cutlass.max(mCols[batch, e], 0), n_cols - 1)
+        gV = cute.local_tile(mV[batch, None, None], (self.block, self.head_dim), (col, 0))
+        cute.copy(copy_p, thr_p.partition_S(mP[batch, e, None, None]),
+                  thr_p.partition_D(sP[None, None, stage]))
+        cute.copy(copy_v, thr_v.partition_S(gV), thr_v.partition_D(sV[None, None, stage]))
+
+
+class BsrSoftmax:
+    """``out[b, e, i, :]`` = the softmax of scalar row i of block row r over the row's stored
+    blocks only (``values[b, crow[r]:crow[r + 1], i, :]``), computed in fp32; block rows in
+    ``mOrder`` (the host's longest-first order). A row with no stored block writes nothing.
+
+    Tensors: ``mVals`` / ``mOut`` (Bt, nnz, G, G) compact 16-bit, ``mCrow`` (Bt, M + 1),
+    ``mOrder`` (Bt, M) int32. Roles: module docstring.
+    """
+
+    warps = 4
+
+    def __init__(self, block: int):
+        _check(block)
+        self.block = block
+        self.threads = 32 * self.warps
+
+    @cute.jit
+    def __call__(self, mVals: cute.Tensor, mCrow: cute.Tensor, mOrder: cute.Tensor,
+                 mOut: cute.Tensor, stream):
+        self.kernel(mVals, mCrow, mOrder, mOut).launch(
+            grid=(mOrder.shape[1], mOrder.shape[0], 1), block=(self.threads, 1, 1),
+            stream=stream)
+
+    @cute.kernel
+    def kernel(self, mVals: cute.Tensor, mCrow: cute.Tensor, mOrder: cute.Tensor,
+               mOut: cute.Tensor):
+        tidx, _, _ = cute.arch.thread_idx()
+        slot, batch, _ = cute.arch.block_idx()
+        G = self.block
+        lane, warp_id = tidx % 32, tidx // 32
+        m_rows, nnz = mOrder.shape[1], mVals.shape[1]
+        row = cutlass.min(cutlass.max(mOrder[batch, slot], 0), m_rows - 1)
+        first = cutlass.min(cutlass.max(mCrow[batch, row], 0), nnz)
+        end = cutlass.min(cutlass.max(mCrow[batch, row + 1], first), nnz)
+        per_block = G // VEC  # 16-byte vectors per block row
+        vectors = (end - first) * per_block
+        for i in cutlass.range(warp_id, G, self.warps, unroll=1):
+            run_max, run_sum = Float32(-Float32.inf), Float32(0.0)
+            for v in cutlass.range(lane, vectors, 32, unroll=1):
+                x = self._vector(mVals, batch, first + v // per_block, i, v % per_block)
+                new_max = cutlass.max(run_max, x.reduce(cute.ReductionOp.MAX, -Float32.inf, 0))
+                run_sum = run_sum * cute.math.exp2((run_max - new_max) * LOG2E, fastmath=True) \
+                    + cute.math.exp2((x - new_max) * LOG2E, fastmath=True).reduce(
+                        cute.ReductionOp.ADD, Float32(0.0), 0)
+                run_max = new_max
+            row_max = run_max
+            for offset in cutlass.range_constexpr(5):
+                row_max = cutlass.max(row_max, cute.arch.shuffle_sync_bfly(row_max,
+                                                                          offset=16 >> offset))
+            # this lane's sum rescaled to the row max (a lane that saw nothing adds 0)
+            row_sum = Float32(0.0)
+            if run_max > -Float32.inf:
+                row_sum = run_sum * cute.math.exp2((run_max - row_max) * LOG2E, fastmath=True)
+            for offset in cutlass.range_constexpr(5):
+                row_sum = row_sum + cute.arch.shuffle_sync_bfly(row_sum, offset=16 >> offset)
+            inv = Float32(1.0) / row_sum
+            for v in cutlass.range(lane, vectors, 32, unroll=1):
+                e, chunk = first + v // per_block, v % per_block
+                x = self._vector(mVals, batch, e, i, chunk)
+                y = cute.make_rmem_tensor((VEC,), mOut.element_type)
+                y.store((cute.math.exp2((x - row_max) * LOG2E, fastmath=True) * inv).to(
+                    mOut.element_type))
+                dst = cute.zipped_divide(mOut[batch, e, i, None], (VEC,))
+                cute.autovec_copy(y, dst[None, chunk])
+
+    @cute.jit
+    def _vector(self, mVals, batch, e, i, chunk):
+        """Elements ``chunk * 8 ...`` of row ``i`` of stored block ``e``, as fp32."""
+        src = cute.zipped_divide(mVals[batch, e, i, None], (VEC,))
+        frag = cute.make_rmem_tensor((VEC,), mVals.element_type)
+        cute.autovec_copy(src[None, chunk], frag)
+        return frag.load().to(Float32)

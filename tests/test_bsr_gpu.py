@@ -1,0 +1,126 @@
+"""The BCSR stages (issue 15) on the GPU, both paths: SDDMM, sparse softmax and SpMM against
+the float32 references (``cute_kernels.reference.bsr_*``) and torch's own BSR matmul, fresh
+random inputs, every block size, batch dims, a shared layout, empty block rows, strided and
+fp16 operands, outputs allocated from poisoned memory. Not yet run on a GPU (written with the
+kernels)."""
+
+import os
+
+import pytest
+import torch
+from gpu_paths import PATHS  # tests/ is on pytest's path
+
+from cute_kernels import reference
+from cute_kernels.ops import bsr
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.filterwarnings("ignore:Sparse BSR tensor support is in beta")]
+
+
+@pytest.fixture(params=PATHS)
+def path(request):
+    import cute_kernels as ck
+
+    with ck.force_path(request.param):
+        yield request.param
+
+
+def gen():
+    return torch.Generator(device="cuda").manual_seed(int.from_bytes(os.urandom(4), "little"))
+
+
+def poison_allocator():
+    """Fill freed cached memory with NaN so the ops' fresh outputs start poisoned."""
+    junk = torch.full((64 << 20,), float("nan"), device="cuda")
+    del junk
+
+
+def layout(batch, m, n, g, keep, dtype=torch.bfloat16):
+    """A random BSR (*batch, m G, n G) with ``keep`` of the blocks (block row 1 empty), the
+    same count in every batch entry (torch's batched BSR)."""
+    g_ = gen()
+    on = torch.rand(*batch, m, n, device="cuda", generator=g_) < keep
+    on[..., 1, :] = False
+    on[..., 0, 0] = True
+    flat = on.reshape(-1, m, n)
+    most = int(flat.sum((1, 2)).max())
+    for b in range(flat.shape[0]):
+        free = (~flat[b]).nonzero()
+        free = free[free[:, 0] != 1][: most - int(flat[b].sum())]
+        flat[b, free[:, 0], free[:, 1]] = True
+    dense = flat.reshape(*batch, m, n).repeat_interleave(g, -2).repeat_interleave(g, -1)
+    values = torch.randn(dense.shape, device="cuda", generator=g_) * dense
+    return values.to(dtype).to_sparse_bsr((g, g))
+
+
+def rel_err(x, ref):
+    return ((x.float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+@pytest.mark.parametrize("g", [16, 32, 64, 128])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("batch, shared", [((), False), ((2, 3), False), ((4,), True)])
+def test_three_stages_match_references(g, d, batch, shared, path):
+    m, n = 5, 7
+    lay = layout(() if shared else batch, m, n, g, 0.4)
+    q = torch.randn(*batch, m * g, d, device="cuda", generator=gen()).bfloat16()
+    k = torch.randn(*batch, n * g, d, device="cuda", generator=gen()).bfloat16()
+    v = torch.randn(*batch, n * g, d, device="cuda", generator=gen()).bfloat16()
+    poison_allocator()
+    s = bsr.bsr_sddmm(q, k, lay, validate=True)
+    want_s = reference.bsr_sddmm(q, k, lay)
+    assert torch.equal(s.crow_indices(), want_s.crow_indices().to(torch.int32))
+    assert rel_err(s.values(), want_s.values()) < 1e-2
+
+    poison_allocator()
+    p = bsr.bsr_softmax(s)
+    want_p = reference.bsr_softmax(s)
+    assert (p.values().float() - want_p.values()).abs().max().item() < 1e-2
+    # each stored scalar row sums to 1
+    sums = p.to_dense().float().sum(-1)
+    stored = s.to_dense().ne(0).any(-1)
+    torch.testing.assert_close(sums[stored], torch.ones_like(sums[stored]), atol=2e-2, rtol=0)
+
+    poison_allocator()
+    o = bsr.bsr_spmm(p, v)
+    want_o = reference.bsr_spmm(p, v)
+    assert o.shape == (*batch, m * g, d) and o.dtype == v.dtype
+    assert rel_err(o, want_o) < 1e-2
+    assert bool((o[..., g:2 * g, :] == 0).all())  # the empty block row
+
+
+@pytest.mark.parametrize("g", [32, 64])
+def test_spmm_against_torch_bsr_matmul(g, path):
+    lay = layout((), 16, 16, g, 0.1)
+    v = torch.randn(16 * g, 128, device="cuda", generator=gen()).bfloat16()
+    o = bsr.bsr_spmm(lay, v)
+    torch_o = (lay @ v).float()
+    want = reference.bsr_spmm(lay, v)
+    assert rel_err(o, want) <= 2 * rel_err(torch_o, want) + 1e-3
+
+
+def test_strided_fp16_operands_and_scale(path):
+    g, d = 64, 128
+    lay = layout((2,), 4, 6, g, 0.5, torch.float16)
+    q = torch.randn(4 * g, 2, d, device="cuda", generator=gen()).half().transpose(0, 1)
+    k = torch.randn(2, 6 * g, 2 * d, device="cuda", generator=gen()).half()[..., ::2]  # copied
+    s = bsr.bsr_sddmm(q, k, lay, scale=0.05)
+    want = reference.bsr_sddmm(q, k, lay, scale=0.05)
+    assert s.values().dtype == torch.float16
+    assert rel_err(s.values(), want.values()) < 1e-2
+    v = torch.randn(2, 6 * g, d, device="cuda", generator=gen()).half()
+    p = bsr.bsr_softmax(s)
+    assert rel_err(bsr.bsr_spmm(p, v), reference.bsr_spmm(p, v)) < 1e-2
+
+
+def test_bad_indices_are_clamped_or_refused(path):
+    g = 32
+    lay = layout((), 3, 3, g, 1.0)
+    bad = torch.sparse_bsr_tensor(lay.crow_indices(), lay.col_indices() + 5, lay.values(),
+                                  size=lay.shape, check_invariants=False)
+    q = torch.randn(3 * g, 64, device="cuda", generator=gen()).bfloat16()
+    s = bsr.bsr_sddmm(q, q, bad, validate=False)  # clamped: finite, no illegal access
+    torch.cuda.synchronize()
+    assert bool(torch.isfinite(s.values().float()).all())
+    with pytest.raises(ValueError, match="col_indices must lie in"):
+        bsr.bsr_sddmm(q, q, bad, validate=True)
