@@ -232,8 +232,7 @@ def test_split_combine_kernel_matches_combine_splits(d, splits):
     """The combine kernel against its torch reference on random partials: splits that saw no
     key (lse -inf), a row no split saw (o 0, lse -inf), a strided output, more splits than a
     warp has lanes."""
-    from cute_kernels.ops.attention import combine_params, combine_splits, make_combine_build
-    from cute_kernels.runtime.bridge import kernel_for
+    from cute_kernels.ops.attention import combine_kernel, combine_splits
 
     torch.manual_seed(int.from_bytes(os.urandom(4), "little") % 2**31)
     b, h, s = 2, 3, 5
@@ -243,9 +242,7 @@ def test_split_combine_kernel_matches_combine_splits(d, splits):
     lse_parts.view(splits, b, h, s)[:, 1, 2, 3] = float("-inf")  # no split saw this row
     o = torch.full((b, s, h, d), float("nan"), device="cuda").bfloat16().transpose(1, 2)
     lse = torch.full((b, h, s), float("nan"), device="cuda")
-    kernel = kernel_for(o.device, ("split_combine", o.dtype, d),
-                        lambda path, target: make_combine_build(o.dtype, d))
-    kernel(*combine_params().call_args(mOParts=o_parts, mLseParts=lse_parts, mO=o, mLSE=lse))
+    combine_kernel(o_parts, lse_parts, o, lse)
     want, want_lse = combine_splits(o_parts.view(splits, b, h, s, d),
                                     lse_parts.view(splits, b, h, s))
     assert (o.float() - want).abs().max().item() < 2e-2
@@ -253,3 +250,18 @@ def test_split_combine_kernel_matches_combine_splits(d, splits):
     assert torch.equal(torch.isfinite(lse), finite) and not bool(finite[1, 2, 3])
     torch.testing.assert_close(lse[finite], want_lse[finite], atol=1e-4, rtol=1e-5)
     assert bool((o[1, 2, 3] == 0).all())
+
+
+def test_split_kv_through_the_combine_kernel(monkeypatch):
+    """The op's split route with the combine kernel switched on (the switch is off until this
+    passes on a GPU)."""
+    from cute_kernels.ops import attention as attn
+
+    monkeypatch.setattr(attn, "SPLIT_COMBINE_KERNEL_ON", True)
+    q = torch.randn(2, 8, 3, 128, device="cuda").bfloat16()
+    k = torch.randn(2, 2, 5000, 128, device="cuda").bfloat16()
+    v = torch.randn(2, 2, 5000, 128, device="cuda").bfloat16()
+    o, lse = attn._attention(q, k, v, False, None, 8)
+    want, want_lse = attention_reference(q, k, v)
+    assert (o.float() - want).abs().max().item() < 2e-2
+    torch.testing.assert_close(lse, want_lse, atol=2e-3, rtol=2e-3)
