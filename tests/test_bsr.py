@@ -3,33 +3,12 @@
 
 import pytest
 import torch
+from bsr_layouts import random_layout  # tests/ is on pytest's path
 
 from cute_kernels import reference
 from cute_kernels.ops import bsr
 
 pytestmark = pytest.mark.filterwarnings("ignore:Sparse BSR tensor support is in beta")
-
-
-def random_layout(batch, m, n, g, keep, gen, empty_row=True):
-    """A BSR layout (*batch, m G, n G) with ``keep`` of the blocks stored (block row 1 empty
-    when ``empty_row``), values random."""
-    on = torch.rand(*batch, m, n, generator=gen) < keep
-    if empty_row:
-        on[..., 1, :] = False
-    on[..., 0, 0] = True
-    # equal nnz per batch entry (torch's batched BSR): top up each entry's count
-    flat = on.reshape(-1, m, n)
-    most = int(flat.sum((1, 2)).max())
-    for b in range(flat.shape[0]):
-        free = (~flat[b]).nonzero()
-        need = most - int(flat[b].sum())
-        if empty_row:
-            free = free[free[:, 0] != 1]
-        for i, j in free[:need].tolist():
-            flat[b, i, j] = True
-    dense = flat.reshape(*batch, m, n).repeat_interleave(g, -2).repeat_interleave(g, -1)
-    values = torch.randn(dense.shape, generator=gen) * dense
-    return values.to_sparse_bsr((g, g)), dense
 
 
 def qkv(batch, n, n_kv, d, gen):

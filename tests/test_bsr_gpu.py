@@ -8,7 +8,8 @@ import os
 
 import pytest
 import torch
-from gpu_paths import PATHS  # tests/ is on pytest's path
+from bsr_layouts import random_layout  # tests/ is on pytest's path
+from gpu_paths import PATHS
 
 from cute_kernels import reference
 from cute_kernels.ops import bsr
@@ -36,21 +37,8 @@ def poison_allocator():
 
 
 def layout(batch, m, n, g, keep, dtype=torch.bfloat16):
-    """A random BSR (*batch, m G, n G) with ``keep`` of the blocks (block row 1 empty), the
-    same count in every batch entry (torch's batched BSR)."""
-    g_ = gen()
-    on = torch.rand(*batch, m, n, device="cuda", generator=g_) < keep
-    on[..., 1, :] = False
-    on[..., 0, 0] = True
-    flat = on.reshape(-1, m, n)
-    most = int(flat.sum((1, 2)).max())
-    for b in range(flat.shape[0]):
-        free = (~flat[b]).nonzero()
-        free = free[free[:, 0] != 1][: most - int(flat[b].sum())]
-        flat[b, free[:, 0], free[:, 1]] = True
-    dense = flat.reshape(*batch, m, n).repeat_interleave(g, -2).repeat_interleave(g, -1)
-    values = torch.randn(dense.shape, device="cuda", generator=g_) * dense
-    return values.to(dtype).to_sparse_bsr((g, g))
+    """A random CUDA BSR layout (block row 1 empty): ``bsr_layouts.random_layout``."""
+    return random_layout(batch, m, n, g, keep, gen(), dtype=dtype)[0]
 
 
 def rel_err(x, ref):

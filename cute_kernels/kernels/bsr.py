@@ -36,7 +36,7 @@ from cutlass import Float32
 from cutlass.cute.nvgpu import warp
 
 from .common.constants import LOG2E
-from .common.sm80 import g2s_copy, smem_operand_atom
+from .common.sm80 import g2s_copy, smem_gemm, smem_operand_atom
 
 #: block sizes (G) the kernels take
 BLOCKS = (16, 32, 64, 128)
@@ -66,20 +66,17 @@ def _ldmatrix(transpose: bool, dtype):
     return cute.make_copy_atom(warp.LdMatrix8x8x16bOp(transpose, 4), dtype)
 
 
-@cute.jit
-def _smem_gemm(tiled_mma, acc, lds_a, tAs, tAr_v, tAr, lds_b, tBs, tBr_v, tBr):
-    """acc += A B over the shared K: ldmatrix of k-block j + 1 ahead of mma j."""
-    k_blocks = cute.size(tAs, mode=[2])
-    cute.copy(lds_a, tAs[None, None, 0], tAr_v[None, None, 0])
-    cute.copy(lds_b, tBs[None, None, 0], tBr_v[None, None, 0])
-    for kb in cutlass.range_constexpr(k_blocks):
-        if cutlass.const_expr(kb + 1 < k_blocks):
-            cute.copy(lds_a, tAs[None, None, kb + 1], tAr_v[None, None, kb + 1])
-            cute.copy(lds_b, tBs[None, None, kb + 1], tBr_v[None, None, kb + 1])
-        cute.gemm(tiled_mma, acc, tAr[None, None, kb], tBr[None, None, kb], acc)
+class _MmaStage:
+    """The MMA stages' configuration: block G, head dim D, min(4, G / 16) warps."""
+
+    def __init__(self, block: int, head_dim: int):
+        _check(block, head_dim)
+        self.block, self.head_dim = block, head_dim
+        self.warps = _warps(block)
+        self.threads = 32 * self.warps
 
 
-class BsrSddmm:
+class BsrSddmm(_MmaStage):
     """``values[b, e] = scale * Q[b, rows[b, e]-th G rows] K[b, col[b, e]-th G rows]^T``.
 
     Tensors: ``mQ`` (Bt, N, D), ``mK`` (Bt, N_kv, D) (unit-stride D, 16-byte rows),
@@ -87,12 +84,6 @@ class BsrSddmm:
     ``mOut`` (Bt, nnz, G, G) compact, Q's dtype. Roles, tiles and shared memory: module
     docstring.
     """
-
-    def __init__(self, block: int, head_dim: int):
-        _check(block, head_dim)
-        self.block, self.head_dim = block, head_dim
-        self.warps = _warps(block)
-        self.threads = 32 * self.warps
 
     @cute.jit
     def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mRows: cute.Tensor,
@@ -140,7 +131,7 @@ class BsrSddmm:
         thr_q, thr_k = lds_q.get_slice(tidx), lds_k.get_slice(tidx)
         cute.arch.cp_async_wait_group(0)
         cute.arch.sync_threads()
-        _smem_gemm(tiled_mma, acc, lds_q, thr_q.partition_S(sQ), thr_q.retile(tSrQ), tSrQ,
+        smem_gemm(tiled_mma, acc, lds_q, thr_q.partition_S(sQ), thr_q.retile(tSrQ), tSrQ,
                    lds_k, thr_k.partition_S(sK), thr_k.retile(tSrK), tSrK)
 
         rS = cute.make_rmem_tensor_like(acc, dtype)
@@ -148,7 +139,7 @@ class BsrSddmm:
         cute.autovec_copy(rS, thr_mma.partition_C(mOut[batch, entry, None, None]))
 
 
-class BsrSpmm:
+class BsrSpmm(_MmaStage):
     """``out[b, r-th G rows] = sum over the stored blocks e of block row r: values[b, e]
     V[b, col[b, e]-th G rows]``, block rows taken in ``mOrder`` (a permutation of 0..M-1 per
     batch entry; the host's longest-first order).
@@ -159,12 +150,6 @@ class BsrSpmm:
     """
 
     stages = 2
-
-    def __init__(self, block: int, head_dim: int):
-        _check(block, head_dim)
-        self.block, self.head_dim = block, head_dim
-        self.warps = _warps(block)
-        self.threads = 32 * self.warps
 
     @cute.jit
     def __call__(self, mP: cute.Tensor, mCrow: cute.Tensor, mCols: cute.Tensor,
@@ -229,7 +214,7 @@ class BsrSpmm:
             sVt = cute.composition(sV[None, None, stage], cute.make_layout((D, G), stride=(G, 1)))
             tOrP = thr_mma.make_fragment_A(thr_mma.partition_A(sPe))
             tOrV = thr_mma.make_fragment_B(thr_mma.partition_B(sVt))
-            _smem_gemm(tiled_mma, acc, lds_p, thr_lp.partition_S(sPe), thr_lp.retile(tOrP), tOrP,
+            smem_gemm(tiled_mma, acc, lds_p, thr_lp.partition_S(sPe), thr_lp.retile(tOrP), tOrP,
                        lds_v, thr_lv.partition_S(sVt), thr_lv.retile(tOrV), tOrV)
             cute.arch.sync_threads()  # the stage is refilled two blocks on
         cute.arch.cp_async_wait_group(0)

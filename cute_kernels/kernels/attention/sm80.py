@@ -19,7 +19,7 @@ from cutlass import Float32, Int32
 from cutlass.cute.nvgpu import warp
 
 from ..common.constants import BYTES_PER_VEC, LOG2E
-from ..common.sm80 import g2s_copy, in_bounds_predicate, smem_operand_atom
+from ..common.sm80 import g2s_copy, in_bounds_predicate, smem_gemm, smem_operand_atom
 from .block_info import BlockListKeyBlocks, PackedKeyRows, SplitKeyBlocks, key_block_policy
 from .column_sums import (
     previous_step_factors,
@@ -296,7 +296,7 @@ class AttentionSm80:
             if cutlass.const_expr(self.gather):  # the next chunk's indices, read during S(n)
                 if self.key_blocks.has_next(blocks, step, n):
                     self._read_rows(gat, self.key_blocks.next_block(blocks, step, n))
-            self._smem_gemm(tiled_mma, acc_S, lds_q_tiled, tSsQ, tSrQ_v, tSrQ, lds_k_tiled,
+            smem_gemm(tiled_mma, acc_S, lds_q_tiled, tSsQ, tSrQ_v, tSrQ, lds_k_tiled,
                             tSsK, tSrK_v, tSrK)
             cute.arch.cp_async_wait_group(0)
             cute.arch.sync_threads()
@@ -439,18 +439,6 @@ class AttentionSm80:
         """cp.async one (block, D) tile, rows past ``rows`` zero-filled (D is whole)."""
         cute.copy(tiled_copy, tXgX, tXsX,
                   pred=in_bounds_predicate(tXcX, (rows, self.head_dim)))
-
-    @cute.jit
-    def _smem_gemm(self, tiled_mma, acc, lds_a, tAs, tAr_v, tAr, lds_b, tBs, tBr_v, tBr):
-        """acc += A B^T over the head dim, ldmatrix of k-block j + 1 ahead of mma j."""
-        k_blocks = cute.size(tAs, mode=[2])
-        cute.copy(lds_a, tAs[None, None, 0], tAr_v[None, None, 0])
-        cute.copy(lds_b, tBs[None, None, 0], tBr_v[None, None, 0])
-        for kb in cutlass.range_constexpr(k_blocks):
-            if cutlass.const_expr(kb + 1 < k_blocks):
-                cute.copy(lds_a, tAs[None, None, kb + 1], tAr_v[None, None, kb + 1])
-                cute.copy(lds_b, tBs[None, None, kb + 1], tBr_v[None, None, kb + 1])
-            cute.gemm(tiled_mma, acc, tAr[None, None, kb], tBr[None, None, kb], acc)
 
     @cute.jit
     def _store(self, acc_O, lse, thr_mma, tiled_mma, sQ, mO, mLSE, batch, head, m_block, tidx):

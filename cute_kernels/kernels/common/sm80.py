@@ -75,3 +75,19 @@ def store_swizzle_atom(elem_bytes: int):
     return cute.make_composed_layout(
         _cute_swizzle(swizzle_for("128B", elem_bytes)), 0,
         cute.make_layout((8, 128 // elem_bytes), stride=(128 // elem_bytes, 1)))
+
+
+@cute.jit
+def smem_gemm(tiled_mma, acc, lds_a, tAs, tAr_v, tAr, lds_b, tBs, tBr_v, tBr):
+    """acc += A B over the K of two smem operands (mma.sync), the ldmatrix of k-block j + 1
+    issued ahead of mma j. ``tAs``/``tBs``: the ldmatrix copies' smem partitions, ``tAr_v`` /
+    ``tBr_v`` the register fragments ``tAr`` / ``tBr`` retiled for them."""
+    k_blocks = cute.size(tAs, mode=[2])
+    cute.copy(lds_a, tAs[None, None, 0], tAr_v[None, None, 0])
+    cute.copy(lds_b, tBs[None, None, 0], tBr_v[None, None, 0])
+    for kb in cutlass.range_constexpr(k_blocks):
+        if cutlass.const_expr(kb + 1 < k_blocks):
+            cute.copy(lds_a, tAs[None, None, kb + 1], tAr_v[None, None, kb + 1])
+            cute.copy(lds_b, tBs[None, None, kb + 1], tBr_v[None, None, kb + 1])
+        cute.gemm(tiled_mma, acc, tAr[None, None, kb], tBr[None, None, kb], acc)
+
