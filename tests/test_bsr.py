@@ -97,6 +97,29 @@ def test_bad_input_raises_before_anything_runs():
         bsr.bsr_softmax(q)
 
 
+def test_inconsistent_bsr_tensors_are_refused_from_their_shapes():
+    """torch builds these with check_invariants=False; the kernels size grids and writes by
+    the shapes, so each is refused before anything runs (no sync needed)."""
+    good, _ = random_layout((), 2, 2, 16, 1.0, torch.Generator().manual_seed(2),
+                            empty_row=False)
+    crow, col, values = good.crow_indices(), good.col_indices(), good.values()
+
+    def make(crow, col, values, size):
+        return torch.sparse_bsr_tensor(crow, col, values, size=size, check_invariants=False)
+
+    q = torch.randn(32, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="crow_indices needs N / G \\+ 1 = 3"):
+        bsr.bsr_pattern("p", make(torch.cat([crow, crow[-1:]]), col, values, (32, 32)))
+    with pytest.raises(ValueError, match="col_indices one per stored block"):
+        bsr.bsr_pattern("p", make(crow, torch.cat([col, col]), values, (32, 32)))
+    with pytest.raises(ValueError, match="multiples of its block 16"):
+        bsr.bsr_pattern("p", make(crow, col, values, (32, 40)))
+    with pytest.raises(ValueError, match="1 to 65535 entries"):
+        bsr.bsr_sddmm(q.expand(0, 32, 64), q.expand(0, 32, 64),
+                      make(crow.expand(0, 3), col.expand(0, 4), values.expand(0, 4, 16, 16),
+                          (0, 32, 32)))
+
+
 @pytest.mark.parametrize("op, block, head_dim, target", [
     ("sddmm", 32, 128, "sm_90a"), ("sddmm", 128, 64, "sm_80"), ("spmm", 16, 128, "sm_90a"),
     ("spmm", 32, 64, "sm_80"), ("softmax", 16, None, "sm_80"), ("softmax", 128, None, "sm_90a")])

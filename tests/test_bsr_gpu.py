@@ -87,6 +87,24 @@ def test_spmm_against_torch_bsr_matmul(g, path):
     assert rel_err(o, want) <= 2 * rel_err(torch_o, want) + 1e-3
 
 
+@pytest.mark.parametrize("g", [16, 64])
+def test_softmax_with_masked_values_inside_stored_blocks(g, path):
+    """-inf scores inside stored blocks (a causal or window mask applied to s), including a
+    lane's whole first vector: the rest of the row still normalises (no NaN), as torch's
+    dense softmax does."""
+    m = 64 // g + 1  # block rows long enough that each lane walks several vectors
+    lay = layout((), m, 80 // (g // 16), g, 1.0)
+    vals = lay.values().float()
+    vals[0, :, :8] = float("-inf")  # the first vector of every scalar row of block row 0
+    vals[1::3, :, 3] = float("-inf")
+    s = torch.sparse_bsr_tensor(lay.crow_indices(), lay.col_indices(), vals.bfloat16(),
+                                size=lay.shape)
+    p = bsr.bsr_softmax(s)
+    want = reference.bsr_softmax(s)
+    assert not bool(torch.isnan(p.values()).any())
+    assert (p.values().float() - want.values()).abs().max().item() < 1e-2
+
+
 def test_strided_fp16_operands_and_scale(path):
     g, d = 64, 128
     lay = layout((2,), 4, 6, g, 0.5, torch.float16)

@@ -276,8 +276,13 @@ class BsrSoftmax:
             for v in cutlass.range(lane, vectors, 32, unroll=1):
                 x = self._vector(mVals, batch, first + v // per_block, i, v % per_block)
                 new_max = cutlass.max(run_max, x.reduce(cute.ReductionOp.MAX, -Float32.inf, 0))
-                run_sum = run_sum * cute.math.exp2((run_max - new_max) * LOG2E, fastmath=True) \
-                    + cute.math.exp2((x - new_max) * LOG2E, fastmath=True).reduce(
+                # while every value so far is -inf (masked), exponentiate against 0, not -inf:
+                # -inf - -inf is NaN, and one NaN would spread to the whole row
+                ref = Float32(0.0)
+                if new_max > -Float32.inf:
+                    ref = new_max
+                run_sum = run_sum * cute.math.exp2((run_max - ref) * LOG2E, fastmath=True) \
+                    + cute.math.exp2((x - ref) * LOG2E, fastmath=True).reduce(
                         cute.ReductionOp.ADD, Float32(0.0), 0)
                 run_max = new_max
             row_max = run_max

@@ -29,6 +29,8 @@ BLOCKS = (16, 32, 64, 128)
 HEAD_DIMS = (64, 128)
 DTYPES = (torch.bfloat16, torch.float16)
 INDEX_DTYPE = torch.int32
+#: the flattened batch is the kernels' grid y
+MAX_GRID_Y = 65535
 BSR_KERNELS = {"sddmm": "cute_kernels.kernels.bsr:BsrSddmm",
                "spmm": "cute_kernels.kernels.bsr:BsrSpmm",
                "softmax": "cute_kernels.kernels.bsr:BsrSoftmax"}
@@ -61,8 +63,9 @@ class Pattern:
         """A torch BSR tensor of this pattern holding ``values`` (Bt, nnz, G, G)."""
         g = self.block
         return torch.sparse_bsr_tensor(
-            self.crow.view(*self.batch, -1), self.col.view(*self.batch, -1),
-            values.view(*self.batch, -1, g, g), size=(*self.batch, *self.size),
+            self.crow.view(*self.batch, self.crow.shape[-1]),
+            self.col.view(*self.batch, self.col.shape[-1]),
+            values.view(*self.batch, self.col.shape[-1], g, g), size=(*self.batch, *self.size),
             check_invariants=False)
 
     def check_values(self) -> None:
@@ -92,16 +95,32 @@ def bsr_pattern(name: str, t: object, batch: tuple[int, ...] | None = None) -> P
     if t.dim() - 2 > 2 or t.dense_dim() != 0:
         raise ValueError(f"{name} must be (*batch, N, N_kv) with at most two batch dims and no "
                          f"dense dims, got shape {tuple(t.shape)}")
+    n, n_kv = t.shape[-2:]
+    crow_t, col_t = t.crow_indices(), t.col_indices()
+    # shapes only (no sync): torch builds BSR tensors with check_invariants=False that break
+    # these, and the kernels size their grids and writes by them
+    if n % g_rows or n_kv % g_rows:
+        raise ValueError(f"{name}'s size ({n}, {n_kv}) must be multiples of its block {g_rows}")
+    if crow_t.shape[-1] != n // g_rows + 1 or col_t.shape[-1] != t.values().shape[-3]:
+        raise ValueError(f"{name} is not a consistent BSR tensor: crow_indices needs N / G + 1 "
+                         f"= {n // g_rows + 1} entries (has {crow_t.shape[-1]}) and "
+                         f"col_indices one per stored block ({t.values().shape[-3]}, has "
+                         f"{col_t.shape[-1]})")
+    if col_t.shape[-1] and not n_kv:
+        raise ValueError(f"{name} stores blocks but has no columns")
     own = tuple(t.shape[:-2])
     if batch is not None and own not in ((), batch):
         raise ValueError(f"{name} has batch dims {own}, but the dense operands have {batch} "
                          f"(they must match, or {name} has none)")
     batch = own if batch is None else batch
-    crow = t.crow_indices().to(INDEX_DTYPE).reshape(-1, t.crow_indices().shape[-1])
-    col = t.col_indices().to(INDEX_DTYPE).reshape(-1, t.col_indices().shape[-1])
+    crow = crow_t.to(INDEX_DTYPE).reshape(-1, crow_t.shape[-1])
+    col = col_t.to(INDEX_DTYPE).reshape(-1, col_t.shape[-1])
     flat = 1
-    for n in batch:
-        flat *= n
+    for size in batch:
+        flat *= size
+    if not 0 < flat <= MAX_GRID_Y:
+        raise ValueError(f"the batch dims {batch} must hold 1 to {MAX_GRID_Y} entries (the "
+                         f"kernels' grid y), got {flat}")
     if crow.shape[0] != flat:  # a shared layout: one pattern for every batch entry
         crow, col = crow.expand(flat, -1), col.expand(flat, -1)
     return Pattern(crow.contiguous(), col.contiguous(), batch, tuple(t.shape[-2:]), g_rows)
@@ -157,8 +176,9 @@ def bsr_sddmm(q: torch.Tensor, k: torch.Tensor, layout: torch.Tensor, *,
 
     Raises:
         TypeError: a non-BSR layout, q/k not bf16/fp16 tensors, a non-float scale.
-        ValueError: non-square or unsupported blocks, mismatched shapes or batch dims, D not
-            64/128, a non-finite scale, bad indices (``validate``).
+        ValueError: non-square or unsupported blocks, a BSR tensor whose index shapes do not
+            fit its size, mismatched shapes or batch dims (or 0 / more than 65,535 batch
+            entries), D not 64/128, a non-finite scale, bad indices (``validate``).
     """
     pattern = bsr_pattern("layout", layout, tuple(q.shape[:-2]) if isinstance(
         q, torch.Tensor) else None)
@@ -196,7 +216,8 @@ def bsr_softmax(s: torch.Tensor, *, validate: bool | None = None) -> torch.Tenso
 
     Raises:
         TypeError: ``s`` not a BSR tensor, values not bf16/fp16.
-        ValueError: unsupported blocks or batch dims, bad indices (``validate``).
+        ValueError: unsupported blocks or batch dims (or 0 / more than 65,535 batch entries),
+            a BSR tensor whose index shapes do not fit its size, bad indices (``validate``).
     """
     pattern = bsr_pattern("s", s)
     values = s.values()
@@ -232,8 +253,9 @@ def bsr_spmm(p: torch.Tensor, v: torch.Tensor, *, validate: bool | None = None) 
 
     Raises:
         TypeError: ``p`` not a BSR tensor, dtypes not bf16/fp16 or not matching.
-        ValueError: unsupported blocks, mismatched shapes or batch dims, D not 64/128, bad
-            indices (``validate``).
+        ValueError: unsupported blocks, a BSR tensor whose index shapes do not fit its size,
+            mismatched shapes or batch dims (or 0 / more than 65,535 batch entries), D not
+            64/128, bad indices (``validate``).
     """
     pattern = bsr_pattern("p", p)
     g = pattern.block
