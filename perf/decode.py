@@ -73,21 +73,34 @@ BAR = 1.0  # ours / fastest SDPA (speed)
 SDPA_BACKENDS = ("cuDNN", "flash", "efficient")
 
 
+def query_tiles(b: int, h_kv: int, s_q: int, q_per_kv: int, causal: bool,
+                block_m: int = BLOCK_M) -> int:
+    """The query tiles (CTAs per split) the op launches: the q_per_kv query heads of a KV
+    head share tiles where it packs them (``packs_query_heads``), else one per query head."""
+    from cute_kernels.ops.attention import packs_query_heads
+
+    if packs_query_heads(h_kv * q_per_kv, h_kv, s_q, causal):
+        return -(-(q_per_kv * s_q) // block_m) * h_kv * b
+    return -(-s_q // block_m) * h_kv * q_per_kv * b
+
+
 def splits_heuristic(b: int, h_kv: int, s_q: int, s_kv: int, sms: int, *, q_per_kv: int = 1,
-                     block_m: int = BLOCK_M, block_n: int = BLOCK_N,
+                     causal: bool = False, block_m: int = BLOCK_M, block_n: int = BLOCK_N,
                      min_blocks: int = MIN_BLOCKS_PER_SPLIT, max_waves: int = 2,
                      max_splits: int = 128) -> int:
     """num_splits for a decode call, flash-decoding style: enough CTAs to fill the SMs.
 
-    Our split kernel launches ceil(s_q / block_m) x H x B CTAs per split (grid (query tiles,
-    H, n x B); H = h_kv x q_per_kv query heads, each in its own tile), one CTA per SM (the
-    128 x 128 D 128 tiles' shared memory). Already a wave (tiles >= sms): 1. Otherwise among
+    Our split kernel launches (query tiles) x B CTAs per split, one CTA per SM (the
+    128 x 128 D 128 tiles' shared memory): with ``causal`` left out of GQA packing (the op's
+    ``packs_query_heads``: decode shapes) the q_per_kv query heads of a KV head share tiles,
+    ceil(q_per_kv s_q / block_m) x h_kv of them; otherwise ceil(s_q / block_m) x h_kv x
+    q_per_kv, each query head in its own. Already a wave (tiles >= sms): 1. Otherwise among
     n = 1 .. min(max_splits, blocks // min_blocks) (at least ``min_blocks`` key blocks per
     split; blocks = ceil(s_kv / block_n)) with n x tiles <= max_waves waves, skipping an n
     whose blocks per split equal those of n - 1 (it only adds empty splits), the smallest n
     whose wave efficiency (waves / ceil(waves)) is within 85% of the best (FlashAttention-2's
     rule), so few splits (less combine work) unless more fill the last wave better."""
-    tiles = -(-s_q // block_m) * h_kv * q_per_kv * b
+    tiles = query_tiles(b, h_kv, s_q, q_per_kv, causal, block_m)
     blocks = -(-s_kv // block_n)
     cap = max(1, min(max_splits, blocks // min_blocks))
     if tiles >= sms or cap == 1:
@@ -288,7 +301,7 @@ def measure(b: int, s_q: int, s_kv: int, args, sms: int) -> dict:
             for _ in range(count)]
     ref = reference(*sets[0], args.causal)
     splits = split_candidates(s_kv, args.splits)
-    heur = splits_heuristic(b, H_KV, s_q, s_kv, sms, q_per_kv=H // H_KV)
+    heur = splits_heuristic(b, H_KV, s_q, s_kv, sms, q_per_kv=H // H_KV, causal=args.causal)
     fns = {**sdpa_contenders(args.causal, s_q, s_kv),
            **our_contenders(args.causal, sorted({*splits, heur}))}
     skipped, errors = probe(fns, sets[0], ref)
@@ -385,8 +398,8 @@ def plan(args, sms: int) -> None:
           f"n swept from {args.splits}")
     rows = []
     for b, s_q, s_kv in shapes(args.quick, args.s_q, args.s_kv, args.batch):
-        tiles = -(-s_q // BLOCK_M) * H * b
-        heur = splits_heuristic(b, H_KV, s_q, s_kv, sms, q_per_kv=H // H_KV)
+        tiles = query_tiles(b, H_KV, s_q, H // H_KV, args.causal)
+        heur = splits_heuristic(b, H_KV, s_q, s_kv, sms, q_per_kv=H // H_KV, causal=args.causal)
         rows.append([label(b, s_q, s_kv), tiles, " ".join(map(str, split_candidates(
             s_kv, args.splits))), heur, tiles * heur, set_bytes(b, s_q, s_kv) / 1e9])
     from cute_kernels.bench import format_table

@@ -236,3 +236,35 @@ def test_split_kv_kernel_ptx(path, target, head_dim, causal):
                       target)
     assert ("wgmma.mma_async" if path == "hopper" else "mma.sync.aligned") in ptx
     _assert_no_spills(ptx, target, allowed=32 if causal and path == "hopper" else 0)
+
+
+@pytest.mark.parametrize("s_q, causal", [(1, True), (1, False), (7, False)])
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+def test_packed_query_heads_are_the_same_attention(s_q, causal, layout):
+    """GQA packing (decode): the H / H_kv query heads of a KV head as rows of one
+    (B, H_kv, (H / H_kv) S_q, D) query, without GQA and non-causal, give the same o and lse
+    (a view of a contiguous q, a copy of a (B, S, H, D)-stored one)."""
+    from cute_kernels.ops.attention import packs_query_heads
+
+    g = torch.Generator().manual_seed(s_q)
+    b, h, h_kv, d, s_kv = 2, 8, 2, 64, 50
+    q = torch.randn(b, h, s_q, d, generator=g).bfloat16()
+    if layout == "bshd":
+        q = q.transpose(1, 2).contiguous().transpose(1, 2)
+    k = torch.randn(b, h_kv, s_kv, d, generator=g).bfloat16()
+    v = torch.randn(b, h_kv, s_kv, d, generator=g).bfloat16()
+    assert packs_query_heads(h, h_kv, s_q, causal)
+    packed = q.reshape(b, h_kv, (h // h_kv) * s_q, d)
+    o_packed, lse_packed = attention_reference(packed, k, v, causal=False)
+    o, lse = attention_reference(q, k, v, causal=causal)
+    torch.testing.assert_close(o_packed.view(b, h, s_q, d), o, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lse_packed.view(b, h, s_q), lse, atol=1e-5, rtol=1e-5)
+
+
+def test_packing_rule():
+    from cute_kernels.ops.attention import packs_query_heads
+
+    assert packs_query_heads(32, 8, 16, False) and packs_query_heads(32, 8, 1, True)
+    assert not packs_query_heads(8, 8, 1, False)      # no GQA
+    assert not packs_query_heads(32, 8, 128, False)   # a full tile per head already
+    assert not packs_query_heads(32, 8, 8, True)      # causal rows would take the wrong diagonal

@@ -25,14 +25,16 @@ decode = load_script()
 
 
 @pytest.mark.parametrize("b, s_q, s_kv, sms, expected", [
-    (1, 1, 4096, 132, 4),     # 32 tiles: 4 splits make 128 CTAs (0.97 of a wave)
-    (1, 8, 131072, 132, 4),
-    (4, 1, 65536, 132, 1),    # 128 tiles: a wave already
-    (16, 1, 131072, 132, 1),
-    (1, 1, 4096, 78, 2),      # 64 of 78 SMs; 4 splits would be 1.6 waves, no better
-    (1, 1, 256, 132, 1),      # 2 key blocks: fewer than 4 per split at n = 2
-    (1, 1, 1024, 132, 2),     # 8 key blocks: capped at 2 splits of 4
-    (1, 200, 65536, 132, 2),  # 2 query tiles per head: 64 tiles
+    # the op packs the 4 query heads of a KV head into one tile at these S_q: 8 tiles per
+    # batch entry (32 without packing)
+    (1, 1, 4096, 132, 7),      # 8 tiles: capped at 8 splits of 4 blocks, 7 within 85% of it
+    (1, 8, 131072, 132, 14),
+    (4, 1, 65536, 132, 4),     # 32 tiles: 4 splits make 128 CTAs (0.97 of a wave)
+    (16, 1, 131072, 132, 1),   # 128 tiles: a wave already (2 splits: 1.94 waves, no better)
+    (1, 1, 4096, 78, 7),
+    (1, 1, 256, 132, 1),       # 2 key blocks: fewer than 4 per split at n = 2
+    (1, 1, 1024, 132, 2),      # 8 key blocks: capped at 2 splits of 4
+    (1, 200, 65536, 132, 2),   # S_q >= a tile: not packed, 2 query tiles per head: 64 tiles
 ])
 def test_splits_heuristic(b, s_q, s_kv, sms, expected):
     assert decode.splits_heuristic(b, 8, s_q, s_kv, sms, q_per_kv=4) == expected
@@ -45,7 +47,13 @@ def test_splits_heuristic_bounds():
                 n = decode.splits_heuristic(b, 8, 1, s_kv, sms, q_per_kv=4)
                 blocks = -(-s_kv // 128)
                 assert 1 <= n <= max(1, blocks // 4)
-                assert n == 1 or 32 * b * n <= 2 * sms
+                assert n == 1 or 8 * b * n <= 2 * sms  # 8 packed tiles per batch entry
+
+
+def test_splits_heuristic_follows_the_ops_packing_rule():
+    """Causal S_q = 8 is not packed (the op's rule): 32 tiles at B 1, as before packing."""
+    assert decode.splits_heuristic(1, 8, 8, 65536, 132, q_per_kv=4, causal=True) == 4
+    assert decode.splits_heuristic(1, 8, 8, 65536, 132, q_per_kv=4) > 4
 
 
 def test_shapes_and_splits_swept():

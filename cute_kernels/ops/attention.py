@@ -268,20 +268,13 @@ def _attention(q, k, v, causal: bool = False, scale: float | None = None,
     ``scale`` None is 1 / sqrt(D); ``config``: Hopper kernel overrides (tests, tuning).
     o takes q's memory layout (``empty_like``) unless ``out`` is given. ``num_splits`` > 1:
     split-KV (:func:`_attention_split`)."""
+    if config is None and packs_query_heads(q.shape[1], k.shape[1], q.shape[2], causal):
+        return _attention_packed_heads(q, k, v, causal, scale, num_splits, out)
     if num_splits > 1:
         return _attention_split(q, k, v, causal, scale, num_splits, out, config)
     _check_device_args(q=q, k=k, v=v, **({"out": out} if out is not None else {}))
     b, h, s_q, d = q.shape
-    if out is None:
-        o = torch.empty_like(q)
-    else:
-        o = out
-        if (not isinstance(o, torch.Tensor) or o.shape != q.shape or o.dtype != q.dtype
-                or o.stride(-1) != 1 or any((st * o.element_size()) % 16
-                                            for st in o.stride()[:-1])):
-            raise ValueError(f"out must be a {q.dtype} tensor shaped like q {tuple(q.shape)} "
-                             f"with a unit-stride head dim and 16-byte strides")
-        check_no_overlap("out", o, q, k, v)
+    o = _output(q, k, v, out)
     lse = torch.empty(b, h, s_q, dtype=torch.float32, device=q.device)
     key = ("attention", q.dtype, d, bool(causal))
     kernel = kernel_for(q.device, key, lambda path, target: make_build(
@@ -296,6 +289,48 @@ def _attention(q, k, v, causal: bool = False, scale: float | None = None,
         mCounts=None, scale=1.0 / math.sqrt(d) if scale is None else scale, out_scale=None,
         mTileOrder=order, num_ctas=ctas))
     return o, lse
+
+
+def _output(q, k, v, out):
+    """``out`` checked (q's shape and dtype, a unit-stride head dim, 16-byte strides, no
+    overlap with the inputs), or a fresh tensor in q's memory layout."""
+    if out is None:
+        return torch.empty_like(q)
+    if (not isinstance(out, torch.Tensor) or out.shape != q.shape or out.dtype != q.dtype
+            or out.stride(-1) != 1 or any((st * out.element_size()) % 16
+                                          for st in out.stride()[:-1])):
+        raise ValueError(f"out must be a {q.dtype} tensor shaped like q {tuple(q.shape)} "
+                         f"with a unit-stride head dim and 16-byte strides")
+    check_no_overlap("out", out, q, k, v)
+    return out
+
+
+#: Query rows per tile below which GQA query heads are packed into shared tiles (the Hopper
+#: tile's 128 rows; the Ampere kernel's 64- or 128-row tiles are no larger)
+PACK_BELOW_ROWS = 128
+
+
+def packs_query_heads(h: int, h_kv: int, s_q: int, causal: bool) -> bool:
+    """Whether attention packs the ``h // h_kv`` query heads of each KV head into the same
+    query tiles: GQA with fewer query rows than a tile (decoding), where one tile per query
+    head re-reads its group's K and V once per head and leaves most rows idle. Causal only at
+    S_q = 1 (one row per head sees every key): packed rows would otherwise take the wrong
+    diagonal."""
+    return h_kv < h and s_q < PACK_BELOW_ROWS and (not causal or s_q == 1)
+
+
+def _attention_packed_heads(q, k, v, causal, scale, num_splits: int, out):
+    """GQA packing (:func:`packs_query_heads`): q (B, H, S_q, D) as (B, H_kv, (H / H_kv) S_q,
+    D), row ``j S_q + s`` of KV head g being query head ``g (H / H_kv) + j``'s row s (a view
+    of a contiguous q, else a copy), through the same kernels without GQA; o and lse are
+    viewed back. K and V are read once per KV head instead of once per query head."""
+    b, h, s_q, d = q.shape
+    h_kv = k.shape[1]
+    o = _output(q, k, v, out)
+    packed = q.reshape(b, h_kv, (h // h_kv) * s_q, d)
+    o_packed, lse = _attention(packed, k, v, False, scale, num_splits)
+    o.copy_(o_packed.view(b, h, s_q, d))
+    return o, lse.view(b, h, s_q)
 
 
 _TILE_ORDERS: dict[tuple, tuple[torch.Tensor, int]] = {}
@@ -330,6 +365,7 @@ def _attention_split(q, k, v, causal, scale, num_splits: int, out, config):
     where one CTA per tile leaves most SMs idle."""
     _check_device_args(q=q, k=k, v=v, **({"out": out} if out is not None else {}))
     b, h, s_q, d = q.shape
+    o = _output(q, k, v, out)  # checked before anything launches
     n = max(1, min(num_splits, -(-k.shape[2] // 128)))
     o_parts = torch.empty(n * b, h, s_q, d, dtype=q.dtype, device=q.device)
     lse_parts = torch.empty(n * b, h, s_q, dtype=torch.float32, device=q.device)
@@ -341,8 +377,6 @@ def _attention_split(q, k, v, causal, scale, num_splits: int, out, config):
         mQ=q, mK=k, mV=v, mO=o_parts, mLSE=lse_parts, mPrevLSE=None, mColsum=None,
         mIndices=None, mCounts=None, scale=1.0 / math.sqrt(d) if scale is None else scale,
         out_scale=None))
-    # o in out, else in q's memory layout, as the unsplit route writes it
-    o = torch.empty_like(q) if out is None else out
     if SPLIT_COMBINE_KERNEL_ON:
         lse = torch.empty(b, h, s_q, dtype=torch.float32, device=q.device)
         combine_kernel(o_parts, lse_parts, o, lse)
