@@ -5,11 +5,11 @@
 # Usage (repo root, on the device machine):
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/validate_session.sh tests
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/validate_session.sh checks
-# (one device call each: "tests" about 400 s of limits, "checks" about 430 s; no argument
+# (one device call each: "tests" about 520 s of limits, "checks" about 490 s; no argument
 # runs both). Covers (2026-11-23, second session): the BCSR stages (kernels/bsr.py: SDDMM,
 # sparse softmax, SpMM on both paths), the split-KV combine kernel
-# (kernels/attention/split_combine.py) and GQA query-head packing for decode (ops/attention.py),
-# written without a GPU. Prints a summary last.
+# (kernels/attention/split_combine.py), GQA query-head packing for decode (ops/attention.py)
+# and the Hopper gather kernel's count clamp, written without a GPU. Prints a summary last.
 set -u -o pipefail
 OUT=${OUT:-/tmp/ck-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-validate}
@@ -33,11 +33,15 @@ if [ "$PART" = all ] || [ "$PART" = tests ]; then
   step bsr-gpu-tests 240 python -m pytest -q -x --tb=short -p no:logging tests/test_bsr_gpu.py
   step attention-packed-and-combine 150 python -m pytest -q --tb=short -p no:logging \
     tests/test_attention_gpu.py -k "matches_reference or combine or split_kv"
+  step column-sparse-count-clamp 120 python -m pytest -q --tb=short -p no:logging \
+    tests/test_column_sparse_op_gpu.py
 fi
 if [ "$PART" = all ] || [ "$PART" = checks ]; then
   step memcheck-bsr-hopper 60 "${SANITIZE[@]}" --tool memcheck python perf/bsr_probe.py hopper
   step racecheck-bsr 60 "${SANITIZE[@]}" --tool racecheck python perf/bsr_probe.py hopper
   step memcheck-bsr-ampere 60 "${SANITIZE[@]}" --tool memcheck python perf/bsr_probe.py ampere
+  step memcheck-gather-counts 60 "${SANITIZE[@]}" --tool memcheck \
+    python perf/column_sparse_probe.py hopper 1000 777 128 128
   step perf-bsr-quick 120 python perf/bsr.py --quick --out "$OUT"
   step perf-decode-quick 130 python perf/decode.py --quick --out "$OUT"
 fi

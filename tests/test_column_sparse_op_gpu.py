@@ -141,6 +141,25 @@ def test_out_of_range_indices(path):
     assert not torch.isnan(o).any()
 
 
+@pytest.mark.parametrize("path", PATHS)
+def test_counts_past_the_list_are_clamped(path):
+    """A count above the list's width L (or below 0) without validate: both kernels clamp it
+    into [0, L], so the list is never read past its end; the result is attention over the
+    whole list (or nothing); validate=True names the count."""
+    q, k, v, indices, counts = make_inputs(1, 2, 2, 256, 300, 64, 128, lambda n: [50] * n)
+    width = indices.shape[-1]
+    bad = counts.clone()
+    bad[..., 0] = width + 1000
+    bad[..., 1] = -7
+    with pytest.raises(ValueError, match="count"):
+        column_sparse_attention(q, k, v, indices, bad, group=128, validate=True)
+    with force_path(path):
+        o = column_sparse_attention(q, k, v, indices, bad, group=128, validate=False)
+        want = column_sparse_attention(q, k, v, indices, bad.clamp(0, width), group=128)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(o, want, atol=0, rtol=0)
+
+
 def test_large_sparse_shape_runs_on_hopper():
     """The Hopper gather kernel at a big, sparse video-like shape (93% of 16k keys dropped),
     D = 128, group 192: finite output matching the reference on a sample of groups."""

@@ -440,9 +440,13 @@ class AttentionSm90:
         m_block, head, batch = tile.m_block, tile.head, tile.batch
         rows = None
         if cutlass.const_expr(self.gather):
-            # the group's packed key list: visits walk packed positions [0, count)
+            # the group's packed key list: visits walk packed positions [0, count), the count
+            # clamped into [0, L] so a bad one never reads past the list (as the Ampere
+            # kernel's; the op checks values in debug mode)
             rows = mIndices[batch, head, m_block, None]
-            blocks = self.key_blocks.tile(m_block, s_q, mCounts[batch, head, m_block])
+            count = cutlass.min(cutlass.max(mCounts[batch, head, m_block], Int32(0)),
+                                Int32(mIndices.shape[3]))
+            blocks = self.key_blocks.tile(m_block, s_q, count)
         elif cutlass.const_expr(self.block_sparse):
             blocks = self.key_blocks.tile(
                 m_block, s_q, s_kv, mIndices[batch, head, m_block, None],
