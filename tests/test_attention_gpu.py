@@ -265,3 +265,20 @@ def test_split_kv_through_the_combine_kernel(monkeypatch):
     want, want_lse = attention_reference(q, k, v)
     assert (o.float() - want).abs().max().item() < 2e-2
     torch.testing.assert_close(lse, want_lse, atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("s_q, causal", [(1, True), (1, False), (5, False), (40, False)])
+def test_gqa_decode_packs_query_heads(path, s_q, causal):
+    """GQA with fewer query rows than a tile: the op packs each KV head's query heads into
+    shared tiles (packs_query_heads); o (into a poisoned out, q stored (B, S, H, D)) and lse
+    against the float32 reference."""
+    from cute_kernels.ops.attention import packs_query_heads
+
+    assert packs_query_heads(16, 4, s_q, causal)
+    q, k, v = qkv(3, 16, 4, s_q, 777, 128)
+    poisoned = torch.full_like(q, float("nan"))
+    with ck.force_path(path):
+        o, lse = ck.attention(q, k, v, causal=causal, return_lse=True, out=poisoned)
+    assert o is poisoned
+    check(o, lse, q, k, v, causal)
