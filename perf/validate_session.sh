@@ -35,6 +35,7 @@ if [ "$PART" = all ] || [ "$PART" = tests ]; then
     tests/test_attention_gpu.py -k "matches_reference or combine or split_kv"
   step column-sparse-count-clamp 120 python -m pytest -q --tb=short -p no:logging \
     tests/test_column_sparse_op_gpu.py
+  step offload-gpu-tests 60 python -m pytest -q --tb=short -p no:logging tests/test_offload_gpu.py
 fi
 if [ "$PART" = all ] || [ "$PART" = checks ]; then
   step memcheck-bsr-hopper 60 "${SANITIZE[@]}" --tool memcheck python perf/bsr_probe.py hopper
