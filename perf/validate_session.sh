@@ -9,7 +9,8 @@
 # runs both). Covers (2026-11-23, second session): the BCSR stages (kernels/bsr.py: SDDMM,
 # sparse softmax, SpMM on both paths), the split-KV combine kernel
 # (kernels/attention/split_combine.py), GQA query-head packing for decode (ops/attention.py)
-# and the Hopper gather kernel's count clamp, written without a GPU. Prints a summary last.
+# the Hopper gather kernel's count clamp and the gather kernels' block-list expansion
+# (block-sparse PACKED_EXPANSION_IN_KERNEL), written without a GPU. Prints a summary last.
 set -u -o pipefail
 OUT=${OUT:-/tmp/ck-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-validate}
@@ -35,6 +36,8 @@ if [ "$PART" = all ] || [ "$PART" = tests ]; then
     tests/test_attention_gpu.py -k "matches_reference or combine or split_kv"
   step column-sparse-count-clamp 120 python -m pytest -q --tb=short -p no:logging \
     tests/test_column_sparse_op_gpu.py
+  step packed-expansion-in-kernel 90 python -m pytest -q --tb=short -p no:logging \
+    tests/test_block_sparse_gpu.py -k "packed or bad_list"
   step offload-gpu-tests 60 python -m pytest -q --tb=short -p no:logging tests/test_offload_gpu.py
 fi
 if [ "$PART" = all ] || [ "$PART" = checks ]; then

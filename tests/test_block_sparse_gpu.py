@@ -159,6 +159,28 @@ def test_packed_small_blocks(q_block, kv_block, keep, path):
     check(q, k, v, lists, block_size=(q_block, kv_block))
 
 
+@pytest.mark.parametrize("q_block, kv_block", [(128, 32), (64, 16), (128, 64)])
+def test_packed_blocks_expanded_in_the_kernels(q_block, kv_block, path, monkeypatch):
+    """PACKED_EXPANSION_IN_KERNEL (off until this passes): the gather kernels take the merged
+    block lists and expand them (no sync); partial and full lists both in use, S_kv a
+    multiple of the key block (the residue case stays on the host expansion)."""
+    monkeypatch.setattr(bs, "PACKED_EXPANSION_IN_KERNEL", True)
+    s_q, s_kv = 1000, 40 * kv_block
+    m, n = -(-s_q // q_block), s_kv // kv_block
+    on = torch.rand(2, 4, m, n, device="cuda") < 0.3
+    full = on & (torch.rand(2, 4, m, n, device="cuda") < 0.5)
+
+    def lists(sel):
+        order = torch.argsort((~sel).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+        return sel.sum(-1).to(torch.int32), order
+
+    q, k, v = fresh(2, 4, s_q, 128), fresh(2, 2, s_kv, 128), fresh(2, 2, s_kv, 128)
+    block_lists = (*lists(on & ~full), *lists(full))
+    assert bs.packed_entries(bs.block_lists(block_lists, 2, 4, s_q, s_kv,
+                                            (q_block, kv_block)), s_kv) is not None
+    check(q, k, v, block_lists, block_size=(q_block, kv_block))
+
+
 def test_bad_list_values_are_clamped_not_read_out_of_bounds(path):
     """Without debug mode the lists' values are not checked (that needs a device sync): the
     kernels clamp counts to the list width and blocks into the key range, so garbage gives

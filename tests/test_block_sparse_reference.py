@@ -2,6 +2,8 @@
 or of a dense mask, the element masks, the float32 reference against SDPA with the same
 boolean mask, validation before anything compiles, and the kernel's PTX (no GPU needed)."""
 
+import itertools
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -371,4 +373,47 @@ def test_dense_tile_order_causal_longest_first_per_head(monkeypatch):
     assert order.tolist() == [2, 1, 0, 5, 4, 3] and ctas == 6
     order, _ = attn.dense_tile_order(1, 2, 300, 300, False, 128, torch.device("cpu"))
     assert order.tolist() == list(range(6))
+
+
+@pytest.mark.parametrize("q_block, kv_block", [(128, 32), (64, 16)])
+def test_packed_entries_name_the_same_keys_as_packed_rows(q_block, kv_block):
+    """The in-kernel expansion's input: merged block lists whose expansion (E list[p // E] +
+    p % E for positions below the count) is packed_rows' key rows, without a sync; None when
+    S_kv has a residue block."""
+    s_q, s_kv = 256, 512
+    g = torch.Generator().manual_seed(kv_block)
+    m, n = s_q // q_block, s_kv // kv_block
+    on = torch.rand(1, 2, m, n, generator=g) < 0.4
+    full = on & (torch.rand(1, 2, m, n, generator=g) < 0.5)
+
+    def lists(sel):
+        order = torch.argsort((~sel).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+        return sel.sum(-1).to(torch.int32), order
+
+    lists_obj = bs.block_lists((*lists(on & ~full), *lists(full)), 1, 2, s_q, s_kv,
+                               (q_block, kv_block))
+    entries, counts = bs.packed_entries(lists_obj, s_kv)
+    rows, row_counts = bs.packed_rows(lists_obj, s_kv)
+    assert torch.equal(counts, row_counts)
+    for idx in itertools.product(*map(range, counts.shape)):
+        c = int(counts[idx])
+        pos = torch.arange(c)
+        expanded = entries[idx][pos // kv_block] * kv_block + pos % kv_block
+        assert sorted(expanded.tolist()) == sorted(rows[idx][:c].tolist())
+    assert bs.packed_entries(lists_obj, s_kv - 5) is None
+
+
+@pytest.mark.parametrize("path, group, target", [("hopper", 128, "sm_90a"),
+                                                 ("ampere", 64, "sm_80")])
+def test_gather_kernels_expand_block_lists(path, group, target):
+    """entry_keys > 1 compiles on both gather kernels: the list index becomes p >> log2(E)
+    and the key row list * E + (p & (E - 1))."""
+    from cute_kernels.ops.column_sparse import make_build
+    from cute_kernels.runtime.compile import compile_ptx
+
+    plain = compile_ptx(make_build(path, torch.bfloat16, 128, group, False), target)
+    packed = compile_ptx(make_build(path, torch.bfloat16, 128, group, False, entry_keys=32),
+                         target)
+    assert packed != plain
+    assert "shl.b32" in packed and ("and.b32" in packed)
 

@@ -184,12 +184,14 @@ def column_sparse_attention_reference(q, k, v, indices, counts, *, group: int = 
 
 
 def make_build(path: str, dtype, head_dim: int, group: int, accumulate: bool,
-               config: dict | None = None):
+               config: dict | None = None, entry_keys: int = 1):
     """The column-sparse attention kernel of ``path`` (``AttentionSm90`` / ``AttentionSm80``
     in their gather configuration) against symbolic tensors: q/k/v/o (B, H, S, D) as
     :func:`.attention.make_build`, compact int32 indices (B, H, G, L) and counts (B, H, G), a
     compact fp32 lse (B, H, S_q); ``accumulate`` compiles the ``o += out_scale * attention``
-    epilogue. ``config``: Hopper overrides (tests, tuning)."""
+    epilogue. ``config``: Hopper overrides (tests, tuning). ``entry_keys`` > 1: the lists
+    name blocks of that many consecutive keys, expanded in the kernels (block-sparse
+    attention's packed small blocks)."""
     import cutlass
 
     from ..runtime.bridge import fake_bhsd, fake_compact
@@ -204,13 +206,15 @@ def make_build(path: str, dtype, head_dim: int, group: int, accumulate: bool,
         from ..kernels.attention.sm90 import AttentionSm90
 
         cfg = hopper_gather_config(head_dim, group) if config is None else config
-        kernel = AttentionSm90(head_dim, False, **cfg, accumulate=accumulate)
+        entry = {"gather_entry_keys": entry_keys} if entry_keys != 1 else {}
+        kernel = AttentionSm90(head_dim, False, **cfg, **entry, accumulate=accumulate)
     else:
         # group 64 has no Hopper tile (one consumer warpgroup per 64 rows of a group, two or
         # three per CTA): it runs the Ampere kernel there too, compiled for sm_90a
         from ..kernels.attention.sm80 import AttentionSm80
 
-        kernel = AttentionSm80(head_dim, False, group=group, gather=True, accumulate=accumulate)
+        kernel = AttentionSm80(head_dim, False, group=group, gather=True, accumulate=accumulate,
+                               gather_entry_keys=entry_keys)
     return Build(kernel, launch_args(
         kernel, mQ=bhsd(), mK=bhsd(), mV=bhsd(), mO=bhsd(), mLSE=fake_compact(torch.float32, 3),
         mPrevLSE=None, mColsum=None, mIndices=fake_compact(torch.int32, 4),
@@ -219,11 +223,12 @@ def make_build(path: str, dtype, head_dim: int, group: int, accumulate: bool,
 
 
 def _column_sparse_attention(q, k, v, indices, counts, base, group: int, scale: float,
-                             out_scale: float, out=None):
+                             out_scale: float, out=None, entry_keys: int = 1):
     """The direct route, after ``validate_column_sparse``: (o, lse) from the path's kernel.
     ``base``: the tensor the attention is added onto (None: written), read and left unchanged
     unless it is ``out`` itself (the eager ``accumulate=True`` call); o is ``out`` when given,
-    else a new tensor in q's memory layout."""
+    else a new tensor in q's memory layout. ``entry_keys`` > 1: ``indices`` name blocks of
+    that many keys and ``counts`` count key positions (``make_build``)."""
     tensors = {"q": q, "k": k, "v": v, "indices": indices, "counts": counts}
     if base is not None:
         tensors["base"] = base
@@ -233,9 +238,9 @@ def _column_sparse_attention(q, k, v, indices, counts, base, group: int, scale: 
     if out is not None:
         check_no_overlap("out", out, q, k, v, indices, counts)
     b, h, s_q, d = q.shape
-    key = ("column_sparse_attention", q.dtype, d, group, base is not None)
+    key = ("column_sparse_attention", q.dtype, d, group, base is not None, entry_keys)
     kernel = kernel_for(q.device, key, lambda path, target: make_build(
-        path, q.dtype, d, group, base is not None))
+        path, q.dtype, d, group, base is not None, entry_keys=entry_keys))
     if out is None:
         o = torch.empty_like(q) if base is None else base.clone()
     else:

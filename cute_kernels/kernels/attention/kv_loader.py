@@ -132,6 +132,9 @@ class GatherKVLoader:
     ``n`` is packed positions ``n * block_n ...``. The producer warpgroup's 128 threads fill
     the same 128B-swizzled stage the TMA loader fills:
 
+    With ``entry_keys`` E > 1 the list holds blocks of E consecutive key rows instead (packed
+    small blocks of block-sparse attention): position ``p`` is row ``E * list[p // E] + p % E``.
+
     1. per key block, thread ``t`` reads index ``n * block_n + t`` (one coalesced load,
        ``fetch_row``; with ``prefetch`` issued one key block ahead, so its latency hides behind
        the previous block's copies instead of stalling every block), clamps it into
@@ -151,8 +154,13 @@ class GatherKVLoader:
     producer_threads = 128
 
     def __init__(self, block_n: int, head_dim: int, indices_barrier: int,
-                 hoist_swizzle: bool = True):
+                 hoist_swizzle: bool = True, entry_keys: int = 1):
         self.block_n, self.head_dim, self.hoist_swizzle = block_n, head_dim, hoist_swizzle
+        # entry_keys > 1: the list names blocks of that many consecutive key rows (packed
+        # small blocks of block-sparse attention), expanded here instead of on the host
+        if entry_keys < 1 or entry_keys & (entry_keys - 1):
+            raise ValueError(f"entry_keys must be a power of two >= 1, got {entry_keys}")
+        self.entry_keys = entry_keys
         self.indices_barrier = int(indices_barrier)
         self.chunks = head_dim // 8  # 16-byte chunks per 16-bit row
         self.rows_per_pass = self.producer_threads // self.chunks
@@ -195,7 +203,11 @@ class GatherKVLoader:
         rows, ptid, count = part.rows, part.ptid, part.count
         row = cutlass.Int32(0)
         if ptid < self.block_n:
-            row = rows[cutlass.min(n * self.block_n + ptid, count - 1)]
+            pos = cutlass.min(n * self.block_n + ptid, count - 1)
+            if cutlass.const_expr(self.entry_keys == 1):
+                row = rows[pos]
+            else:  # position pos is key (pos % E) of listed block pos // E
+                row = rows[pos // self.entry_keys] * self.entry_keys + pos % self.entry_keys
         return row
 
     @cute.jit

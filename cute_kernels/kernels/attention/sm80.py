@@ -97,8 +97,15 @@ class AttentionSm80:
     def __init__(self, head_dim: int, causal: bool = False, block_m: int | None = None,
                  block_n: int = 64, warps: int | None = None, colsum: bool = False,
                  group: int = 192, gather: bool = False, accumulate: bool = False,
-                 block_sparse: bool = False, mask=None, split_kv: bool = False):
+                 block_sparse: bool = False, mask=None, split_kv: bool = False,
+                 gather_entry_keys: int = 1):
         self.head_dim, self.causal = head_dim, causal
+        # gather_entry_keys E > 1: the gather list names blocks of E consecutive key rows
+        # (packed small blocks), position p being row E * list[p // E] + p % E
+        if gather_entry_keys < 1 or gather_entry_keys & (gather_entry_keys - 1):
+            raise ValueError(f"gather_entry_keys must be a power of two >= 1, got "
+                             f"{gather_entry_keys}")
+        self.entry_keys = gather_entry_keys
         # accumulate: out += out_scale * O, read-modify-written by the CTA that owns the tile
         # (each output element has exactly one writer, so nothing races)
         if accumulate and colsum:
@@ -389,7 +396,7 @@ class AttentionSm80:
         g = self.key_blocks.group_of(m_block)
         idx = mIndices[batch, head, g, None]
         count = cutlass.min(cutlass.max(mCounts[batch, head, g], Int32(0)),
-                            Int32(mIndices.shape[3]))
+                            Int32(mIndices.shape[3]) * self.entry_keys)
         count = count if s_kv > 0 else Int32(0)  # no row to clamp into: attend to nothing
         tKVc = thr_g2s.partition_S(cute.make_identity_tensor((self.block_n, self.head_dim)))
         assert cute.size(tKVc, mode=[2]) == 1  # K-major copy: one vector per row and thread
@@ -404,7 +411,13 @@ class AttentionSm80:
         idx, count, tKVc, kv_rows, s_kv = gat
         for i in cutlass.range_constexpr(cute.size(kv_rows)):
             pos = n * self.block_n + tKVc[(0, 0), i, 0][0]
-            row = cutlass.max(cutlass.min(idx[cutlass.min(pos, count - 1)], s_kv - 1), Int32(0))
+            at = cutlass.min(pos, count - 1)
+            listed = Int32(0)
+            if cutlass.const_expr(self.entry_keys == 1):
+                listed = idx[at]
+            else:  # key (at % E) of listed block at // E
+                listed = idx[at // self.entry_keys] * self.entry_keys + at % self.entry_keys
+            row = cutlass.max(cutlass.min(listed, s_kv - 1), Int32(0))
             kv_rows[i] = row if pos < count else Int32(-1)
 
     @cute.jit

@@ -155,6 +155,7 @@ class AttentionSm90:
                  colsum_method: str = "mma", colsum_rounds: int = 3, colsum_writers: int = 1,
                  colsum_stages: int = 4, gather: bool = False, accumulate: bool = False,
                  gather_prefetch: bool = True, gather_hoist: bool = True,
+                 gather_entry_keys: int = 1,
                  block_sparse: bool = False, mask=None, split_kv: bool = False,
                  persistent: bool = False):
         self.head_dim, self.causal, self.stages, self.colsum = head_dim, causal, stages, colsum
@@ -258,7 +259,8 @@ class AttentionSm90:
             raise ValueError("persistent applies to the dense, causal and block-sparse "
                              "kernels without pingpong")
         self.kv_loader = (GatherKVLoader(self.block_n, head_dim, NamedBarrier.GATHER_INDICES,
-                                         hoist_swizzle=gather_hoist)
+                                         hoist_swizzle=gather_hoist,
+                                         entry_keys=gather_entry_keys)
                           if gather else TmaKVLoader(self.block_n, head_dim))
         self.sums = NoColumnSums()
         if colsum:
@@ -445,7 +447,7 @@ class AttentionSm90:
             # kernel's; the op checks values in debug mode)
             rows = mIndices[batch, head, m_block, None]
             count = cutlass.min(cutlass.max(mCounts[batch, head, m_block], Int32(0)),
-                                Int32(mIndices.shape[3]))
+                                Int32(mIndices.shape[3]) * self.kv_loader.entry_keys)
             blocks = self.key_blocks.tile(m_block, s_q, count)
         elif cutlass.const_expr(self.block_sparse):
             blocks = self.key_blocks.tile(
