@@ -48,7 +48,9 @@ def rel_err(x, ref):
 @pytest.mark.parametrize("g", [16, 32, 64, 128])
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("batch, shared", [((), False), ((2, 3), False), ((4,), True)])
-def test_three_stages_match_references(g, d, batch, shared, path):
+@pytest.mark.parametrize("by_rows", [False, True])
+def test_three_stages_match_references(g, d, batch, shared, by_rows, path, monkeypatch):
+    monkeypatch.setattr(bsr, "SDDMM_BY_ROWS", by_rows)  # both SDDMM kernels
     m, n = 5, 7
     lay = layout(() if shared else batch, m, n, g, 0.4)
     q = torch.randn(*batch, m * g, d, device="cuda", generator=gen()).bfloat16()

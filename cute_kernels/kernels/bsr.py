@@ -13,6 +13,9 @@ at G < 64.
   smem, S = scale Q K^T by ldmatrix + mma.sync over D, written straight from the fragments into
   ``values[e]``. Warps: min(4, G / 16), stacked along the block's rows. Shared memory:
   2 x G x D x 2 bytes (64 KiB at G = 128, D = 128).
+* ``BsrSddmmRows``: the same by block rows, one CTA per block row (longest first) reading
+  its Q rows once and streaming K through two smem stages; which of the two is faster is for
+  ``perf/bsr.py`` to say (both are built; the op takes ``rows=``).
 * ``BsrSpmm``: one CTA per block row (rows taken in ``order``: the host sorts them longest
   first, the seed's static balancing by row weight), O (G x D) += P(e) V(col[e]) over the row's
   blocks, two smem stages (P(e + 1) and its V rows stream in while block e multiplies). Warps:
@@ -137,6 +140,93 @@ class BsrSddmm(_MmaStage):
         rS = cute.make_rmem_tensor_like(acc, dtype)
         rS.store((acc.load() * scale).to(dtype))
         cute.autovec_copy(rS, thr_mma.partition_C(mOut[batch, entry, None, None]))
+
+
+class BsrSddmmRows(_MmaStage):
+    """``BsrSddmm`` by block rows: one CTA per block row (rows in ``mOrder``, the host's
+    longest-first order) loads its Q rows once and streams the K rows of its stored blocks
+    through two smem stages (K(e + 1) lands while block e multiplies), writing each block's
+    scores as ``BsrSddmm`` does. Q is read once per block row instead of once per block.
+    Shared memory: (G x D) + 2 x (G x D) x 2 bytes (96 KiB at G = 128, D = 128).
+
+    Tensors: ``BsrSddmm``'s, with ``mCrow`` (Bt, M + 1) and ``mOrder`` (Bt, M) int32 in
+    place of ``mRows``.
+    """
+
+    stages = 2
+
+    @cute.jit
+    def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mCrow: cute.Tensor,
+                 mCols: cute.Tensor, mOrder: cute.Tensor, mOut: cute.Tensor, scale: Float32,
+                 stream):
+        tiled_mma = _tiled_mma(mQ.element_type, self.warps)
+        copy = g2s_copy(mQ.element_type, "k", self.block, self.head_dim, self.threads)
+        self.kernel(mQ, mK, mCrow, mCols, mOrder, mOut, scale, tiled_mma, copy).launch(
+            grid=(mOrder.shape[1], mOrder.shape[0], 1), block=(self.threads, 1, 1),
+            stream=stream)
+
+    @cute.kernel
+    def kernel(self, mQ: cute.Tensor, mK: cute.Tensor, mCrow: cute.Tensor, mCols: cute.Tensor,
+               mOrder: cute.Tensor, mOut: cute.Tensor, scale: Float32,
+               tiled_mma: cute.TiledMma, copy: cute.TiledCopy):
+        tidx, _, _ = cute.arch.thread_idx()
+        slot, batch, _ = cute.arch.block_idx()
+        G, D, dtype = self.block, self.head_dim, mQ.element_type
+        m_rows, nnz, n_cols = mOrder.shape[1], mCols.shape[1], mK.shape[1] // G
+        row = cutlass.min(cutlass.max(mOrder[batch, slot], 0), m_rows - 1)
+        first = cutlass.min(cutlass.max(mCrow[batch, row], 0), nnz)
+        end = cutlass.min(cutlass.max(mCrow[batch, row + 1], first), nnz)
+
+        q_layout = cute.tile_to_shape(smem_operand_atom("k", D, 2), (G, D), (0, 1))
+        k_layout = cute.tile_to_shape(smem_operand_atom("k", D, 2), (G, D, self.stages),
+                                      (0, 1, 2))
+
+        @cute.struct
+        class SharedStorage:
+            sQ: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(q_layout)], 1024]
+            sK: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(k_layout)], 1024]
+
+        storage = cutlass.memory.SmemAllocator().allocate(SharedStorage)
+        sQ = cute.make_tensor(storage.sQ.data_ptr(), q_layout)
+        sK = cute.make_tensor(storage.sK.data_ptr(), k_layout)
+        thr_copy = copy.get_slice(tidx)
+        thr_mma = tiled_mma.get_slice(tidx)
+        tSrQ = thr_mma.make_fragment_A(thr_mma.partition_A(sQ))
+        lds_q = cute.make_tiled_copy_A(_ldmatrix(False, dtype), tiled_mma)
+        lds_k = cute.make_tiled_copy_B(_ldmatrix(False, dtype), tiled_mma)
+        thr_q, thr_k = lds_q.get_slice(tidx), lds_k.get_slice(tidx)
+
+        if first < end:
+            gQ = cute.local_tile(mQ[batch, None, None], (G, D), (row, 0))
+            cute.copy(copy, thr_copy.partition_S(gQ), thr_copy.partition_D(sQ))
+            self._load_k(copy, thr_copy, mK, mCols, sK, batch, first, 0, n_cols)
+        cute.arch.cp_async_commit_group()
+        for e in cutlass.range(first, end, unroll=1):
+            stage = (e - first) % self.stages
+            if e + 1 < end:
+                self._load_k(copy, thr_copy, mK, mCols, sK, batch, e + 1,
+                             (e + 1 - first) % self.stages, n_cols)
+            cute.arch.cp_async_commit_group()
+            cute.arch.cp_async_wait_group(1)  # Q and block e's K have landed
+            cute.arch.sync_threads()
+            sKe = sK[None, None, stage]
+            tSrK = thr_mma.make_fragment_B(thr_mma.partition_B(sKe))
+            acc = cute.make_rmem_tensor(tiled_mma.partition_shape_C((G, G)), Float32)
+            acc.fill(0.0)
+            smem_gemm(tiled_mma, acc, lds_q, thr_q.partition_S(sQ), thr_q.retile(tSrQ), tSrQ,
+                      lds_k, thr_k.partition_S(sKe), thr_k.retile(tSrK), tSrK)
+            rS = cute.make_rmem_tensor_like(acc, dtype)
+            rS.store((acc.load() * scale).to(dtype))
+            cute.autovec_copy(rS, thr_mma.partition_C(mOut[batch, e, None, None]))
+            cute.arch.sync_threads()  # the stage is refilled two blocks on
+        cute.arch.cp_async_wait_group(0)
+
+    @cute.jit
+    def _load_k(self, copy, thr_copy, mK, mCols, sK, batch, e, stage, n_cols):
+        """cp.async the K rows of stored block ``e``'s column into ``stage``."""
+        col = cutlass.min(cutlass.max(mCols[batch, e], 0), n_cols - 1)
+        gK = cute.local_tile(mK[batch, None, None], (self.block, self.head_dim), (col, 0))
+        cute.copy(copy, thr_copy.partition_S(gK), thr_copy.partition_D(sK[None, None, stage]))
 
 
 class BsrSpmm(_MmaStage):

@@ -32,8 +32,12 @@ INDEX_DTYPE = torch.int32
 #: the flattened batch is the kernels' grid y
 MAX_GRID_Y = 65535
 BSR_KERNELS = {"sddmm": "cute_kernels.kernels.bsr:BsrSddmm",
+               "sddmm_rows": "cute_kernels.kernels.bsr:BsrSddmmRows",
                "spmm": "cute_kernels.kernels.bsr:BsrSpmm",
                "softmax": "cute_kernels.kernels.bsr:BsrSoftmax"}
+#: Which SDDMM kernel ``bsr_sddmm`` runs: one CTA per stored block (False) or per block row
+#: (True, Q read once per row); to be set by perf/bsr.py's measurement of both
+SDDMM_BY_ROWS = False
 
 
 class Pattern:
@@ -194,12 +198,23 @@ def bsr_sddmm(q: torch.Tensor, k: torch.Tensor, layout: torch.Tensor, *,
     check_same_device(q=q, k=k, layout=pattern.crow)
     if value_checks(validate):
         pattern.check_values()
-    nnz, d = pattern.col.shape[1], q.shape[-1]
-    values = torch.empty(pattern.flat, nnz, g, g, dtype=q.dtype, device=q.device)
+    return pattern.to_bsr(_sddmm(q_flat, k_flat, pattern, scale, SDDMM_BY_ROWS))
+
+
+def _sddmm(q_flat, k_flat, pattern: Pattern, scale: float, by_rows: bool) -> torch.Tensor:
+    """The SDDMM kernel's stored values (Bt, nnz, G, G), by stored block or by block row."""
+    g, nnz, d = pattern.block, pattern.col.shape[1], q_flat.shape[-1]
+    values = torch.empty(pattern.flat, nnz, g, g, dtype=q_flat.dtype, device=q_flat.device)
     if nnz and pattern.flat:
-        _launch("sddmm", q.device, (q.dtype, g, d), mQ=q_flat, mK=k_flat,
-                mRows=pattern.rows_of_entries(), mCols=pattern.col, mOut=values, scale=scale)
-    return pattern.to_bsr(values)
+        if by_rows:
+            _launch("sddmm_rows", q_flat.device, (q_flat.dtype, g, d), mQ=q_flat, mK=k_flat,
+                    mCrow=pattern.crow, mCols=pattern.col, mOrder=pattern.row_order(),
+                    mOut=values, scale=scale)
+        else:
+            _launch("sddmm", q_flat.device, (q_flat.dtype, g, d), mQ=q_flat, mK=k_flat,
+                    mRows=pattern.rows_of_entries(), mCols=pattern.col, mOut=values,
+                    scale=scale)
+    return values
 
 
 def bsr_softmax(s: torch.Tensor, *, validate: bool | None = None) -> torch.Tensor:
@@ -308,6 +323,10 @@ def make_build(op: str, dtype: torch.dtype, block: int, head_dim: int | None = N
         kernel = bsr.BsrSddmm(block, head_dim)
         named = dict(mQ=dense(block), mK=dense(block), mRows=index(), mCols=index(),
                      mOut=blocks(), scale=cutlass.Float32(1.0))
+    elif op == "sddmm_rows":
+        kernel = bsr.BsrSddmmRows(block, head_dim)
+        named = dict(mQ=dense(block), mK=dense(block), mCrow=index(), mCols=index(),
+                     mOrder=index(), mOut=blocks(), scale=cutlass.Float32(1.0))
     elif op == "spmm":
         kernel = bsr.BsrSpmm(block, head_dim)
         out = make_fake_compact_tensor(dt, (sym(), sym(block), head_dim),
