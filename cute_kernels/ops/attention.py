@@ -326,11 +326,25 @@ def _attention_packed_heads(q, k, v, causal, scale, num_splits: int, out):
     viewed back. K and V are read once per KV head instead of once per query head."""
     b, h, s_q, d = q.shape
     h_kv = k.shape[1]
+    _check_device_args(q=q, k=k, v=v, **({"out": out} if out is not None else {}))
     o = _output(q, k, v, out)
-    packed = q.reshape(b, h_kv, (h // h_kv) * s_q, d)
-    o_packed, lse = _attention(packed, k, v, False, scale, num_splits)
-    o.copy_(o_packed.view(b, h, s_q, d))
+    rows = (h // h_kv) * s_q
+    packed = q.reshape(b, h_kv, rows, d)
+    # the kernels write o in place where it has the packed shape as a view (a contiguous out;
+    # a fresh o when q itself was viewed), else through one copy
+    inner_out = _packed_view(o, (b, h_kv, rows, d))
+    o_packed, lse = _attention(packed, k, v, False, scale, num_splits, inner_out)
+    if inner_out is None:
+        o.copy_(o_packed.view(b, h, s_q, d))
     return o, lse.view(b, h, s_q)
+
+
+def _packed_view(o: torch.Tensor, shape) -> torch.Tensor | None:
+    """``o`` viewed as ``shape`` (the packed heads' rows), or None where no view exists."""
+    try:
+        return o.view(shape)
+    except RuntimeError:
+        return None
 
 
 _TILE_ORDERS: dict[tuple, tuple[torch.Tensor, int]] = {}

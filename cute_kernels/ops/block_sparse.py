@@ -308,21 +308,24 @@ PACKED_EXPANSION_IN_KERNEL = False
 def packed_entries(lists: BlockLists, s_kv: int):
     """Packed small blocks as the gather kernels' block lists (``entry_keys`` = the key
     block): per query block, its partial then its full listed blocks merged into one int32
-    (B, H, M, P + F) list, and counts in key positions (blocks x key block), with no device
-    sync. None when S_kv has a residue block (its rows past S_kv would need masking: the
-    host expansion ``packed_rows`` moves that block last instead)."""
+    (B, H, M, min(P + F, key blocks)) list, and counts in key positions (blocks x key block),
+    with no device sync. None when S_kv has a residue block (its rows past S_kv would need
+    masking: the host expansion ``packed_rows`` moves that block last instead)."""
     kv_block = lists.block_size[1]
     if s_kv % kv_block:
         return None
     partial_w, full_w = lists.partial_indices.shape[3], lists.full_indices.shape[3]
     n_partial = lists.partial_counts.clamp(0, partial_w).unsqueeze(-1)
     n_full = lists.full_counts.clamp(0, full_w).unsqueeze(-1)
-    t = torch.arange(partial_w + full_w, device=n_partial.device, dtype=INDEX_DTYPE)
+    # valid lists name each key block at most once: no query block lists more than there are
+    # (a BlockMask's lists are each as wide as the key blocks; both together would be twice)
+    width = min(partial_w + full_w, s_kv // kv_block)
+    t = torch.arange(width, device=n_partial.device, dtype=INDEX_DTYPE)
     in_partial = t.clamp(max=partial_w - 1).long().expand(*n_partial.shape[:-1], t.numel())
     in_full = (t - n_partial).clamp_(0, full_w - 1).long()
     entries = torch.where(t < n_partial, lists.partial_indices.gather(-1, in_partial),
                           lists.full_indices.gather(-1, in_full))
-    counts = ((n_partial + n_full).squeeze(-1) * kv_block).to(INDEX_DTYPE)
+    counts = ((n_partial + n_full).squeeze(-1).clamp(max=width) * kv_block).to(INDEX_DTYPE)
     return entries.to(INDEX_DTYPE).contiguous(), counts.contiguous()
 
 
@@ -542,12 +545,12 @@ def block_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bl
             raise ValueError(f"an element mask needs {BLOCK} x {BLOCK} blocks; blocks "
                              f"{lists.block_size} are packed into the gather kernels, which "
                              f"take whole blocks only (pass mask=None)")
-        from .column_sparse import _column_sparse_attention, column_sparse_attention
+        from .column_sparse import _COLUMN_SPARSE_ATTENTION, column_sparse_attention
 
         merged = packed_entries(lists, s_kv) if PACKED_EXPANSION_IN_KERNEL else None
         if merged is not None:  # no sync, no host expansion: the kernels expand the blocks
-            o, lse = _column_sparse_attention(q, k, v, *merged, None, lists.block_size[0],
-                                              scale, 1.0, entry_keys=lists.block_size[1])
+            o, lse = _COLUMN_SPARSE_ATTENTION(q, k, v, *merged, None, lists.block_size[0],
+                                              scale, 1.0, lists.block_size[1])
             return (o, lse) if return_lse else o
         indices, counts = packed_rows(lists, s_kv)
         return column_sparse_attention(q, k, v, indices, counts, group=lists.block_size[0],

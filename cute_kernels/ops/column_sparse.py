@@ -223,7 +223,7 @@ def make_build(path: str, dtype, head_dim: int, group: int, accumulate: bool,
 
 
 def _column_sparse_attention(q, k, v, indices, counts, base, group: int, scale: float,
-                             out_scale: float, out=None, entry_keys: int = 1):
+                             out_scale: float, entry_keys: int = 1, out=None):
     """The direct route, after ``validate_column_sparse``: (o, lse) from the path's kernel.
     ``base``: the tensor the attention is added onto (None: written), read and left unchanged
     unless it is ``out`` itself (the eager ``accumulate=True`` call); o is ``out`` when given,
@@ -268,12 +268,14 @@ def _column_sparse_params():
 def _column_sparse_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                 indices: torch.Tensor, counts: torch.Tensor,
                                 base: torch.Tensor | None, group: int, scale: float,
-                                out_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    return _column_sparse_attention(q, k, v, indices, counts, base, group, scale, out_scale)
+                                out_scale: float, entry_keys: int = 1
+                                ) -> tuple[torch.Tensor, torch.Tensor]:
+    return _column_sparse_attention(q, k, v, indices, counts, base, group, scale, out_scale,
+                                    entry_keys)
 
 
 @_column_sparse_attention_op.register_fake
-def _(q, k, v, indices, counts, base, group, scale, out_scale):
+def _(q, k, v, indices, counts, base, group, scale, out_scale, entry_keys=1):
     b, h, s_q, _ = q.shape
     return torch.empty_like(q), q.new_empty(b, h, s_q, dtype=torch.float32)
 

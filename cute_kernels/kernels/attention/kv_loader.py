@@ -206,8 +206,11 @@ class GatherKVLoader:
             pos = cutlass.min(n * self.block_n + ptid, count - 1)
             if cutlass.const_expr(self.entry_keys == 1):
                 row = rows[pos]
-            else:  # position pos is key (pos % E) of listed block pos // E
-                row = rows[pos // self.entry_keys] * self.entry_keys + pos % self.entry_keys
+            else:  # position pos is key (pos % E) of listed block pos // E, the block
+                # clamped first (a bad one reads its E rows of the last block, no overflow)
+                e = self.entry_keys
+                block = cutlass.min(cutlass.max(rows[pos // e], 0), (part.s_kv - 1) // e)
+                row = block * e + pos % e
         return row
 
     @cute.jit

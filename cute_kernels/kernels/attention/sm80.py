@@ -105,6 +105,8 @@ class AttentionSm80:
         if gather_entry_keys < 1 or gather_entry_keys & (gather_entry_keys - 1):
             raise ValueError(f"gather_entry_keys must be a power of two >= 1, got "
                              f"{gather_entry_keys}")
+        if gather_entry_keys != 1 and not gather:
+            raise ValueError("gather_entry_keys applies to the gather variant (gather=True)")
         self.entry_keys = gather_entry_keys
         # accumulate: out += out_scale * O, read-modify-written by the CTA that owns the tile
         # (each output element has exactly one writer, so nothing races)
@@ -415,8 +417,10 @@ class AttentionSm80:
             listed = Int32(0)
             if cutlass.const_expr(self.entry_keys == 1):
                 listed = idx[at]
-            else:  # key (at % E) of listed block at // E
-                listed = idx[at // self.entry_keys] * self.entry_keys + at % self.entry_keys
+            else:  # key (at % E) of listed block at // E, the block clamped first
+                e = self.entry_keys
+                block = cutlass.min(cutlass.max(idx[at // e], Int32(0)), (s_kv - 1) // e)
+                listed = block * e + at % e
             row = cutlass.max(cutlass.min(listed, s_kv - 1), Int32(0))
             kv_rows[i] = row if pos < count else Int32(-1)
 

@@ -258,6 +258,8 @@ class AttentionSm90:
         if persistent and (colsum or gather or split_kv or accumulate or pingpong):
             raise ValueError("persistent applies to the dense, causal and block-sparse "
                              "kernels without pingpong")
+        if gather_entry_keys != 1 and not gather:
+            raise ValueError("gather_entry_keys applies to the gather variant (gather=True)")
         self.kv_loader = (GatherKVLoader(self.block_n, head_dim, NamedBarrier.GATHER_INDICES,
                                          hoist_swizzle=gather_hoist,
                                          entry_keys=gather_entry_keys)
