@@ -11,6 +11,7 @@ import math
 import torch
 from torch import nn
 
+from .column_sparse_module import DenseStepSchedule
 from .ops.activations import ACTIVATION_FNS, check_activation
 from .ops.column_sparse import INDEX_DTYPE, check_group
 from .ops.column_sparse_mlp import MLP_ACTIVATIONS, column_sparse_mlp_reference
@@ -19,7 +20,7 @@ from .runtime.validate import check_int
 __all__ = ["ColumnSparseMLP"]
 
 
-class ColumnSparseMLP(nn.Module):
+class ColumnSparseMLP(DenseStepSchedule, nn.Module):
     """One MLP ``y = act(x W1^T + b1) W2^T + b2`` (``fc1``, ``fc2`` as ``nn.Linear``) run as
     cross-step sparse deltas.
 
@@ -53,9 +54,7 @@ class ColumnSparseMLP(nn.Module):
             raise ValueError(f"sparsity must be a float in [0, 1), got {sparsity!r}")
         self.fc1, self.fc2 = fc1, fc2
         self.activation, self.group, self.sparsity = activation, check_group(group), sparsity
-        self.dense_steps = check_int("dense_steps", dense_steps, min_value=1)
-        self.refresh_every = (None if refresh_every is None
-                              else check_int("refresh_every", refresh_every, min_value=1))
+        self._set_schedule(dense_steps, refresh_every)
         self._state = None
 
     @classmethod
@@ -69,10 +68,6 @@ class ColumnSparseMLP(nn.Module):
                 raise ValueError("mlp needs fc1/fc2 attributes or at least two nn.Linear layers")
             fc1, fc2 = linears[0], linears[-1]
         return cls(fc1, fc2, **kwargs)
-
-    def is_dense(self, step: int) -> bool:
-        return step < self.dense_steps or (self.refresh_every is not None
-                                           and step % self.refresh_every == 0)
 
     def forward(self, x: torch.Tensor, step: int) -> torch.Tensor:
         step = check_int("step", step, min_value=0)

@@ -28,7 +28,34 @@ __all__ = ["ColumnSparseAttention"]
 DEFAULT_SPARSITY = 0.93
 
 
-class ColumnSparseAttention(nn.Module):
+class DenseStepSchedule:
+    """Which diffusion steps are dense (the column-sparse modules' shared schedule):
+    ``step < dense_steps``, or (``refresh_every`` given) a multiple of ``refresh_every``."""
+
+    def _set_schedule(self, dense_steps: int, refresh_every: int | None) -> None:
+        self.dense_steps = check_int("dense_steps", dense_steps, min_value=1)
+        self.refresh_every = (None if refresh_every is None
+                              else check_int("refresh_every", refresh_every, min_value=1))
+
+    def is_dense(self, step: int) -> bool:
+        """Whether ``step`` is a dense step: ``step < dense_steps`` or a multiple of
+        ``refresh_every``.
+
+        Args:
+            step: a diffusion step, an int >= 0.
+
+        Returns:
+            True for a dense step, False for a sparse one.
+
+        Raises:
+            TypeError / ValueError: ``step`` not an int >= 0.
+        """
+        step = check_int("step", step, min_value=0)
+        return step < self.dense_steps or (self.refresh_every is not None
+                                           and step % self.refresh_every == 0)
+
+
+class ColumnSparseAttention(DenseStepSchedule, nn.Module):
     """One attention layer's column-sparse deltas across diffusion steps (Chipmunk Part III,
     docs/attention.md References): dense steps pick the important key columns of each query
     group and cache the rest of the output; sparse steps recompute only those columns.
@@ -128,9 +155,7 @@ class ColumnSparseAttention(nn.Module):
                             f"{type(generator).__name__}")
         self.group = group
         self.sparsity, self.k = sparsity, k
-        self.dense_steps = check_int("dense_steps", dense_steps, min_value=1)
-        self.refresh_every = (None if refresh_every is None
-                              else check_int("refresh_every", refresh_every, min_value=1))
+        self._set_schedule(dense_steps, refresh_every)
         self.multiple_of, self.random_fraction = multiple_of, float(random_fraction)
         self.bitpacked_mask, self.scale, self.generator = bitpacked_mask, scale, generator
         self.reset()
@@ -146,22 +171,6 @@ class ColumnSparseAttention(nn.Module):
         self._mask: torch.Tensor | None = None  # bitpacked selection (bitpacked_mask=True)
         self._s_kv = 0
 
-    def is_dense(self, step: int) -> bool:
-        """Whether ``step`` is a dense step: ``step < dense_steps`` or a multiple of
-        ``refresh_every``.
-
-        Args:
-            step: a diffusion step, an int >= 0.
-
-        Returns:
-            True for a dense step, False for a sparse one.
-
-        Raises:
-            TypeError / ValueError: ``step`` not an int >= 0.
-        """
-        step = check_int("step", step, min_value=0)
-        return step < self.dense_steps or (self.refresh_every is not None
-                                           and step % self.refresh_every == 0)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 step: int) -> torch.Tensor:

@@ -75,7 +75,6 @@ def main() -> None:
     gen = torch.Generator(device="cuda").manual_seed(0)
     q, k, v = (torch.randn(n, D, device="cuda", generator=gen).bfloat16() for _ in range(3))
     scores = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
-    copy_src = torch.empty(1, device="cuda")
     try:
         from torch.sparse._triton_ops import sampled_addmm
     except ImportError:  # older or newer torch: leave the column out

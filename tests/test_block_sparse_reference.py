@@ -3,6 +3,7 @@ or of a dense mask, the element masks, the float32 reference against SDPA with t
 boolean mask, validation before anything compiles, and the kernel's PTX (no GPU needed)."""
 
 import itertools
+import re
 
 import pytest
 import torch
@@ -415,5 +416,12 @@ def test_gather_kernels_expand_block_lists(path, group, target):
     packed = compile_ptx(make_build(path, torch.bfloat16, 128, group, False, entry_keys=32),
                          target)
     assert packed != plain
-    assert "shl.b32" in packed and ("and.b32" in packed)
+
+    def count(ptx, op):
+        return len(re.findall(rf"\b{re.escape(op)}\b", ptx))
+
+    # the expansion adds shifts and masks (power-of-two E) to the index math, no multiply
+    for op in ("shl.b32", "and.b32"):
+        assert count(packed, op) > count(plain, op), op
+    assert count(packed, "mul.lo.s32") == count(plain, "mul.lo.s32")
 

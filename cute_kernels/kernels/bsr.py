@@ -39,6 +39,7 @@ from cutlass import Float32
 from cutlass.cute.nvgpu import warp
 
 from .common.constants import LOG2E
+from .common.reductions import lane_allreduce
 from .common.sm80 import g2s_copy, smem_gemm, smem_operand_atom
 
 #: block sizes (G) the kernels take
@@ -67,6 +68,17 @@ def _tiled_mma(dtype, warps: int) -> cute.TiledMma:
 
 def _ldmatrix(transpose: bool, dtype):
     return cute.make_copy_atom(warp.LdMatrix8x8x16bOp(transpose, 4), dtype)
+
+
+@cute.jit
+def _block_row(mOrder, mCrow, nnz, batch, slot):
+    """(row, first, end): the block row a row-ordered CTA takes (slot ``slot`` of the host's
+    order) and its stored blocks [first, end), all clamped into the matrix (a bad layout
+    gives wrong numbers, never an out-of-bounds access)."""
+    row = cutlass.min(cutlass.max(mOrder[batch, slot], 0), mOrder.shape[1] - 1)
+    first = cutlass.min(cutlass.max(mCrow[batch, row], 0), nnz)
+    end = cutlass.min(cutlass.max(mCrow[batch, row + 1], first), nnz)
+    return row, first, end
 
 
 class _MmaStage:
@@ -172,10 +184,8 @@ class BsrSddmmRows(_MmaStage):
         tidx, _, _ = cute.arch.thread_idx()
         slot, batch, _ = cute.arch.block_idx()
         G, D, dtype = self.block, self.head_dim, mQ.element_type
-        m_rows, nnz, n_cols = mOrder.shape[1], mCols.shape[1], mK.shape[1] // G
-        row = cutlass.min(cutlass.max(mOrder[batch, slot], 0), m_rows - 1)
-        first = cutlass.min(cutlass.max(mCrow[batch, row], 0), nnz)
-        end = cutlass.min(cutlass.max(mCrow[batch, row + 1], first), nnz)
+        n_cols = mK.shape[1] // G
+        row, first, end = _block_row(mOrder, mCrow, mCols.shape[1], batch, slot)
 
         q_layout = cute.tile_to_shape(smem_operand_atom("k", D, 2), (G, D), (0, 1))
         k_layout = cute.tile_to_shape(smem_operand_atom("k", D, 2), (G, D, self.stages),
@@ -259,11 +269,8 @@ class BsrSpmm(_MmaStage):
         tidx, _, _ = cute.arch.thread_idx()
         slot, batch, _ = cute.arch.block_idx()
         G, D, dtype = self.block, self.head_dim, mV.element_type
-        m_rows, nnz, n_cols = mOrder.shape[1], mCols.shape[1], mV.shape[1] // G
-        row = cutlass.min(cutlass.max(mOrder[batch, slot], 0), m_rows - 1)
-        # the row's stored blocks [first, end), clamped into the stored entries
-        first = cutlass.min(cutlass.max(mCrow[batch, row], 0), nnz)
-        end = cutlass.min(cutlass.max(mCrow[batch, row + 1], first), nnz)
+        n_cols = mV.shape[1] // G
+        row, first, end = _block_row(mOrder, mCrow, mCols.shape[1], batch, slot)
 
         p_layout = cute.tile_to_shape(smem_operand_atom("k", G, 2), (G, G, self.stages),
                                       (0, 1, 2))
@@ -355,10 +362,7 @@ class BsrSoftmax:
         slot, batch, _ = cute.arch.block_idx()
         G = self.block
         lane, warp_id = tidx % 32, tidx // 32
-        m_rows, nnz = mOrder.shape[1], mVals.shape[1]
-        row = cutlass.min(cutlass.max(mOrder[batch, slot], 0), m_rows - 1)
-        first = cutlass.min(cutlass.max(mCrow[batch, row], 0), nnz)
-        end = cutlass.min(cutlass.max(mCrow[batch, row + 1], first), nnz)
+        _, first, end = _block_row(mOrder, mCrow, mVals.shape[1], batch, slot)
         per_block = G // VEC  # 16-byte vectors per block row
         vectors = (end - first) * per_block
         for i in cutlass.range(warp_id, G, self.warps, unroll=1):
@@ -375,16 +379,12 @@ class BsrSoftmax:
                     + cute.math.exp2((x - ref) * LOG2E, fastmath=True).reduce(
                         cute.ReductionOp.ADD, Float32(0.0), 0)
                 run_max = new_max
-            row_max = run_max
-            for offset in cutlass.range_constexpr(5):
-                row_max = cutlass.max(row_max, cute.arch.shuffle_sync_bfly(row_max,
-                                                                          offset=16 >> offset))
+            row_max = lane_allreduce(run_max, True)
             # this lane's sum rescaled to the row max (a lane that saw nothing adds 0)
             row_sum = Float32(0.0)
             if run_max > -Float32.inf:
                 row_sum = run_sum * cute.math.exp2((run_max - row_max) * LOG2E, fastmath=True)
-            for offset in cutlass.range_constexpr(5):
-                row_sum = row_sum + cute.arch.shuffle_sync_bfly(row_sum, offset=16 >> offset)
+            row_sum = lane_allreduce(row_sum, False)
             inv = Float32(1.0) / row_sum
             for v in cutlass.range(lane, vectors, 32, unroll=1):
                 e, chunk = first + v // per_block, v % per_block

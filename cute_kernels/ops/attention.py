@@ -487,8 +487,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
             strides), not overlapping q, k or v, to write o into.
         num_splits: split-KV (flash-decoding): each query tile's keys are cut into this
             many ranges run by separate CTAs and combined in float32 (for decoding: few
-            query rows, long keys). None or 1: no split (the default until the automatic
-            choice is measured). Not yet run on a GPU (docs/attention.md).
+            query rows, long keys). None or 1: no split (the default until an automatic
+            choice is measured; H100 timings per n in perf/RESULTS.md "Decode attention").
 
     Returns:
         o (B, H, S_q, D) in q's dtype and memory layout (``out`` itself when given); with

@@ -252,6 +252,25 @@ def dense_mask(lists: BlockLists, s_q: int, s_kv: int, mask: Mask | None,
     return visible | partial
 
 
+def _clamped_counts(lists: BlockLists):
+    """(B, H, M, 1) int32 partial and full counts, clamped into [0, list width]."""
+    return (lists.partial_counts.clamp(0, lists.partial_indices.shape[3]).unsqueeze(-1),
+            lists.full_counts.clamp(0, lists.full_indices.shape[3]).unsqueeze(-1))
+
+
+def _merged_lists(lists: BlockLists, t: torch.Tensor, n_partial: torch.Tensor,
+                  partial_w: int, full_w: int) -> torch.Tensor:
+    """Each query block's partial then full listed blocks as one list: entry ``t`` is
+    ``partial[t]`` for t < n_partial, else ``full[t - n_partial]`` (reading the first
+    ``partial_w`` / ``full_w`` columns of the lists; entries past the counts are filler)."""
+    partial = lists.partial_indices[..., :max(partial_w, 1)]
+    full = lists.full_indices[..., :max(full_w, 1)]
+    in_partial = t.clamp(max=partial.shape[-1] - 1).long().expand(*n_partial.shape[:-1],
+                                                                  t.numel())
+    in_full = (t - n_partial).clamp_(0, full.shape[-1] - 1).long()
+    return torch.where(t < n_partial, partial.gather(-1, in_partial), full.gather(-1, in_full))
+
+
 def packed_rows(lists: BlockLists, s_kv: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Tile packing for small key blocks: per query block, the key rows of its listed blocks
     (partial and full), as the column-sparse kernels' ``(indices, counts)``: int32
@@ -266,21 +285,12 @@ def packed_rows(lists: BlockLists, s_kv: int) -> tuple[torch.Tensor, torch.Tenso
     kv_block = lists.block_size[1]
     dev = lists.partial_counts.device
     n_kv = -(-s_kv // kv_block)
-    partial_w, full_w = lists.partial_indices.shape[3], lists.full_indices.shape[3]
-    n_partial = lists.partial_counts.clamp(0, partial_w).unsqueeze(-1)  # int32 throughout
-    n_full = lists.full_counts.clamp(0, full_w).unsqueeze(-1)
+    n_partial, n_full = _clamped_counts(lists)
     longest = torch.stack([n_partial.amax(), n_full.amax()]) if n_partial.numel() else None
     partial_l, full_l = longest.tolist() if longest is not None else (0, 0)
     width = max(partial_l + full_l, 1)
-    # entry t of the merged list: partial[t] for t < n_partial, else full[t - n_partial]
     t = torch.arange(width, device=dev, dtype=INDEX_DTYPE)
-    partial_part = lists.partial_indices[..., :max(partial_l, 1)]
-    full_part = lists.full_indices[..., :max(full_l, 1)]
-    in_partial = t.clamp(max=partial_part.shape[-1] - 1).long().expand(*n_partial.shape[:-1],
-                                                                       width)
-    in_full = (t - n_partial).clamp_(0, full_part.shape[-1] - 1).long()
-    blocks = torch.where(t < n_partial, partial_part.gather(-1, in_partial),
-                         full_part.gather(-1, in_full)).clamp_(0, n_kv - 1)
+    blocks = _merged_lists(lists, t, n_partial, partial_l, full_l).clamp_(0, n_kv - 1)
     entries = (n_partial + n_full).squeeze(-1)
     counts = entries * kv_block
     residue = s_kv % kv_block
@@ -315,16 +325,12 @@ def packed_entries(lists: BlockLists, s_kv: int):
     if s_kv % kv_block:
         return None
     partial_w, full_w = lists.partial_indices.shape[3], lists.full_indices.shape[3]
-    n_partial = lists.partial_counts.clamp(0, partial_w).unsqueeze(-1)
-    n_full = lists.full_counts.clamp(0, full_w).unsqueeze(-1)
+    n_partial, n_full = _clamped_counts(lists)
     # valid lists name each key block at most once: no query block lists more than there are
     # (a BlockMask's lists are each as wide as the key blocks; both together would be twice)
     width = min(partial_w + full_w, s_kv // kv_block)
     t = torch.arange(width, device=n_partial.device, dtype=INDEX_DTYPE)
-    in_partial = t.clamp(max=partial_w - 1).long().expand(*n_partial.shape[:-1], t.numel())
-    in_full = (t - n_partial).clamp_(0, full_w - 1).long()
-    entries = torch.where(t < n_partial, lists.partial_indices.gather(-1, in_partial),
-                          lists.full_indices.gather(-1, in_full))
+    entries = _merged_lists(lists, t, n_partial, partial_w, full_w)
     counts = ((n_partial + n_full).squeeze(-1).clamp(max=width) * kv_block).to(INDEX_DTYPE)
     return entries.to(INDEX_DTYPE).contiguous(), counts.contiguous()
 
@@ -415,7 +421,7 @@ def make_build(path: str, dtype, head_dim: int, mask: Mask | None, q_block: int 
         # spills 40-172 bytes under the masks, the sequential one 0 but for the document
         # mask's 64). The block is the 128 x 128 tile either way. One CTA per tile: the
         # persistent schedule (kernel docstring) measured 4-19% slower here (H100, S = 32k,
-        # perf/RESULTS.md: it spills 24-136 bytes in the consumers' loop).
+        # perf/RESULTS.md; ptxas reports 20-136 bytes of spills in its builds).
         kernel = AttentionSm90(head_dim, False, block_sparse=True, mask=mask,
                                overlap=head_dim == 128 and mask is None)
     else:

@@ -243,3 +243,21 @@ class SplitKeyBlocks(DenseKeyBlocks):
     def needs_mask(self, tile: SplitTile, n, step=None):
         return self.base._needs_mask(tile.m_block, n, tile.s_q, tile.s_kv)
 
+
+@cute.jit
+def key_block_tile(policy, m_block, s_q, s_kv, lists, batch, head, split, n_splits):
+    """The view of query tile ``m_block`` for the dense, causal, split-KV or block-list
+    ``policy``, whichever it is: ``lists`` = (mIndices, mCounts, mFullIndices, mFullCounts,
+    mDocIds) are read by the block-list policy only, ``split`` / ``n_splits`` by the split
+    one. (The gather policy's view needs the kernel's own count and is built there.)"""
+    if cutlass.const_expr(isinstance(policy, BlockListKeyBlocks)):
+        indices, counts, full_indices, full_counts, doc_ids = lists
+        view = policy.tile(m_block, s_q, s_kv, indices[batch, head, m_block, None],
+                           counts[batch, head, m_block], full_indices[batch, head, m_block, None],
+                           full_counts[batch, head, m_block], batch, head, doc_ids)
+    elif cutlass.const_expr(isinstance(policy, SplitKeyBlocks)):
+        view = policy.tile(m_block, s_q, s_kv, split, n_splits)
+    else:
+        view = policy.tile(m_block, s_q, s_kv)
+    return view
+

@@ -13,6 +13,7 @@ import cutlass.cute as cute
 from cutlass import Float32
 
 from ..common.constants import LN2
+from ..common.reductions import lane_allreduce
 from .mask_mod import apply_mask_mod
 
 
@@ -51,13 +52,7 @@ def acc_as_a_operand(acc: cute.Tensor) -> cute.Tensor:
 @cute.jit
 def quad_allreduce(val: Float32, is_max: cutlass.Constexpr) -> Float32:
     """Reduce over the 4 threads of an mma quad (lanes 4r .. 4r + 3)."""
-    for offset in cutlass.range_constexpr(2):
-        other = cute.arch.shuffle_sync_bfly(val, offset=2 >> offset)
-        if cutlass.const_expr(is_max):
-            val = cute.arch.fmax(val, other)
-        else:
-            val = val + other
-    return val
+    return lane_allreduce(val, is_max, 4)
 
 
 @cute.jit

@@ -20,7 +20,13 @@ from cutlass.cute.nvgpu import warp
 
 from ..common.constants import BYTES_PER_VEC, LOG2E
 from ..common.sm80 import g2s_copy, in_bounds_predicate, smem_gemm, smem_operand_atom
-from .block_info import BlockListKeyBlocks, PackedKeyRows, SplitKeyBlocks, key_block_policy
+from .block_info import (
+    BlockListKeyBlocks,
+    PackedKeyRows,
+    SplitKeyBlocks,
+    key_block_policy,
+    key_block_tile,
+)
 from .column_sums import (
     previous_step_factors,
     reduce_scatter_rows,
@@ -245,15 +251,10 @@ class AttentionSm80:
             tKgK, tVgV = mK[batch, kv_head, None, None], mV[batch, kv_head, None, None]
             gat = self._gather_setup(thr_g2s, mIndices, mCounts, batch, head, m_block, s_kv)
             blocks = self.key_blocks.tile(m_block, s_q, gat.count)  # over packed positions
-        elif cutlass.const_expr(self.block_sparse):
-            blocks = self.key_blocks.tile(
-                m_block, s_q, s_kv, mIndices[batch, head, m_block, None],
-                mCounts[batch, head, m_block], mFullIndices[batch, head, m_block, None],
-                mFullCounts[batch, head, m_block], batch, head, mDocIds)
-        elif cutlass.const_expr(self.split_kv):
-            blocks = self.key_blocks.tile(m_block, s_q, s_kv, split, n_splits)
         else:
-            blocks = self.key_blocks.tile(m_block, s_q, s_kv)
+            blocks = key_block_tile(self.key_blocks, m_block, s_q, s_kv,
+                                    (mIndices, mCounts, mFullIndices, mFullCounts, mDocIds),
+                                    batch, head, split, n_splits)
         n_blocks = blocks.n_blocks
 
         # ---- mma partitions and ldmatrix copies ----

@@ -23,7 +23,12 @@ from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
 from ..common.constants import LOG2E, SM90_SMEM_BYTES
-from .block_info import BlockListKeyBlocks, SplitKeyBlocks, key_block_policy
+from .block_info import (
+    BlockListKeyBlocks,
+    SplitKeyBlocks,
+    key_block_policy,
+    key_block_tile,
+)
 from .column_sums import ColumnSumsSm90, NoColumnSums
 from .kv_loader import GatherKVLoader, TmaKVLoader, _sdhb
 from .online_softmax import (
@@ -137,14 +142,15 @@ class AttentionSm90:
     blocks (``mIndices``/``mCounts``) then its full ones (``mFullIndices``/``mFullCounts``),
     one list entry read per visit; partial blocks get the element ``mask`` (``mask_mod.py``) in
     the softmax; loads, roles and pipelines are the dense kernel's.
-    Persistent schedule (``persistent``; the block-sparse op's, and the dense kernels' through
-    ``config``): ``num_ctas`` CTAs (one per SM) walk the host's tile order ``mTileOrder``
+    Persistent schedule (``persistent``; dense kernels reach it through ``config``, no op uses
+    it by default): ``num_ctas`` CTAs (one per SM) walk the host's tile order ``mTileOrder``
     (longest rows first), CTA c taking entries c, c + num_ctas, ...; every role carries its
     pipeline states from tile to tile, so the producer loads the next tile's Q (two Q stages,
     +32 KiB) and first K/V blocks while the consumers finish this one, and a consumer releases
-    its Q stage once the TMA store has read O out of it. Short rows (block-sparse, causal)
-    otherwise pay a launch, Q load, pipeline fill and epilogue per tile, unhidden.
-    Split-KV variant (``split_kv``, decoding; GPU-unverified so far): the grid's z is
+    its Q stage once the TMA store has read O out of it, meant to hide the per-tile launch, Q
+    load, pipeline fill and epilogue of short rows (block-sparse, causal). GPU tests pass, but
+    it measured 4-19% slower than one CTA per tile on an H100 (perf/RESULTS.md).
+    Split-KV variant (``split_kv``, decoding; GPU tests pass on an H100): the grid's z is
     split x B + batch; ``SplitKeyBlocks`` gives each CTA one range of the tile's key blocks,
     and O and lse (n_splits x B batch entries) hold the partials the op combines.
     """
@@ -451,15 +457,10 @@ class AttentionSm90:
             count = cutlass.min(cutlass.max(mCounts[batch, head, m_block], Int32(0)),
                                 Int32(mIndices.shape[3]) * self.kv_loader.entry_keys)
             blocks = self.key_blocks.tile(m_block, s_q, count)
-        elif cutlass.const_expr(self.block_sparse):
-            blocks = self.key_blocks.tile(
-                m_block, s_q, s_kv, mIndices[batch, head, m_block, None],
-                mCounts[batch, head, m_block], mFullIndices[batch, head, m_block, None],
-                mFullCounts[batch, head, m_block], batch, head, mDocIds)
-        elif cutlass.const_expr(self.split_kv):
-            blocks = self.key_blocks.tile(m_block, s_q, s_kv, split, n_splits)
         else:
-            blocks = self.key_blocks.tile(m_block, s_q, s_kv)
+            blocks = key_block_tile(self.key_blocks, m_block, s_q, s_kv,
+                                    (mIndices, mCounts, mFullIndices, mFullCounts, mDocIds),
+                                    batch, head, split, n_splits)
         return blocks, rows
 
     @cute.jit

@@ -14,13 +14,12 @@ both paths.
 
 from __future__ import annotations
 
-import math
-
 import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32
 
-from ..common.constants import LOG2E
+from ..common.constants import LN2, LOG2E
+from ..common.reductions import lane_allreduce
 
 
 class SplitCombine:
@@ -59,8 +58,7 @@ class SplitCombine:
             top = Float32(-Float32.inf)
             for i in cutlass.range(lane, splits, 32, unroll=1):
                 top = cutlass.max(top, mLseParts[i * batches + b, h, s])
-            for offset in cutlass.range_constexpr(5):
-                top = cutlass.max(top, cute.arch.shuffle_sync_bfly(top, offset=16 >> offset))
+            top = lane_allreduce(top, True)
             total = Float32(0.0)
             acc = cute.make_rmem_tensor((self.per_lane,), Float32)
             acc.fill(0.0)
@@ -68,8 +66,7 @@ class SplitCombine:
                 for i in cutlass.range(lane, splits, 32, unroll=1):
                     total = total + cute.math.exp2(
                         (mLseParts[i * batches + b, h, s] - top) * LOG2E, fastmath=True)
-                for offset in cutlass.range_constexpr(5):
-                    total = total + cute.arch.shuffle_sync_bfly(total, offset=16 >> offset)
+                total = lane_allreduce(total, False)
                 for i in cutlass.range(splits, unroll=1):
                     weight = cute.math.exp2((mLseParts[i * batches + b, h, s] - top) * LOG2E,
                                             fastmath=True)
@@ -80,7 +77,7 @@ class SplitCombine:
             lse = Float32(-Float32.inf)
             if total > Float32(0.0):
                 acc.store(acc.load() * (Float32(1.0) / total))
-                lse = top + cute.math.log2(total, fastmath=True) * Float32(math.log(2.0))
+                lse = top + cute.math.log2(total, fastmath=True) * Float32(LN2)
             out = cute.make_rmem_tensor((self.per_lane,), mO.element_type)
             out.store(acc.load().to(mO.element_type))
             cute.autovec_copy(out, self._lane_chunk(mO, b, h, s, lane))
