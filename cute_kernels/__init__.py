@@ -22,6 +22,9 @@ _EXPORTS = {
     "attention_colsum": ".ops.attention",
     "block_mask_from_dense": ".ops.block_sparse",
     "block_sparse_attention": ".ops.block_sparse",
+    "bsr_sddmm": ".ops.bsr",
+    "bsr_softmax": ".ops.bsr",
+    "bsr_spmm": ".ops.bsr",
     "column_indices": ".ops.column_sparse",
     "column_sparse_attention": ".ops.column_sparse",
     "topk_indices": ".ops.column_sparse",
@@ -47,6 +50,9 @@ __all__ = [
     "attention_colsum",
     "block_mask_from_dense",
     "block_sparse_attention",
+    "bsr_sddmm",
+    "bsr_softmax",
+    "bsr_spmm",
     "column_indices",
     "column_sparse_attention",
     "force_path",
@@ -69,6 +75,7 @@ if TYPE_CHECKING:  # static tools see the eager imports
     from .ops.attention import attention, attention_colsum
     from .ops.bitpack import pack_mask, unpack_mask
     from .ops.block_sparse import block_mask_from_dense, block_sparse_attention
+    from .ops.bsr import bsr_sddmm, bsr_softmax, bsr_spmm
     from .ops.column_sparse import column_indices, column_sparse_attention, topk_indices
     from .ops.gated_mlp import gated_mlp_up, pack_gated_weight, unpack_gated_weight
     from .ops.gemm import gemm, linear

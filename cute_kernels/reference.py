@@ -16,9 +16,9 @@ check a result, or to run the same math where there is no CUDA device::
 Argument rules follow the ops' where the math needs them (attention: the op's shape, dtype and
 head-dim rules, with the same error messages); the GEMMs take any sizes and dtypes.
 
-The ops of ``NOT_YET_PUBLIC`` (the BCSR stages) have their references here before the ops
-are exported from ``cute_kernels`` (their kernels not GPU-verified yet): they live in the
-module named there.
+An op whose kernels have not run on a GPU yet stays out of ``cute_kernels``' exports and is
+listed in ``NOT_YET_PUBLIC`` (name -> the module it lives in) while its reference is here;
+none is at the moment.
 """
 
 from __future__ import annotations
@@ -42,10 +42,8 @@ __all__ = ["attention", "attention_colsum", "block_sparse_attention", "bsr_sddmm
            "linear", "pack_mask", "topk_indices", "unpack_mask"]
 
 #: References whose ops are not exported from ``cute_kernels`` yet: name -> the op's module
-#: (the column-sparse and block-sparse ops left it when their kernels passed on a GPU; the
-#: BCSR stages' kernels have not run on one yet).
-NOT_YET_PUBLIC = {name: "cute_kernels.ops.bsr" for name in ("bsr_sddmm", "bsr_softmax",
-                                                             "bsr_spmm")}
+#: (the column-sparse, block-sparse and BCSR ops left it when their kernels passed on a GPU).
+NOT_YET_PUBLIC: dict[str, str] = {}
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,

@@ -148,7 +148,7 @@ def _block_sparse_entry() -> KernelEntry:
 
 #: variant -> (stage, G, D); every G and D compile alike (tests/test_bsr.py builds them all)
 BSR_VARIANTS = {"sddmm-g64-d128": ("sddmm", 64, 128), "sddmm-g16-d64": ("sddmm", 16, 64),
-                "sddmm-rows-g64-d128": ("sddmm_rows", 64, 128),
+                "sddmm-chunks-g64-d128": ("sddmm_chunks", 64, 128),
                 "softmax-g64": ("softmax", 64, None), "spmm-g64-d128": ("spmm", 64, 128),
                 "spmm-g128-d128": ("spmm", 128, 128)}
 

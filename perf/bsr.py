@@ -7,10 +7,10 @@ One head, N = 32,768 (``--quick``: 8,192) queries and keys, D = 128, bf16; rando
 layouts with a fraction p of the blocks absent, G in {16, 32, 64, 128}, p in {0.9, 0.95, 0.99}
 (quick: G 32 / 64, p 0.95). Per (G, p):
 
-* SDDMM ``scale Q K^T`` at the stored blocks: both our kernels (per stored block, per block
-  row) against dense ``q @ k.T`` (cuBLAS, the whole N x N) and torch's
+* SDDMM ``scale Q K^T`` at the stored blocks: both our kernels (per stored block, per chunk
+  of stored blocks) against dense ``q @ k.T`` (cuBLAS, the whole N x N) and torch's
   ``torch.sparse._triton_ops.sampled_addmm`` on the same layout (ratios for the faster one;
-  ``ops.bsr.SDDMM_BY_ROWS`` picks the op's kernel);
+  ``ops.bsr.SDDMM_CHUNKED`` picks the op's kernel);
 * softmax over the stored blocks: ours against ``torch.softmax`` of the dense N x N, and the
   fraction of copy bandwidth it reaches on the stored values (read once, written once);
 * SpMM ``P V``: ours against dense ``p @ v`` and torch's BSR ``p @ v`` (its triton
@@ -83,10 +83,10 @@ def main() -> None:
     dense = {"dense q k^T (cuBLAS)": lambda x: torch.mm(q, k.t(), out=scores),
              "dense softmax": lambda x: torch.softmax(scores, -1),
              "dense p v (cuBLAS)": lambda x: scores @ v}
-    def sddmm_with(by_rows: bool, lay):
+    def sddmm_with(chunked: bool, lay):
         """bsr_sddmm through one of its two kernels (the module switch, set per call)."""
         def run(x):
-            bsr_ops.SDDMM_BY_ROWS = by_rows
+            bsr_ops.SDDMM_CHUNKED = chunked
             return bsr_sddmm(q, k, lay)
         return run
 
@@ -100,7 +100,7 @@ def main() -> None:
             copy_src = torch.empty(stored, dtype=torch.uint8, device="cuda")
             fns = {**dense,
                    "ours sddmm": sddmm_with(False, lay),
-                   "ours sddmm (rows)": sddmm_with(True, lay),
+                   "ours sddmm (chunks)": sddmm_with(True, lay),
                    "ours softmax": lambda x, s=s: bsr_softmax(s),
                    "ours spmm": lambda x, prob=prob: bsr_spmm(prob, v),
                    "copy stored values": lambda x, src=copy_src: src.clone(),
@@ -119,15 +119,15 @@ def main() -> None:
             def ms(name, t=t):
                 return t[name].median_ms if name in t else float("nan")
 
-            sddmm = min(ms("ours sddmm"), ms("ours sddmm (rows)"))
-            rows.append([g, p, ms("ours sddmm"), ms("ours sddmm (rows)"),
+            sddmm = min(ms("ours sddmm"), ms("ours sddmm (chunks)"))
+            rows.append([g, p, ms("ours sddmm"), ms("ours sddmm (chunks)"),
                          ms("dense q k^T (cuBLAS)") / sddmm,
                          ms("torch bsr sddmm") / sddmm, ms("ours softmax"),
                          ms("dense softmax") / ms("ours softmax"),
                          ms("copy stored values") / ms("ours softmax"), ms("ours spmm"),
                          ms("dense p v (cuBLAS)") / ms("ours spmm"),
                          ms("torch bsr spmm") / ms("ours spmm"), 1 / (1 - p)])
-    headers = ["G", "p", "sddmm ms", "sddmm rows ms", "best x dense", "best x torch bsr",
+    headers = ["G", "p", "sddmm ms", "sddmm chunks ms", "best x dense", "best x torch bsr",
                "softmax ms", "x dense", "of copy BW", "spmm ms", "x dense", "x torch bsr",
                "ideal"]
     print(f"\n{device_name()} | torch {torch.__version__} | commit {commit_id()} | "

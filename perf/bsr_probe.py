@@ -23,9 +23,9 @@ with ck.force_path(path):
             (g, g))
         q, k, v = (torch.randn(2, n, d, device="cuda").bfloat16() for _ in "qkv")
         bsr_spmm(bsr_softmax(bsr_sddmm(q, k, layout)), v)
-        bsr_ops.SDDMM_BY_ROWS = True  # the block-row SDDMM kernel too
+        bsr_ops.SDDMM_CHUNKED = not bsr_ops.SDDMM_CHUNKED  # the other SDDMM kernel too
         bsr_sddmm(q, k, layout)
-        bsr_ops.SDDMM_BY_ROWS = False
+        bsr_ops.SDDMM_CHUNKED = not bsr_ops.SDDMM_CHUNKED
         # bad columns without debug mode: clamped, never an out-of-bounds access
         bad = torch.sparse_bsr_tensor(layout.crow_indices(), layout.col_indices() + 9,
                                       layout.values(), size=layout.shape, check_invariants=False)

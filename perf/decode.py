@@ -426,8 +426,15 @@ def main(argv=None) -> None:
                     help="print shapes, n swept and the heuristic's n, then exit (no GPU needed)")
     ap.add_argument("--sms", type=int, default=None,
                     help=f"SM count for the heuristic (default: the GPU's, {H100_SMS} without)")
+    ap.add_argument("--combine", choices=["torch", "kernel"], default=None,
+                    help="how split-KV partials are combined (default: the library's "
+                         "ops.attention.SPLIT_COMBINE_KERNEL_ON)")
     ap.add_argument("--out", default="perf/results")
     args = ap.parse_args(argv)
+    if args.combine is not None:
+        from cute_kernels.ops import attention as attention_ops
+
+        attention_ops.SPLIT_COMBINE_KERNEL_ON = args.combine == "kernel"
     gpu = torch.cuda.is_available()
     sms = args.sms or (torch.cuda.get_device_properties(0).multi_processor_count if gpu
                        else H100_SMS)

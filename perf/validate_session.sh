@@ -5,6 +5,7 @@
 # Usage (repo root, on the device machine):
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/validate_session.sh tests
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/validate_session.sh checks
+#   source .whl/setup-gpu-env.sh .whl . && bash perf/validate_session.sh measure
 # (one device call each: "tests" about 520 s of limits, "checks" about 490 s; no argument
 # runs both). Covers (2026-11-23, second session): the BCSR stages (kernels/bsr.py: SDDMM,
 # sparse softmax, SpMM on both paths), the split-KV combine kernel
@@ -48,5 +49,22 @@ if [ "$PART" = all ] || [ "$PART" = checks ]; then
     python perf/column_sparse_probe.py hopper 1000 777 128 128
   step perf-bsr-quick 120 python perf/bsr.py --quick --out "$OUT"
   step perf-decode-quick 130 python perf/decode.py --quick --out "$OUT"
+fi
+if [ "$PART" = bsr ]; then  # the reworked BCSR kernels (chunked SDDMM, per-row softmax) and the gates
+  step bsr-gpu-tests 200 python -m pytest -q -x --tb=short -p no:logging tests/test_bsr_gpu.py
+  step gates-gpu-tests 120 python -m pytest -q --tb=short -p no:logging \
+    tests/test_attention_gpu.py tests/test_block_sparse_gpu.py -k "combine or split_kv or packed"
+  step memcheck-bsr 60 "${SANITIZE[@]}" --tool memcheck python perf/bsr_probe.py hopper
+  step racecheck-bsr 60 "${SANITIZE[@]}" --tool racecheck python perf/bsr_probe.py hopper
+  step bsr-breakdown 90 python perf/bsr_breakdown.py --n 32768
+  step perf-bsr 200 python perf/bsr.py --rounds 5 --out "$OUT"
+fi
+if [ "$PART" = measure ]; then  # the switches' A/B and where the BCSR time goes
+  step bsr-breakdown 150 python perf/bsr_breakdown.py --n 32768
+  step ncu-bsr 150 ncu --kernel-name regex:Bsr --launch-count 3 --section SpeedOfLight \
+    --section Occupancy --section WarpStateStats --section LaunchStats \
+    python perf/bsr_breakdown.py --n 32768 --blocks 64
+  step decode-combine-kernel 130 python perf/decode.py --quick --combine kernel --out "$OUT/ck"
+  step block-sparse-8k 240 python perf/block_sparse.py --quick --out "$OUT"
 fi
 echo; printf '%s\n' "${summary[@]}"

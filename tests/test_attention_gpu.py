@@ -252,12 +252,13 @@ def test_split_combine_kernel_matches_combine_splits(d, splits):
     assert bool((o[1, 2, 3] == 0).all())
 
 
-def test_split_kv_through_the_combine_kernel(monkeypatch):
-    """The op's split route with the combine kernel switched on (the switch is off until this
-    passes on a GPU)."""
+@pytest.mark.parametrize("kernel_combine", [True, False])
+def test_split_kv_through_the_combine_kernel(kernel_combine, monkeypatch):
+    """The op's split route through either combine (``SPLIT_COMBINE_KERNEL_ON``): the kernel
+    (the default) or ``combine_splits`` in torch."""
     from cute_kernels.ops import attention as attn
 
-    monkeypatch.setattr(attn, "SPLIT_COMBINE_KERNEL_ON", True)
+    monkeypatch.setattr(attn, "SPLIT_COMBINE_KERNEL_ON", kernel_combine)
     q = torch.randn(2, 8, 3, 128, device="cuda").bfloat16()
     k = torch.randn(2, 2, 5000, 128, device="cuda").bfloat16()
     v = torch.randn(2, 2, 5000, 128, device="cuda").bfloat16()

@@ -160,11 +160,13 @@ def test_packed_small_blocks(q_block, kv_block, keep, path):
 
 
 @pytest.mark.parametrize("q_block, kv_block", [(128, 32), (64, 16), (128, 64)])
-def test_packed_blocks_expanded_in_the_kernels(q_block, kv_block, path, monkeypatch):
-    """PACKED_EXPANSION_IN_KERNEL (off until this passes): the gather kernels take the merged
-    block lists and expand them (no sync); partial and full lists both in use, S_kv a
-    multiple of the key block (the residue case stays on the host expansion)."""
-    monkeypatch.setattr(bs, "PACKED_EXPANSION_IN_KERNEL", True)
+@pytest.mark.parametrize("in_kernel", [True, False])
+def test_packed_blocks_expanded_in_the_kernels(q_block, kv_block, in_kernel, path, monkeypatch):
+    """Both expansions of packed blocks (``PACKED_EXPANSION_IN_KERNEL``): the gather kernels
+    take the merged block lists and expand them (no sync), or the host expands them into key
+    rows (``packed_rows``); partial and full lists both in use, S_kv a multiple of the key
+    block (the residue case always takes the host expansion)."""
+    monkeypatch.setattr(bs, "PACKED_EXPANSION_IN_KERNEL", in_kernel)
     s_q, s_kv = 1000, 40 * kv_block
     m, n = -(-s_q // q_block), s_kv // kv_block
     on = torch.rand(2, 4, m, n, device="cuda") < 0.3

@@ -121,8 +121,8 @@ def test_inconsistent_bsr_tensors_are_refused_from_their_shapes():
 
 
 @pytest.mark.parametrize("op, block, head_dim, target", [
-    ("sddmm", 32, 128, "sm_90a"), ("sddmm", 128, 64, "sm_80"), ("sddmm_rows", 16, 64, "sm_80"),
-    ("sddmm_rows", 128, 128, "sm_90a"), ("spmm", 16, 128, "sm_90a"),
+    ("sddmm", 32, 128, "sm_90a"), ("sddmm", 128, 64, "sm_80"), ("sddmm_chunks", 16, 64, "sm_80"),
+    ("sddmm_chunks", 128, 128, "sm_90a"), ("spmm", 16, 128, "sm_90a"),
     ("spmm", 32, 64, "sm_80"), ("softmax", 16, None, "sm_80"), ("softmax", 128, None, "sm_90a")])
 def test_other_block_sizes_compile(op, block, head_dim, target):
     """The registry's variants cover G = 16 / 64 / 128; these the remaining (G, D, target)

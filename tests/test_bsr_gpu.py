@@ -1,8 +1,7 @@
 """The BCSR stages (issue 15) on the GPU, both paths: SDDMM, sparse softmax and SpMM against
 the float32 references (``cute_kernels.reference.bsr_*``) and torch's own BSR matmul, fresh
 random inputs, every block size, batch dims, a shared layout, empty block rows, strided and
-fp16 operands, outputs allocated from poisoned memory. Not yet run on a GPU (written with the
-kernels)."""
+fp16 operands, outputs allocated from poisoned memory, grids of more than one wave."""
 
 import os
 
@@ -48,9 +47,9 @@ def rel_err(x, ref):
 @pytest.mark.parametrize("g", [16, 32, 64, 128])
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("batch, shared", [((), False), ((2, 3), False), ((4,), True)])
-@pytest.mark.parametrize("by_rows", [False, True])
-def test_three_stages_match_references(g, d, batch, shared, by_rows, path, monkeypatch):
-    monkeypatch.setattr(bsr, "SDDMM_BY_ROWS", by_rows)  # both SDDMM kernels
+@pytest.mark.parametrize("chunked", [False, True])
+def test_three_stages_match_references(g, d, batch, shared, chunked, path, monkeypatch):
+    monkeypatch.setattr(bsr, "SDDMM_CHUNKED", chunked)  # both SDDMM kernels
     m, n = 5, 7
     lay = layout(() if shared else batch, m, n, g, 0.4)
     q = torch.randn(*batch, m * g, d, device="cuda", generator=gen()).bfloat16()
@@ -105,6 +104,28 @@ def test_softmax_with_masked_values_inside_stored_blocks(g, path):
     want = reference.bsr_softmax(s)
     assert not bool(torch.isnan(p.values()).any())
     assert (p.values().float() - want.values()).abs().max().item() < 1e-2
+
+
+def test_more_block_rows_than_one_wave(path):
+    """G = 128 with more block rows than SMs (one SpMM CTA per SM at G = 128): SpMM launches
+    the longest rows first (``Pattern.spmm_order``), the softmax's one-warp-per-row grid and
+    the SDDMM chunks run many waves; rows of very uneven length, every stage against its
+    reference."""
+    g, m, n = 128, 96, 24
+    lay = layout((2,), m, n, g, 0.15)
+    pattern = bsr.bsr_pattern("p", lay)
+    order = pattern.spmm_order(128)
+    lengths = (pattern.crow[:, 1:] - pattern.crow[:, :-1]).gather(1, order.long())
+    assert bool((lengths[:, 1:] <= lengths[:, :-1]).all())  # the sorted launch order
+    assert not torch.equal(order, torch.arange(m, device="cuda", dtype=order.dtype).expand(2, m))
+    q = torch.randn(2, m * g, 128, device="cuda", generator=gen()).bfloat16()
+    kv = torch.randn(2, n * g, 128, device="cuda", generator=gen()).bfloat16()
+    poison_allocator()
+    s = bsr.bsr_sddmm(q, kv, lay)
+    assert rel_err(s.values(), reference.bsr_sddmm(q, kv, lay).values()) < 1e-2
+    p = bsr.bsr_softmax(s)
+    assert (p.values().float() - reference.bsr_softmax(s).values()).abs().max().item() < 1e-2
+    assert rel_err(bsr.bsr_spmm(p, kv), reference.bsr_spmm(p, kv)) < 1e-2
 
 
 def test_strided_fp16_operands_and_scale(path):

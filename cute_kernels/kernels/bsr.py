@@ -13,18 +13,19 @@ at G < 64.
   smem, S = scale Q K^T by ldmatrix + mma.sync over D, written straight from the fragments into
   ``values[e]``. Warps: min(4, G / 16), stacked along the block's rows. Shared memory:
   2 x G x D x 2 bytes (64 KiB at G = 128, D = 128).
-* ``BsrSddmmRows``: the same by block rows, one CTA per block row (longest first) reading
-  its Q rows once and streaming K through two smem stages; which of the two is faster is for
-  ``perf/bsr.py`` to say (both are built; the op takes ``rows=``).
+* ``BsrSddmmChunks``: the same over chunks of four consecutive stored blocks per CTA, two
+  smem stages of (Q, K) rows, a stage's Q rows kept while the chunk stays in one block row
+  (Q read about once per chunk, not once per block); ``ops.bsr.SDDMM_CHUNKED`` picks the
+  op's kernel by ``perf/bsr.py``'s measurement of both.
 * ``BsrSpmm``: one CTA per block row (rows taken in ``order``: the host sorts them longest
   first, the seed's static balancing by row weight), O (G x D) += P(e) V(col[e]) over the row's
   blocks, two smem stages (P(e + 1) and its V rows stream in while block e multiplies). Warps:
   min(4, G / 16) along the rows. Shared memory: 2 stages x (G x G + G x D) x 2 bytes (128 KiB
   at G = 128, D = 128).
-* ``BsrSoftmax``: one CTA of four warps per block row (in ``order``), one warp per scalar
-  row at a time: an online max/sum pass over the row's stored blocks in 16-byte vectors, a
-  shuffle reduction, then the normalised write pass (two reads and one write of the stored
-  values: the kernel is bandwidth bound). No shared memory.
+* ``BsrSoftmax``: one warp per scalar row, four to a CTA (N / 4 CTAs): an online max/sum
+  pass over the row's stored blocks in 16-byte vectors, a shuffle reduction, then the
+  normalised write pass (the second read hits the lines the first just fetched: the kernel
+  is bandwidth bound on one read and one write of the stored values). No shared memory.
 
 Stored entries are trusted to lie in range only in debug mode (the op checks them there);
 otherwise rows and columns are clamped into the matrix, so a bad layout gives wrong numbers,
@@ -154,76 +155,71 @@ class BsrSddmm(_MmaStage):
         cute.autovec_copy(rS, thr_mma.partition_C(mOut[batch, entry, None, None]))
 
 
-class BsrSddmmRows(_MmaStage):
-    """``BsrSddmm`` by block rows: one CTA per block row (rows in ``mOrder``, the host's
-    longest-first order) loads its Q rows once and streams the K rows of its stored blocks
-    through two smem stages (K(e + 1) lands while block e multiplies), writing each block's
-    scores as ``BsrSddmm`` does. Q is read once per block row instead of once per block.
-    Shared memory: (G x D) + 2 x (G x D) x 2 bytes (96 KiB at G = 128, D = 128).
+class BsrSddmmChunks(_MmaStage):
+    """``BsrSddmm`` over chunks: CTA x takes the ``chunk`` consecutive stored blocks
+    [x C, x C + C) (C = ``chunk``; blocks are stored row by row, so a chunk mostly lies in one
+    block row) and streams them through two smem stages, each holding one block's Q and K
+    rows: block j + 1's loads land while block j multiplies, and a stage keeps its Q rows when
+    block j + 2 has the same block row, so Q is read about once per chunk instead of once per
+    block. Shared memory: 2 stages x (G x D + G x D) x 2 bytes (128 KiB at G = 128, D = 128).
 
-    Tensors: ``BsrSddmm``'s, with ``mCrow`` (Bt, M + 1) and ``mOrder`` (Bt, M) int32 in
-    place of ``mRows``.
+    Tensors: ``BsrSddmm``'s.
     """
 
     stages = 2
+    chunk = 4
 
     @cute.jit
-    def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mCrow: cute.Tensor,
-                 mCols: cute.Tensor, mOrder: cute.Tensor, mOut: cute.Tensor, scale: Float32,
-                 stream):
+    def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mRows: cute.Tensor,
+                 mCols: cute.Tensor, mOut: cute.Tensor, scale: Float32, stream):
         tiled_mma = _tiled_mma(mQ.element_type, self.warps)
         copy = g2s_copy(mQ.element_type, "k", self.block, self.head_dim, self.threads)
-        self.kernel(mQ, mK, mCrow, mCols, mOrder, mOut, scale, tiled_mma, copy).launch(
-            grid=(mOrder.shape[1], mOrder.shape[0], 1), block=(self.threads, 1, 1),
-            stream=stream)
+        chunks = (mRows.shape[1] + self.chunk - 1) // self.chunk
+        self.kernel(mQ, mK, mRows, mCols, mOut, scale, tiled_mma, copy).launch(
+            grid=(chunks, mRows.shape[0], 1), block=(self.threads, 1, 1), stream=stream)
 
     @cute.kernel
-    def kernel(self, mQ: cute.Tensor, mK: cute.Tensor, mCrow: cute.Tensor, mCols: cute.Tensor,
-               mOrder: cute.Tensor, mOut: cute.Tensor, scale: Float32,
-               tiled_mma: cute.TiledMma, copy: cute.TiledCopy):
+    def kernel(self, mQ: cute.Tensor, mK: cute.Tensor, mRows: cute.Tensor, mCols: cute.Tensor,
+               mOut: cute.Tensor, scale: Float32, tiled_mma: cute.TiledMma,
+               copy: cute.TiledCopy):
         tidx, _, _ = cute.arch.thread_idx()
-        slot, batch, _ = cute.arch.block_idx()
+        chunk_id, batch, _ = cute.arch.block_idx()
         G, D, dtype = self.block, self.head_dim, mQ.element_type
-        n_cols = mK.shape[1] // G
-        row, first, end = _block_row(mOrder, mCrow, mCols.shape[1], batch, slot)
+        first = chunk_id * self.chunk
+        end = cutlass.min(first + self.chunk, mRows.shape[1])
 
-        q_layout = cute.tile_to_shape(smem_operand_atom("k", D, 2), (G, D), (0, 1))
-        k_layout = cute.tile_to_shape(smem_operand_atom("k", D, 2), (G, D, self.stages),
-                                      (0, 1, 2))
+        layout = cute.tile_to_shape(smem_operand_atom("k", D, 2), (G, D, self.stages),
+                                    (0, 1, 2))
 
         @cute.struct
         class SharedStorage:
-            sQ: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(q_layout)], 1024]
-            sK: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(k_layout)], 1024]
+            sQ: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(layout)], 1024]
+            sK: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(layout)], 1024]
 
         storage = cutlass.memory.SmemAllocator().allocate(SharedStorage)
-        sQ = cute.make_tensor(storage.sQ.data_ptr(), q_layout)
-        sK = cute.make_tensor(storage.sK.data_ptr(), k_layout)
+        sQ = cute.make_tensor(storage.sQ.data_ptr(), layout)
+        sK = cute.make_tensor(storage.sK.data_ptr(), layout)
         thr_copy = copy.get_slice(tidx)
         thr_mma = tiled_mma.get_slice(tidx)
-        tSrQ = thr_mma.make_fragment_A(thr_mma.partition_A(sQ))
         lds_q = cute.make_tiled_copy_A(_ldmatrix(False, dtype), tiled_mma)
         lds_k = cute.make_tiled_copy_B(_ldmatrix(False, dtype), tiled_mma)
         thr_q, thr_k = lds_q.get_slice(tidx), lds_k.get_slice(tidx)
 
-        if first < end:
-            gQ = cute.local_tile(mQ[batch, None, None], (G, D), (row, 0))
-            cute.copy(copy, thr_copy.partition_S(gQ), thr_copy.partition_D(sQ))
-            self._load_k(copy, thr_copy, mK, mCols, sK, batch, first, 0, n_cols)
+        self._load(copy, thr_copy, mQ, mK, mRows, mCols, sQ, sK, batch, first, first)
         cute.arch.cp_async_commit_group()
         for e in cutlass.range(first, end, unroll=1):
             stage = (e - first) % self.stages
             if e + 1 < end:
-                self._load_k(copy, thr_copy, mK, mCols, sK, batch, e + 1,
-                             (e + 1 - first) % self.stages, n_cols)
+                self._load(copy, thr_copy, mQ, mK, mRows, mCols, sQ, sK, batch, e + 1, first)
             cute.arch.cp_async_commit_group()
-            cute.arch.cp_async_wait_group(1)  # Q and block e's K have landed
+            cute.arch.cp_async_wait_group(1)  # block e's stage has landed
             cute.arch.sync_threads()
-            sKe = sK[None, None, stage]
+            sQe, sKe = sQ[None, None, stage], sK[None, None, stage]
+            tSrQ = thr_mma.make_fragment_A(thr_mma.partition_A(sQe))
             tSrK = thr_mma.make_fragment_B(thr_mma.partition_B(sKe))
             acc = cute.make_rmem_tensor(tiled_mma.partition_shape_C((G, G)), Float32)
             acc.fill(0.0)
-            smem_gemm(tiled_mma, acc, lds_q, thr_q.partition_S(sQ), thr_q.retile(tSrQ), tSrQ,
+            smem_gemm(tiled_mma, acc, lds_q, thr_q.partition_S(sQe), thr_q.retile(tSrQ), tSrQ,
                       lds_k, thr_k.partition_S(sKe), thr_k.retile(tSrK), tSrK)
             rS = cute.make_rmem_tensor_like(acc, dtype)
             rS.store((acc.load() * scale).to(dtype))
@@ -232,10 +228,20 @@ class BsrSddmmRows(_MmaStage):
         cute.arch.cp_async_wait_group(0)
 
     @cute.jit
-    def _load_k(self, copy, thr_copy, mK, mCols, sK, batch, e, stage, n_cols):
-        """cp.async the K rows of stored block ``e``'s column into ``stage``."""
-        col = cutlass.min(cutlass.max(mCols[batch, e], 0), n_cols - 1)
-        gK = cute.local_tile(mK[batch, None, None], (self.block, self.head_dim), (col, 0))
+    def _load(self, copy, thr_copy, mQ, mK, mRows, mCols, sQ, sK, batch, e, first):
+        """cp.async stored block ``e``'s K rows, and its Q rows unless its stage still holds
+        them (block e - 2 of this chunk in the same block row), into stage (e - first) % 2."""
+        G, D = self.block, self.head_dim
+        stage = (e - first) % self.stages
+        # clamped: a bad layout reads wrong rows, never outside the operands
+        row = cutlass.min(cutlass.max(mRows[batch, e], 0), mQ.shape[1] // G - 1)
+        col = cutlass.min(cutlass.max(mCols[batch, e], 0), mK.shape[1] // G - 1)
+        fresh = (e < first + self.stages) | (
+            mRows[batch, cutlass.max(e - self.stages, 0)] != mRows[batch, e])
+        if fresh:
+            gQ = cute.local_tile(mQ[batch, None, None], (G, D), (row, 0))
+            cute.copy(copy, thr_copy.partition_S(gQ), thr_copy.partition_D(sQ[None, None, stage]))
+        gK = cute.local_tile(mK[batch, None, None], (G, D), (col, 0))
         cute.copy(copy, thr_copy.partition_S(gK), thr_copy.partition_D(sK[None, None, stage]))
 
 
@@ -334,11 +340,18 @@ class BsrSpmm(_MmaStage):
 
 class BsrSoftmax:
     """``out[b, e, i, :]`` = the softmax of scalar row i of block row r over the row's stored
-    blocks only (``values[b, crow[r]:crow[r + 1], i, :]``), computed in fp32; block rows in
-    ``mOrder`` (the host's longest-first order). A row with no stored block writes nothing.
+    blocks only (``values[b, crow[r]:crow[r + 1], i, :]``), computed in fp32. A row with no
+    stored block writes nothing.
 
-    Tensors: ``mVals`` / ``mOut`` (Bt, nnz, G, G) compact 16-bit, ``mCrow`` (Bt, M + 1),
-    ``mOrder`` (Bt, M) int32. Roles: module docstring.
+    One warp per scalar row: CTA x of four warps takes scalar rows 4x .. 4x + 3 (all in one
+    block row, G being a multiple of 4), so the grid has N / 4 CTAs and the hardware scheduler
+    balances uneven block rows over many waves (no host sort: with one CTA per block row the
+    longest-first order mattered; at this grain it cost more than it saved). Per row: an online
+    max/sum pass over the stored blocks in 16-byte vectors (loads unrolled so several are in
+    flight per lane), a shuffle reduction, then the normalised write pass, whose reads hit the
+    cache lines the first pass just brought in. No shared memory.
+
+    Tensors: ``mVals`` / ``mOut`` (Bt, nnz, G, G) compact 16-bit, ``mCrow`` (Bt, M + 1) int32.
     """
 
     warps = 4
@@ -349,51 +362,53 @@ class BsrSoftmax:
         self.threads = 32 * self.warps
 
     @cute.jit
-    def __call__(self, mVals: cute.Tensor, mCrow: cute.Tensor, mOrder: cute.Tensor,
-                 mOut: cute.Tensor, stream):
-        self.kernel(mVals, mCrow, mOrder, mOut).launch(
-            grid=(mOrder.shape[1], mOrder.shape[0], 1), block=(self.threads, 1, 1),
+    def __call__(self, mVals: cute.Tensor, mCrow: cute.Tensor, mOut: cute.Tensor, stream):
+        rows = (mCrow.shape[1] - 1) * self.block
+        self.kernel(mVals, mCrow, mOut).launch(
+            grid=(rows // self.warps, mCrow.shape[0], 1), block=(self.threads, 1, 1),
             stream=stream)
 
     @cute.kernel
-    def kernel(self, mVals: cute.Tensor, mCrow: cute.Tensor, mOrder: cute.Tensor,
-               mOut: cute.Tensor):
+    def kernel(self, mVals: cute.Tensor, mCrow: cute.Tensor, mOut: cute.Tensor):
         tidx, _, _ = cute.arch.thread_idx()
-        slot, batch, _ = cute.arch.block_idx()
+        cta, batch, _ = cute.arch.block_idx()
         G = self.block
         lane, warp_id = tidx % 32, tidx // 32
-        _, first, end = _block_row(mOrder, mCrow, mVals.shape[1], batch, slot)
+        scalar_row = cta * self.warps + warp_id
+        row, i = scalar_row // G, scalar_row % G
+        nnz = mVals.shape[1]
+        first = cutlass.min(cutlass.max(mCrow[batch, row], 0), nnz)
+        end = cutlass.min(cutlass.max(mCrow[batch, row + 1], first), nnz)
         per_block = G // VEC  # 16-byte vectors per block row
         vectors = (end - first) * per_block
-        for i in cutlass.range(warp_id, G, self.warps, unroll=1):
-            run_max, run_sum = Float32(-Float32.inf), Float32(0.0)
-            for v in cutlass.range(lane, vectors, 32, unroll=1):
-                x = self._vector(mVals, batch, first + v // per_block, i, v % per_block)
-                new_max = cutlass.max(run_max, x.reduce(cute.ReductionOp.MAX, -Float32.inf, 0))
-                # while every value so far is -inf (masked), exponentiate against 0, not -inf:
-                # -inf - -inf is NaN, and one NaN would spread to the whole row
-                ref = Float32(0.0)
-                if new_max > -Float32.inf:
-                    ref = new_max
-                run_sum = run_sum * cute.math.exp2((run_max - ref) * LOG2E, fastmath=True) \
-                    + cute.math.exp2((x - ref) * LOG2E, fastmath=True).reduce(
-                        cute.ReductionOp.ADD, Float32(0.0), 0)
-                run_max = new_max
-            row_max = lane_allreduce(run_max, True)
-            # this lane's sum rescaled to the row max (a lane that saw nothing adds 0)
-            row_sum = Float32(0.0)
-            if run_max > -Float32.inf:
-                row_sum = run_sum * cute.math.exp2((run_max - row_max) * LOG2E, fastmath=True)
-            row_sum = lane_allreduce(row_sum, False)
-            inv = Float32(1.0) / row_sum
-            for v in cutlass.range(lane, vectors, 32, unroll=1):
-                e, chunk = first + v // per_block, v % per_block
-                x = self._vector(mVals, batch, e, i, chunk)
-                y = cute.make_rmem_tensor((VEC,), mOut.element_type)
-                y.store((cute.math.exp2((x - row_max) * LOG2E, fastmath=True) * inv).to(
-                    mOut.element_type))
-                dst = cute.zipped_divide(mOut[batch, e, i, None], (VEC,))
-                cute.autovec_copy(y, dst[None, chunk])
+        run_max, run_sum = Float32(-Float32.inf), Float32(0.0)
+        for v in cutlass.range(lane, vectors, 32, unroll=4):
+            x = self._vector(mVals, batch, first + v // per_block, i, v % per_block)
+            new_max = cutlass.max(run_max, x.reduce(cute.ReductionOp.MAX, -Float32.inf, 0))
+            # while every value so far is -inf (masked), exponentiate against 0, not -inf:
+            # -inf - -inf is NaN, and one NaN would spread to the whole row
+            ref = Float32(0.0)
+            if new_max > -Float32.inf:
+                ref = new_max
+            run_sum = run_sum * cute.math.exp2((run_max - ref) * LOG2E, fastmath=True) \
+                + cute.math.exp2((x - ref) * LOG2E, fastmath=True).reduce(
+                    cute.ReductionOp.ADD, Float32(0.0), 0)
+            run_max = new_max
+        row_max = lane_allreduce(run_max, True)
+        # this lane's sum rescaled to the row max (a lane that saw nothing adds 0)
+        row_sum = Float32(0.0)
+        if run_max > -Float32.inf:
+            row_sum = run_sum * cute.math.exp2((run_max - row_max) * LOG2E, fastmath=True)
+        row_sum = lane_allreduce(row_sum, False)
+        inv = Float32(1.0) / row_sum
+        for v in cutlass.range(lane, vectors, 32, unroll=4):
+            e, chunk = first + v // per_block, v % per_block
+            x = self._vector(mVals, batch, e, i, chunk)
+            y = cute.make_rmem_tensor((VEC,), mOut.element_type)
+            y.store((cute.math.exp2((x - row_max) * LOG2E, fastmath=True) * inv).to(
+                mOut.element_type))
+            dst = cute.zipped_divide(mOut[batch, e, i, None], (VEC,))
+            cute.autovec_copy(y, dst[None, chunk])
 
     @cute.jit
     def _vector(self, mVals, batch, e, i, chunk):

@@ -373,10 +373,10 @@ def _attention_split(q, k, v, causal, scale, num_splits: int, out, config):
     """Split-KV (flash-decoding): the key blocks of every query tile are cut into
     ``num_splits`` ranges (at most one per 128 keys), each CTA writes its partial
     (O in q's dtype, lse) into a workspace with ``num_splits x B`` batch entries, and the
-    partials are combined in float32 (``combine_splits``; the ``SplitCombine`` kernel once
-    ``SPLIT_COMBINE_KERNEL_ON``): lse = logsumexp over splits, O = sum of exp(lse_s - lse) O_s
-    (a split that saw no key weighs nothing). For few query tiles and long keys (decoding),
-    where one CTA per tile leaves most SMs idle."""
+    partials are combined in float32 (the ``SplitCombine`` kernel, or ``combine_splits`` in
+    torch with ``SPLIT_COMBINE_KERNEL_ON`` off): lse = logsumexp over splits,
+    O = sum of exp(lse_s - lse) O_s (a split that saw no key weighs nothing). For few query
+    tiles and long keys (decoding), where one CTA per tile leaves most SMs idle."""
     _check_device_args(q=q, k=k, v=v, **({"out": out} if out is not None else {}))
     b, h, s_q, d = q.shape
     o = _output(q, k, v, out)  # checked before anything launches
@@ -399,10 +399,10 @@ def _attention_split(q, k, v, causal, scale, num_splits: int, out, config):
     return o.copy_(o_comb), lse
 
 
-#: Whether split-KV combines with the kernel (kernels/attention/split_combine.py) instead of
-#: torch: off until the kernel's GPU test has passed (it was written without a GPU), as the
-#: column-lists kernel waited behind torch.
-SPLIT_COMBINE_KERNEL_ON = False
+#: Whether split-KV combines with the kernel (kernels/attention/split_combine.py, one launch)
+#: instead of ``combine_splits`` (about ten eager torch ops: ~0.15 ms more per call at
+#: B1 S_kv 4k-64k on the H100, perf/RESULTS.md). On since its GPU tests passed (2026-11-23).
+SPLIT_COMBINE_KERNEL_ON = True
 
 
 def combine_kernel(o_parts, lse_parts, o, lse) -> None:

@@ -12,15 +12,16 @@ The outputs of ``bsr_sddmm`` / ``bsr_softmax`` are valid torch BSR tensors with 
 ``crow_indices`` / ``col_indices`` (int32) and values in q's dtype (bf16 or fp16), so
 ``to_dense()``, ``torch.sparse`` ops and these functions all take them.
 
-Not exported yet: the kernels (kernels/bsr.py) compile and pass their PTX checks on both
-targets but have not run on a GPU; their references (``reference.bsr_*``) and the validation
-are complete. Not custom ops: torch's custom-op schema has no sparse outputs.
+Exported as ``cute_kernels.bsr_*`` (kernels/bsr.py; GPU tests in tests/test_bsr_gpu.py,
+float32 references in ``cute_kernels.reference.bsr_*``). Not custom ops: torch's custom-op
+schema has no sparse outputs.
 """
 
 from __future__ import annotations
 
 import torch
 
+from ..runtime.arch import sm_count
 from ..runtime.bridge import kernel_for
 from ..runtime.validate import check_cuda, check_same_device, check_tensor, value_checks
 
@@ -31,13 +32,15 @@ DTYPES = (torch.bfloat16, torch.float16)
 INDEX_DTYPE = torch.int32
 #: the flattened batch is the kernels' grid y
 MAX_GRID_Y = 65535
+#: shared memory per SM on sm_80 / sm_90 (what SpMM's residency estimate divides)
+SMEM_PER_SM = 227 * 1024
 BSR_KERNELS = {"sddmm": "cute_kernels.kernels.bsr:BsrSddmm",
-               "sddmm_rows": "cute_kernels.kernels.bsr:BsrSddmmRows",
+               "sddmm_chunks": "cute_kernels.kernels.bsr:BsrSddmmChunks",
                "spmm": "cute_kernels.kernels.bsr:BsrSpmm",
                "softmax": "cute_kernels.kernels.bsr:BsrSoftmax"}
-#: Which SDDMM kernel ``bsr_sddmm`` runs: one CTA per stored block (False) or per block row
-#: (True, Q read once per row); to be set by perf/bsr.py's measurement of both
-SDDMM_BY_ROWS = False
+#: Which SDDMM kernel ``bsr_sddmm`` runs: one CTA per stored block (False) or per chunk of
+#: four stored blocks sharing their Q rows (True); set by perf/bsr.py's measurement of both
+SDDMM_CHUNKED = True
 
 
 class Pattern:
@@ -63,6 +66,19 @@ class Pattern:
         lengths = self.crow[:, 1:] - self.crow[:, :-1]
         return torch.argsort(lengths, dim=-1, descending=True, stable=True).to(INDEX_DTYPE)
 
+    def spmm_order(self, head_dim: int) -> torch.Tensor:
+        """SpMM's launch order: longest block rows first when the grid (one CTA per block
+        row) takes more than one wave of resident CTAs, so the last wave is short; else the
+        rows in index order (all run at once: the sort, ~16 us of device time and a few
+        launches, would buy nothing)."""
+        g = self.block
+        smem = 2 * (g * g + g * head_dim) * 2  # kernels/bsr.py BsrSpmm: 2 stages of P and V
+        threads = 32 * min(4, g // 16)
+        per_sm = min(SMEM_PER_SM // smem, 2048 // threads, 32)
+        if self.flat * (self.size[0] // g) > per_sm * sm_count(self.crow.device):
+            return self.row_order()
+        return _identity_order(self.flat, self.size[0] // g, self.crow.device)
+
     def to_bsr(self, values: torch.Tensor) -> torch.Tensor:
         """A torch BSR tensor of this pattern holding ``values`` (Bt, nnz, G, G)."""
         g = self.block
@@ -85,6 +101,19 @@ class Pattern:
             bad.append(f"col_indices must lie in [0, N_kv / G = {self.size[1] // self.block})")
         if bad:
             raise ValueError("; ".join(bad))
+
+
+_IDENTITY: dict[tuple, torch.Tensor] = {}
+
+
+def _identity_order(flat: int, m: int, device) -> torch.Tensor:
+    """(flat, M) int32 rows 0..M-1 per batch entry (cached per shape and device: read-only)."""
+    key = (flat, m, device)
+    if key not in _IDENTITY:
+        if len(_IDENTITY) > 64:
+            _IDENTITY.clear()
+        _IDENTITY[key] = torch.arange(m, dtype=INDEX_DTYPE, device=device).repeat(flat, 1)
+    return _IDENTITY[key]
 
 
 def bsr_pattern(name: str, t: object, batch: tuple[int, ...] | None = None) -> Pattern:
@@ -198,22 +227,17 @@ def bsr_sddmm(q: torch.Tensor, k: torch.Tensor, layout: torch.Tensor, *,
     check_same_device(q=q, k=k, layout=pattern.crow)
     if value_checks(validate):
         pattern.check_values()
-    return pattern.to_bsr(_sddmm(q_flat, k_flat, pattern, scale, SDDMM_BY_ROWS))
+    return pattern.to_bsr(_sddmm(q_flat, k_flat, pattern, scale, SDDMM_CHUNKED))
 
 
-def _sddmm(q_flat, k_flat, pattern: Pattern, scale: float, by_rows: bool) -> torch.Tensor:
-    """The SDDMM kernel's stored values (Bt, nnz, G, G), by stored block or by block row."""
+def _sddmm(q_flat, k_flat, pattern: Pattern, scale: float, chunked: bool) -> torch.Tensor:
+    """The SDDMM kernel's stored values (Bt, nnz, G, G), by stored block or by chunk."""
     g, nnz, d = pattern.block, pattern.col.shape[1], q_flat.shape[-1]
     values = torch.empty(pattern.flat, nnz, g, g, dtype=q_flat.dtype, device=q_flat.device)
     if nnz and pattern.flat:
-        if by_rows:
-            _launch("sddmm_rows", q_flat.device, (q_flat.dtype, g, d), mQ=q_flat, mK=k_flat,
-                    mCrow=pattern.crow, mCols=pattern.col, mOrder=pattern.row_order(),
-                    mOut=values, scale=scale)
-        else:
-            _launch("sddmm", q_flat.device, (q_flat.dtype, g, d), mQ=q_flat, mK=k_flat,
-                    mRows=pattern.rows_of_entries(), mCols=pattern.col, mOut=values,
-                    scale=scale)
+        _launch("sddmm_chunks" if chunked else "sddmm", q_flat.device, (q_flat.dtype, g, d),
+                mQ=q_flat, mK=k_flat, mRows=pattern.rows_of_entries(), mCols=pattern.col,
+                mOut=values, scale=scale)
     return values
 
 
@@ -248,7 +272,7 @@ def bsr_softmax(s: torch.Tensor, *, validate: bool | None = None) -> torch.Tenso
     out = torch.empty_like(vals)
     if vals.shape[1] and pattern.flat:
         _launch("softmax", vals.device, (vals.dtype, g), mVals=vals, mCrow=pattern.crow,
-                mOrder=pattern.row_order(), mOut=out)
+                mOut=out)
     return pattern.to_bsr(out)
 
 
@@ -290,7 +314,7 @@ def bsr_spmm(p: torch.Tensor, v: torch.Tensor, *, validate: bool | None = None) 
     if pattern.flat and pattern.size[0]:
         if vals.shape[1]:
             _launch("spmm", v.device, (v.dtype, g, d), mP=vals, mCrow=pattern.crow,
-                    mCols=pattern.col, mOrder=pattern.row_order(), mV=v_flat, mOut=out)
+                    mCols=pattern.col, mOrder=pattern.spmm_order(d), mV=v_flat, mOut=out)
         else:
             out.zero_()
     return out.view(*pattern.batch, pattern.size[0], d)
@@ -323,10 +347,10 @@ def make_build(op: str, dtype: torch.dtype, block: int, head_dim: int | None = N
         kernel = bsr.BsrSddmm(block, head_dim)
         named = dict(mQ=dense(block), mK=dense(block), mRows=index(), mCols=index(),
                      mOut=blocks(), scale=cutlass.Float32(1.0))
-    elif op == "sddmm_rows":
-        kernel = bsr.BsrSddmmRows(block, head_dim)
-        named = dict(mQ=dense(block), mK=dense(block), mCrow=index(), mCols=index(),
-                     mOrder=index(), mOut=blocks(), scale=cutlass.Float32(1.0))
+    elif op == "sddmm_chunks":
+        kernel = bsr.BsrSddmmChunks(block, head_dim)
+        named = dict(mQ=dense(block), mK=dense(block), mRows=index(), mCols=index(),
+                     mOut=blocks(), scale=cutlass.Float32(1.0))
     elif op == "spmm":
         kernel = bsr.BsrSpmm(block, head_dim)
         out = make_fake_compact_tensor(dt, (sym(), sym(block), head_dim),
@@ -335,7 +359,7 @@ def make_build(op: str, dtype: torch.dtype, block: int, head_dim: int | None = N
                      mV=dense(block), mOut=out)
     elif op == "softmax":
         kernel = bsr.BsrSoftmax(block)
-        named = dict(mVals=blocks(), mCrow=index(), mOrder=index(), mOut=blocks())
+        named = dict(mVals=blocks(), mCrow=index(), mOut=blocks())
     else:
         raise ValueError(f"unknown BSR op {op!r}")
     return Build(kernel, launch_args(kernel, **named))
