@@ -59,6 +59,16 @@ if [ "$PART" = bsr ]; then  # the reworked BCSR kernels (chunked SDDMM, per-row 
   step bsr-breakdown 90 python perf/bsr_breakdown.py --n 32768
   step perf-bsr 200 python perf/bsr.py --rounds 5 --out "$OUT"
 fi
+if [ "$PART" = final ]; then  # the staged SDDMM epilogue, host costs, decode, block-sparse at 64k
+  step bsr-gpu-tests 150 python -m pytest -q -x --tb=short -p no:logging tests/test_bsr_gpu.py
+  step memcheck-bsr 60 "${SANITIZE[@]}" --tool memcheck python perf/bsr_probe.py hopper
+  step racecheck-bsr 60 "${SANITIZE[@]}" --tool racecheck python perf/bsr_probe.py hopper
+  step host-profile 40 python perf/host_profile.py
+  step bsr-breakdown 60 python perf/bsr_breakdown.py --n 32768
+  step perf-bsr 120 python perf/bsr.py --rounds 5 --out "$OUT"
+  step perf-decode-quick 80 python perf/decode.py --quick --out "$OUT"
+  step block-sparse-64k 200 python perf/block_sparse.py --seq 65536 --rounds 5 --out "$OUT/64k"
+fi
 if [ "$PART" = measure ]; then  # the switches' A/B and where the BCSR time goes
   step bsr-breakdown 150 python perf/bsr_breakdown.py --n 32768
   step ncu-bsr 150 ncu --kernel-name regex:Bsr --launch-count 3 --section SpeedOfLight \

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import cutlass
 import cutlass.cute as cute
-from cutlass import Float32
+from cutlass import Float32, Int32
 from cutlass.cute.nvgpu import warp
 
 from .common.constants import LOG2E
@@ -91,6 +91,36 @@ class _MmaStage:
         self.warps = _warps(block)
         self.threads = 32 * self.warps
 
+    def scores_smem_layout(self):
+        """The (G, G) staging tile of one block's scores: rows padded by 8 elements so the
+        MMA fragments' 4-byte writes (8 rows x 4 lanes per store) hit 32 distinct banks and
+        each row stays 16-byte aligned for the vector reads."""
+        return cute.make_layout((self.block, self.block), stride=(self.block + 8, 1))
+
+    def scores_store(self, dtype):
+        """16-byte vector copy of the (G, G) scores tile: G / 8 threads per row."""
+        per_row = self.block // VEC
+        atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), dtype, num_bits_per_copy=128)
+        return cute.make_tiled_copy_tv(
+            atom, cute.make_layout((self.threads // per_row, per_row), stride=(per_row, 1)),
+            cute.make_layout((1, VEC)))
+
+    @cute.jit
+    def _store_scores(self, tiled_mma, store, acc, scale, sS, gS, tidx):
+        """``gS`` (one stored block, compact G x G) = scale * acc, through ``sS``: fragments
+        to smem, a barrier, then coalesced 16-byte stores (the fragments' own 4-byte stores
+        would cost G / 2 store instructions per row). The caller syncs before ``sS`` is
+        written again."""
+        rS = cute.make_rmem_tensor_like(acc, gS.element_type)
+        rS.store((acc.load() * scale).to(gS.element_type))
+        cute.autovec_copy(rS, tiled_mma.get_slice(tidx).partition_C(sS))
+        cute.arch.sync_threads()
+        thr = store.get_slice(tidx)
+        tSsS = thr.partition_S(sS)
+        tSrS = cute.make_rmem_tensor_like(tSsS)
+        cute.autovec_copy(tSsS, tSrS)
+        cute.copy(store, tSrS, thr.partition_D(gS))
+
 
 class BsrSddmm(_MmaStage):
     """``values[b, e] = scale * Q[b, rows[b, e]-th G rows] K[b, col[b, e]-th G rows]^T``.
@@ -106,13 +136,14 @@ class BsrSddmm(_MmaStage):
                  mCols: cute.Tensor, mOut: cute.Tensor, scale: Float32, stream):
         tiled_mma = _tiled_mma(mQ.element_type, self.warps)
         copy = g2s_copy(mQ.element_type, "k", self.block, self.head_dim, self.threads)
-        self.kernel(mQ, mK, mRows, mCols, mOut, scale, tiled_mma, copy).launch(
+        store = self.scores_store(mQ.element_type)
+        self.kernel(mQ, mK, mRows, mCols, mOut, scale, tiled_mma, copy, store).launch(
             grid=(mRows.shape[1], mRows.shape[0], 1), block=(self.threads, 1, 1), stream=stream)
 
     @cute.kernel
     def kernel(self, mQ: cute.Tensor, mK: cute.Tensor, mRows: cute.Tensor, mCols: cute.Tensor,
                mOut: cute.Tensor, scale: Float32, tiled_mma: cute.TiledMma,
-               copy: cute.TiledCopy):
+               copy: cute.TiledCopy, store: cute.TiledCopy):
         tidx, _, _ = cute.arch.thread_idx()
         entry, batch, _ = cute.arch.block_idx()
         G, D, dtype = self.block, self.head_dim, mQ.element_type
@@ -121,15 +152,18 @@ class BsrSddmm(_MmaStage):
         col = cutlass.min(cutlass.max(mCols[batch, entry], 0), mK.shape[1] // G - 1)
 
         s_layout = cute.tile_to_shape(smem_operand_atom("k", D, 2), (G, D), (0, 1))
+        sS_layout = self.scores_smem_layout()
 
         @cute.struct
         class SharedStorage:
             sQ: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(s_layout)], 1024]
             sK: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(s_layout)], 1024]
+            sS: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sS_layout)], 128]
 
         storage = cutlass.memory.SmemAllocator().allocate(SharedStorage)
         sQ = cute.make_tensor(storage.sQ.data_ptr(), s_layout)
         sK = cute.make_tensor(storage.sK.data_ptr(), s_layout)
+        sS = cute.make_tensor(storage.sS.data_ptr(), sS_layout)
         gQ = cute.local_tile(mQ[batch, None, None], (G, D), (row, 0))
         gK = cute.local_tile(mK[batch, None, None], (G, D), (col, 0))
         thr_copy = copy.get_slice(tidx)
@@ -149,10 +183,8 @@ class BsrSddmm(_MmaStage):
         cute.arch.sync_threads()
         smem_gemm(tiled_mma, acc, lds_q, thr_q.partition_S(sQ), thr_q.retile(tSrQ), tSrQ,
                    lds_k, thr_k.partition_S(sK), thr_k.retile(tSrK), tSrK)
-
-        rS = cute.make_rmem_tensor_like(acc, dtype)
-        rS.store((acc.load() * scale).to(dtype))
-        cute.autovec_copy(rS, thr_mma.partition_C(mOut[batch, entry, None, None]))
+        self._store_scores(tiled_mma, store, acc, scale, sS, mOut[batch, entry, None, None],
+                           tidx)
 
 
 class BsrSddmmChunks(_MmaStage):
@@ -161,56 +193,64 @@ class BsrSddmmChunks(_MmaStage):
     block row) and streams them through two smem stages, each holding one block's Q and K
     rows: block j + 1's loads land while block j multiplies, and a stage keeps its Q rows when
     block j + 2 has the same block row, so Q is read about once per chunk instead of once per
-    block. Shared memory: 2 stages x (G x D + G x D) x 2 bytes (128 KiB at G = 128, D = 128).
+    block. Each block's row comes from a binary search of ``mCrow`` (``steps`` halvings, at
+    least log2(M + 1)), so the host builds no per-block row list. Scores leave through the
+    padded smem tile (``_store_scores``). Shared memory: 2 stages x (G x D + G x D) x 2 bytes
+    + G x (G + 8) x 2 bytes (163 KiB at G = 128, D = 128; 73 KiB at G = 64).
 
-    Tensors: ``BsrSddmm``'s.
+    Tensors: ``BsrSddmm``'s, with ``mCrow`` (Bt, M + 1) int32 in place of ``mRows``.
     """
 
     stages = 2
     chunk = 4
 
     @cute.jit
-    def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mRows: cute.Tensor,
-                 mCols: cute.Tensor, mOut: cute.Tensor, scale: Float32, stream):
+    def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mCrow: cute.Tensor,
+                 mCols: cute.Tensor, mOut: cute.Tensor, scale: Float32, steps: Int32, stream):
         tiled_mma = _tiled_mma(mQ.element_type, self.warps)
         copy = g2s_copy(mQ.element_type, "k", self.block, self.head_dim, self.threads)
-        chunks = (mRows.shape[1] + self.chunk - 1) // self.chunk
-        self.kernel(mQ, mK, mRows, mCols, mOut, scale, tiled_mma, copy).launch(
-            grid=(chunks, mRows.shape[0], 1), block=(self.threads, 1, 1), stream=stream)
+        store = self.scores_store(mQ.element_type)
+        chunks = (mCols.shape[1] + self.chunk - 1) // self.chunk
+        self.kernel(mQ, mK, mCrow, mCols, mOut, scale, steps, tiled_mma, copy, store).launch(
+            grid=(chunks, mCols.shape[0], 1), block=(self.threads, 1, 1), stream=stream)
 
     @cute.kernel
-    def kernel(self, mQ: cute.Tensor, mK: cute.Tensor, mRows: cute.Tensor, mCols: cute.Tensor,
-               mOut: cute.Tensor, scale: Float32, tiled_mma: cute.TiledMma,
-               copy: cute.TiledCopy):
+    def kernel(self, mQ: cute.Tensor, mK: cute.Tensor, mCrow: cute.Tensor, mCols: cute.Tensor,
+               mOut: cute.Tensor, scale: Float32, steps: Int32, tiled_mma: cute.TiledMma,
+               copy: cute.TiledCopy, store: cute.TiledCopy):
         tidx, _, _ = cute.arch.thread_idx()
         chunk_id, batch, _ = cute.arch.block_idx()
         G, D, dtype = self.block, self.head_dim, mQ.element_type
         first = chunk_id * self.chunk
-        end = cutlass.min(first + self.chunk, mRows.shape[1])
+        end = cutlass.min(first + self.chunk, mCols.shape[1])
 
         layout = cute.tile_to_shape(smem_operand_atom("k", D, 2), (G, D, self.stages),
                                     (0, 1, 2))
+        sS_layout = self.scores_smem_layout()
 
         @cute.struct
         class SharedStorage:
             sQ: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(layout)], 1024]
             sK: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(layout)], 1024]
+            sS: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sS_layout)], 128]
 
         storage = cutlass.memory.SmemAllocator().allocate(SharedStorage)
         sQ = cute.make_tensor(storage.sQ.data_ptr(), layout)
         sK = cute.make_tensor(storage.sK.data_ptr(), layout)
+        sS = cute.make_tensor(storage.sS.data_ptr(), sS_layout)
         thr_copy = copy.get_slice(tidx)
         thr_mma = tiled_mma.get_slice(tidx)
         lds_q = cute.make_tiled_copy_A(_ldmatrix(False, dtype), tiled_mma)
         lds_k = cute.make_tiled_copy_B(_ldmatrix(False, dtype), tiled_mma)
         thr_q, thr_k = lds_q.get_slice(tidx), lds_k.get_slice(tidx)
 
-        self._load(copy, thr_copy, mQ, mK, mRows, mCols, sQ, sK, batch, first, first)
+        self._load(copy, thr_copy, mQ, mK, mCrow, mCols, sQ, sK, batch, first, first, steps)
         cute.arch.cp_async_commit_group()
         for e in cutlass.range(first, end, unroll=1):
             stage = (e - first) % self.stages
             if e + 1 < end:
-                self._load(copy, thr_copy, mQ, mK, mRows, mCols, sQ, sK, batch, e + 1, first)
+                self._load(copy, thr_copy, mQ, mK, mCrow, mCols, sQ, sK, batch, e + 1, first,
+                           steps)
             cute.arch.cp_async_commit_group()
             cute.arch.cp_async_wait_group(1)  # block e's stage has landed
             cute.arch.sync_threads()
@@ -221,28 +261,43 @@ class BsrSddmmChunks(_MmaStage):
             acc.fill(0.0)
             smem_gemm(tiled_mma, acc, lds_q, thr_q.partition_S(sQe), thr_q.retile(tSrQ), tSrQ,
                       lds_k, thr_k.partition_S(sKe), thr_k.retile(tSrK), tSrK)
-            rS = cute.make_rmem_tensor_like(acc, dtype)
-            rS.store((acc.load() * scale).to(dtype))
-            cute.autovec_copy(rS, thr_mma.partition_C(mOut[batch, e, None, None]))
-            cute.arch.sync_threads()  # the stage is refilled two blocks on
+            self._store_scores(tiled_mma, store, acc, scale, sS, mOut[batch, e, None, None],
+                               tidx)
+            cute.arch.sync_threads()  # the stage is refilled two blocks on, sS rewritten next
         cute.arch.cp_async_wait_group(0)
 
     @cute.jit
-    def _load(self, copy, thr_copy, mQ, mK, mRows, mCols, sQ, sK, batch, e, first):
+    def _load(self, copy, thr_copy, mQ, mK, mCrow, mCols, sQ, sK, batch, e, first, steps):
         """cp.async stored block ``e``'s K rows, and its Q rows unless its stage still holds
         them (block e - 2 of this chunk in the same block row), into stage (e - first) % 2."""
         G, D = self.block, self.head_dim
         stage = (e - first) % self.stages
+        row = _row_of_entry(mCrow, batch, e, steps)
         # clamped: a bad layout reads wrong rows, never outside the operands
-        row = cutlass.min(cutlass.max(mRows[batch, e], 0), mQ.shape[1] // G - 1)
+        q_row = cutlass.min(row, mQ.shape[1] // G - 1)
         col = cutlass.min(cutlass.max(mCols[batch, e], 0), mK.shape[1] // G - 1)
-        fresh = (e < first + self.stages) | (
-            mRows[batch, cutlass.max(e - self.stages, 0)] != mRows[batch, e])
+        # the stage holds block e - 2's Q rows: this block's when its row began at or before it
+        fresh = (e < first + self.stages) | (mCrow[batch, row] > e - self.stages)
         if fresh:
-            gQ = cute.local_tile(mQ[batch, None, None], (G, D), (row, 0))
+            gQ = cute.local_tile(mQ[batch, None, None], (G, D), (q_row, 0))
             cute.copy(copy, thr_copy.partition_S(gQ), thr_copy.partition_D(sQ[None, None, stage]))
         gK = cute.local_tile(mK[batch, None, None], (G, D), (col, 0))
         cute.copy(copy, thr_copy.partition_S(gK), thr_copy.partition_D(sK[None, None, stage]))
+
+
+@cute.jit
+def _row_of_entry(mCrow, batch, e, steps):
+    """The block row r holding stored block ``e``: the last r in [0, M) with crow[r] <= e
+    (empty rows before it skipped), by ``steps`` halvings (enough when 2^steps >= M). A bad
+    ``mCrow`` gives some row in [0, M), never an index outside it."""
+    lo, hi = Int32(0), Int32(mCrow.shape[1] - 1)
+    for _ in cutlass.range(steps, unroll=1):
+        mid = (lo + hi) // 2
+        if mCrow[batch, mid] <= e:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 class BsrSpmm(_MmaStage):

@@ -234,10 +234,13 @@ def _sddmm(q_flat, k_flat, pattern: Pattern, scale: float, chunked: bool) -> tor
     """The SDDMM kernel's stored values (Bt, nnz, G, G), by stored block or by chunk."""
     g, nnz, d = pattern.block, pattern.col.shape[1], q_flat.shape[-1]
     values = torch.empty(pattern.flat, nnz, g, g, dtype=q_flat.dtype, device=q_flat.device)
-    if nnz and pattern.flat:
-        _launch("sddmm_chunks" if chunked else "sddmm", q_flat.device, (q_flat.dtype, g, d),
-                mQ=q_flat, mK=k_flat, mRows=pattern.rows_of_entries(), mCols=pattern.col,
-                mOut=values, scale=scale)
+    if nnz and pattern.flat and chunked:  # rows found in the kernel: no per-block row list
+        _launch("sddmm_chunks", q_flat.device, (q_flat.dtype, g, d), mQ=q_flat, mK=k_flat,
+                mCrow=pattern.crow, mCols=pattern.col, mOut=values, scale=scale,
+                steps=max(1, (pattern.crow.shape[1] - 1).bit_length()))
+    elif nnz and pattern.flat:
+        _launch("sddmm", q_flat.device, (q_flat.dtype, g, d), mQ=q_flat, mK=k_flat,
+                mRows=pattern.rows_of_entries(), mCols=pattern.col, mOut=values, scale=scale)
     return values
 
 
@@ -349,8 +352,8 @@ def make_build(op: str, dtype: torch.dtype, block: int, head_dim: int | None = N
                      mOut=blocks(), scale=cutlass.Float32(1.0))
     elif op == "sddmm_chunks":
         kernel = bsr.BsrSddmmChunks(block, head_dim)
-        named = dict(mQ=dense(block), mK=dense(block), mRows=index(), mCols=index(),
-                     mOut=blocks(), scale=cutlass.Float32(1.0))
+        named = dict(mQ=dense(block), mK=dense(block), mCrow=index(), mCols=index(),
+                     mOut=blocks(), scale=cutlass.Float32(1.0), steps=cutlass.Int32(1))
     elif op == "spmm":
         kernel = bsr.BsrSpmm(block, head_dim)
         out = make_fake_compact_tensor(dt, (sym(), sym(block), head_dim),

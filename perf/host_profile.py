@@ -1,0 +1,74 @@
+"""Where an op's host time goes (the CPU side of small, launch-bound calls): cProfile over
+many calls of each op, no sync inside, top functions by their own time.
+
+    python perf/host_profile.py [--calls 300] [--top 12] [--ops bsr_softmax,decode]
+
+Ops: ``bsr_sddmm`` / ``bsr_softmax`` / ``bsr_spmm`` (N 8192, G 64, 95% of blocks absent, one
+head) and ``decode`` (``attention`` at B1 H32 H_kv8 S_q1 S_kv4096 D128, GQA packed). Prints
+the host microseconds per call, then each op's profile. Needs a CUDA GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import sys
+import time
+
+import torch
+
+
+def ops() -> dict:
+    sys.path.insert(0, "perf")
+    from bsr import random_layout
+
+    import cute_kernels as ck
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    n, d = 8192, 128
+    q, k, v = (torch.randn(n, d, device="cuda", generator=gen).bfloat16() for _ in range(3))
+    lay = random_layout(n, 64, 0.95, gen)
+    s = ck.bsr_sddmm(q, k, lay)
+    p = ck.bsr_softmax(s)
+    dq = torch.randn(1, 32, 1, d, device="cuda", generator=gen).bfloat16()
+    dk, dv = (torch.randn(1, 8, 4096, d, device="cuda", generator=gen).bfloat16()
+              for _ in range(2))
+    return {"bsr_sddmm": lambda: ck.bsr_sddmm(q, k, lay), "bsr_softmax": lambda: ck.bsr_softmax(s),
+            "bsr_spmm": lambda: ck.bsr_spmm(p, v), "decode": lambda: ck.attention(dq, dk, dv)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calls", type=int, default=300)
+    ap.add_argument("--top", type=int, default=12)
+    ap.add_argument("--ops", default="bsr_sddmm,bsr_softmax,bsr_spmm,decode")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("perf/host_profile.py needs a CUDA GPU (docs/gpu.md)")
+    table = ops()
+    for name in args.ops.split(","):
+        fn = table[name]
+        for _ in range(10):
+            fn()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(args.calls):
+            fn()
+        host = (time.perf_counter() - start) / args.calls * 1e6
+        torch.cuda.synchronize()
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(args.calls):
+            fn()
+        prof.disable()
+        torch.cuda.synchronize()
+        out = io.StringIO()
+        pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(args.top)
+        body = "\n".join(line for line in out.getvalue().splitlines()[6:] if line.strip())
+        print(f"\n=== {name}: {host:.1f} us of host time per call (no profiler)\n{body}")
+
+
+if __name__ == "__main__":
+    main()
