@@ -55,6 +55,13 @@ import warnings
 
 import torch
 
+from cute_kernels.ops.attention_splits import (  # noqa: F401 (tests reach them here)
+    BLOCK_N,
+    auto_splits,
+    query_tiles,
+    splits_heuristic,
+)
+
 DEVICE = "cuda"
 H, H_KV, D = 32, 8, 128
 DTYPE = torch.bfloat16
@@ -62,59 +69,11 @@ S_Q = (1, 8)
 S_KV, QUICK_S_KV = (4096, 16384, 65536, 131072), (4096, 65536)
 BATCH, QUICK_BATCH = (1, 4, 16), (1, 16)
 SPLITS = (1, 2, 4, 8, 16, 32)
-#: our kernel's tile: 128 query rows (per query head: GQA heads are not packed into it) and
-#: 128 keys per block; the split route caps num_splits at the number of key blocks
-BLOCK_M, BLOCK_N = 128, 128
-MIN_BLOCKS_PER_SPLIT = 4
 H100_SMS = 132
 MAX_SET_BYTES = 30 * 10**9  # the input-set rotation's memory cap
 TOLERANCE = 2e-2  # max |o - ref| / max |ref|
 BAR = 1.0  # ours / fastest SDPA (speed)
 SDPA_BACKENDS = ("cuDNN", "flash", "efficient")
-
-
-def query_tiles(b: int, h_kv: int, s_q: int, q_per_kv: int, causal: bool,
-                block_m: int = BLOCK_M) -> int:
-    """The query tiles (CTAs per split) the op launches: the q_per_kv query heads of a KV
-    head share tiles where it packs them (``packs_query_heads``), else one per query head."""
-    from cute_kernels.ops.attention import packs_query_heads
-
-    if packs_query_heads(h_kv * q_per_kv, h_kv, s_q, causal):
-        return -(-(q_per_kv * s_q) // block_m) * h_kv * b
-    return -(-s_q // block_m) * h_kv * q_per_kv * b
-
-
-def splits_heuristic(b: int, h_kv: int, s_q: int, s_kv: int, sms: int, *, q_per_kv: int = 1,
-                     causal: bool = False, block_m: int = BLOCK_M, block_n: int = BLOCK_N,
-                     min_blocks: int = MIN_BLOCKS_PER_SPLIT, max_waves: int = 2,
-                     max_splits: int = 128) -> int:
-    """num_splits for a decode call, flash-decoding style: enough CTAs to fill the SMs.
-
-    Our split kernel launches (query tiles) x B CTAs per split, one CTA per SM (the
-    128 x 128 D 128 tiles' shared memory): with ``causal`` left out of GQA packing (the op's
-    ``packs_query_heads``: decode shapes) the q_per_kv query heads of a KV head share tiles,
-    ceil(q_per_kv s_q / block_m) x h_kv of them; otherwise ceil(s_q / block_m) x h_kv x
-    q_per_kv, each query head in its own. Already a wave (tiles >= sms): 1. Otherwise among
-    n = 1 .. min(max_splits, blocks // min_blocks) (at least ``min_blocks`` key blocks per
-    split; blocks = ceil(s_kv / block_n)) with n x tiles <= max_waves waves, skipping an n
-    whose blocks per split equal those of n - 1 (it only adds empty splits), the smallest n
-    whose wave efficiency (waves / ceil(waves)) is within 85% of the best (FlashAttention-2's
-    rule), so few splits (less combine work) unless more fill the last wave better."""
-    tiles = query_tiles(b, h_kv, s_q, q_per_kv, causal, block_m)
-    blocks = -(-s_kv // block_n)
-    cap = max(1, min(max_splits, blocks // min_blocks))
-    if tiles >= sms or cap == 1:
-        return 1
-    efficiency = {}
-    for n in range(1, cap + 1):
-        if tiles * n > max_waves * sms:
-            break
-        if n > 1 and -(-blocks // n) == -(-blocks // (n - 1)):
-            continue
-        waves = tiles * n / sms
-        efficiency[n] = waves / math.ceil(waves)
-    top = max(efficiency.values())
-    return min(n for n, e in efficiency.items() if e >= 0.85 * top)
 
 
 def split_candidates(s_kv: int, splits=SPLITS) -> list[int]:
@@ -301,7 +260,7 @@ def measure(b: int, s_q: int, s_kv: int, args, sms: int) -> dict:
             for _ in range(count)]
     ref = reference(*sets[0], args.causal)
     splits = split_candidates(s_kv, args.splits)
-    heur = splits_heuristic(b, H_KV, s_q, s_kv, sms, q_per_kv=H // H_KV, causal=args.causal)
+    heur = auto_splits(b, H_KV, s_q, s_kv, sms, q_per_kv=H // H_KV, causal=args.causal)
     fns = {**sdpa_contenders(args.causal, s_q, s_kv),
            **our_contenders(args.causal, sorted({*splits, heur}))}
     skipped, errors = probe(fns, sets[0], ref)
@@ -399,7 +358,7 @@ def plan(args, sms: int) -> None:
     rows = []
     for b, s_q, s_kv in shapes(args.quick, args.s_q, args.s_kv, args.batch):
         tiles = query_tiles(b, H_KV, s_q, H // H_KV, args.causal)
-        heur = splits_heuristic(b, H_KV, s_q, s_kv, sms, q_per_kv=H // H_KV, causal=args.causal)
+        heur = auto_splits(b, H_KV, s_q, s_kv, sms, q_per_kv=H // H_KV, causal=args.causal)
         rows.append([label(b, s_q, s_kv), tiles, " ".join(map(str, split_candidates(
             s_kv, args.splits))), heur, tiles * heur, set_bytes(b, s_q, s_kv) / 1e9])
     from cute_kernels.bench import format_table
@@ -479,7 +438,8 @@ def main(argv=None) -> None:
           f"the fastest: q, k, v, o bytes / time)\n")
     print(format_table(sdpa_headers, sdpa_rows))
     print(f"\nours: ck.attention(num_splits=n), ms; x SDPA = fastest SDPA ms / ours ms "
-          f"(bar >= {BAR}); heur = splits_heuristic; * = failed the accuracy check\n")
+          f"(bar >= {BAR}); heur = auto_splits (the op's num_splits=None); "
+          f"* = failed the accuracy check\n")
     print(format_table(ours_headers, ours_rows))
     print()
     for line in verdict(results):

@@ -69,6 +69,13 @@ if [ "$PART" = final ]; then  # the staged SDDMM epilogue, host costs, decode, b
   step perf-decode-quick 80 python perf/decode.py --quick --out "$OUT"
   step block-sparse-64k 200 python perf/block_sparse.py --seq 65536 --rounds 5 --out "$OUT/64k"
 fi
+if [ "$PART" = defaults ]; then  # the switches' new defaults: auto num_splits, SpMM/SDDMM choice
+  step attention-split-tests 150 python -m pytest -q --tb=short -p no:logging \
+    tests/test_attention_gpu.py -k "split or combine or packs_query or num_splits"
+  step bsr-gpu-tests 120 python -m pytest -q -x --tb=short -p no:logging tests/test_bsr_gpu.py
+  step perf-decode-quick 90 python perf/decode.py --quick --out "$OUT"
+  step perf-bsr 120 python perf/bsr.py --rounds 5 --out "$OUT"
+fi
 if [ "$PART" = measure ]; then  # the switches' A/B and where the BCSR time goes
   step bsr-breakdown 150 python perf/bsr_breakdown.py --n 32768
   step ncu-bsr 150 ncu --kernel-name regex:Bsr --launch-count 3 --section SpeedOfLight \

@@ -268,6 +268,25 @@ def test_split_kv_through_the_combine_kernel(kernel_combine, monkeypatch):
     torch.testing.assert_close(lse, want_lse, atol=2e-3, rtol=2e-3)
 
 
+def test_num_splits_none_splits_long_keys(monkeypatch):
+    """The default ``num_splits=None`` splits decoding over long keys (auto_splits) and the
+    result still matches the float32 reference; short keys stay unsplit."""
+    from cute_kernels.ops import attention as attn
+
+    taken = []
+    real = attn._attention_split
+    monkeypatch.setattr(attn, "_attention_split",
+                        lambda *args: taken.append(args[5]) or real(*args))
+    q, k, v = qkv(1, 8, 2, 1, 9000, 128)
+    o, lse = ck.attention(q, k, v, return_lse=True)
+    assert taken and taken[0] > 1
+    check(o, lse, q, k, v, False)
+    taken.clear()
+    q, k, v = qkv(1, 8, 2, 1, 3000, 128)
+    check(*ck.attention(q, k, v, return_lse=True), q, k, v, False)
+    assert not taken
+
+
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("s_q, causal", [(1, True), (1, False), (5, False), (40, False)])
 def test_gqa_decode_packs_query_heads(path, s_q, causal):

@@ -106,18 +106,26 @@ def test_softmax_with_masked_values_inside_stored_blocks(g, path):
     assert (p.values().float() - want.values()).abs().max().item() < 1e-2
 
 
-def test_more_block_rows_than_one_wave(path):
-    """G = 128 with more block rows than SMs (one SpMM CTA per SM at G = 128): SpMM launches
-    the longest rows first (``Pattern.spmm_order``), the softmax's one-warp-per-row grid and
-    the SDDMM chunks run many waves; rows of very uneven length, every stage against its
-    reference."""
+@pytest.mark.parametrize("longest_first", [True, False])
+@pytest.mark.parametrize("chunked", [True, False])
+def test_more_block_rows_than_one_wave(longest_first, chunked, path, monkeypatch):
+    """G = 128 with more block rows than SMs (one SpMM CTA per SM at G = 128): SpMM in either
+    launch order (``SPMM_LONGEST_FIRST``: sorted by row length, or index order), the
+    softmax's one-warp-per-row grid and both SDDMM kernels over many waves; rows of very
+    uneven length, every stage against its reference."""
+    monkeypatch.setattr(bsr, "SPMM_LONGEST_FIRST", longest_first)
+    monkeypatch.setattr(bsr, "SDDMM_CHUNKED", chunked)
     g, m, n = 128, 96, 24
     lay = layout((2,), m, n, g, 0.15)
     pattern = bsr.bsr_pattern("p", lay)
     order = pattern.spmm_order(128)
+    identity = torch.arange(m, device="cuda", dtype=order.dtype).expand(2, m)
     lengths = (pattern.crow[:, 1:] - pattern.crow[:, :-1]).gather(1, order.long())
-    assert bool((lengths[:, 1:] <= lengths[:, :-1]).all())  # the sorted launch order
-    assert not torch.equal(order, torch.arange(m, device="cuda", dtype=order.dtype).expand(2, m))
+    if longest_first:
+        assert bool((lengths[:, 1:] <= lengths[:, :-1]).all())  # the sorted launch order
+        assert not torch.equal(order, identity)
+    else:
+        assert torch.equal(order, identity)
     q = torch.randn(2, m * g, 128, device="cuda", generator=gen()).bfloat16()
     kv = torch.randn(2, n * g, 128, device="cuda", generator=gen()).bfloat16()
     poison_allocator()

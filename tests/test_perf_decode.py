@@ -40,6 +40,20 @@ def test_splits_heuristic(b, s_q, s_kv, sms, expected):
     assert decode.splits_heuristic(b, 8, s_q, s_kv, sms, q_per_kv=4) == expected
 
 
+def test_auto_splits_leaves_short_keys_unsplit():
+    """``attention(num_splits=None)``: no split below MIN_AUTO_SPLIT_KEYS keys (splits lost at
+    S_kv 4k on the H100), the heuristic's n above it."""
+    from cute_kernels.ops.attention_splits import MIN_AUTO_SPLIT_KEYS, auto_splits
+
+    assert decode.auto_splits is auto_splits
+    assert auto_splits(1, 8, 1, MIN_AUTO_SPLIT_KEYS - 1, 132, q_per_kv=4) == 1
+    assert decode.splits_heuristic(1, 8, 1, MIN_AUTO_SPLIT_KEYS - 1, 132, q_per_kv=4) > 1
+    for s_kv in (MIN_AUTO_SPLIT_KEYS, 65536):
+        n = auto_splits(1, 8, 1, s_kv, 132, q_per_kv=4)
+        assert n > 1 and n == decode.splits_heuristic(1, 8, 1, s_kv, 132, q_per_kv=4)
+    assert auto_splits(16, 8, 1, 131072, 132, q_per_kv=4) == 1  # a wave of tiles already
+
+
 def test_splits_heuristic_bounds():
     for b in (1, 2, 3, 4, 16):
         for s_kv in (128, 1000, 4096, 65536, 131072):

@@ -487,8 +487,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
             strides), not overlapping q, k or v, to write o into.
         num_splits: split-KV (flash-decoding): each query tile's keys are cut into this
             many ranges run by separate CTAs and combined in float32 (for decoding: few
-            query rows, long keys). None or 1: no split (the default until an automatic
-            choice is measured; H100 timings per n in perf/RESULTS.md "Decode attention").
+            query rows, long keys). 1: no split. None (default): chosen from the shapes and
+            the GPU's SM count (``ops.attention_splits.auto_splits``: no split below 8,192
+            keys or once the query tiles fill the SMs; H100 timings per n in
+            perf/RESULTS.md "Decode attention").
 
     Returns:
         o (B, H, S_q, D) in q's dtype and memory layout (``out`` itself when given); with
@@ -508,9 +510,25 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     scale = validated_scale(q, k, v, scale)
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-    splits = 1 if num_splits is None else check_int("num_splits", num_splits, min_value=1)
+    if num_splits is None:
+        splits = _auto_splits(q, k, causal)
+    else:
+        splits = check_int("num_splits", num_splits, min_value=1)
     o, lse = _ATTENTION(q, k, v, causal, scale, splits, out=out)
     return (o, lse) if return_lse else o
+
+
+def _auto_splits(q: torch.Tensor, k: torch.Tensor, causal: bool) -> int:
+    """num_splits for ``num_splits=None`` (q and k already validated as attention operands;
+    1 off CUDA, where the op refuses them anyway)."""
+    from .attention_splits import auto_splits
+
+    if q.device.type != "cuda" or k.shape[2] < 2:
+        return 1
+    b, h, s_q, _ = q.shape
+    h_kv = k.shape[1]
+    return auto_splits(b, h_kv, s_q, k.shape[2], sm_count(q.device), q_per_kv=h // h_kv,
+                       causal=causal)
 
 
 def attention_colsum(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -536,7 +554,7 @@ def attention_colsum(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
     Returns:
         ``(o, lse, colsum)``: o and lse exactly as ``attention(q, k, v, scale=scale,
-        return_lse=True)``, and colsum (B, H, ceil(S_q / group), S_kv) float32.
+        num_splits=1, return_lse=True)``, and colsum (B, H, ceil(S_q / group), S_kv) float32.
 
     Raises:
         TypeError: as :func:`attention`, or a ``prev_lse`` that is not float32.

@@ -39,8 +39,14 @@ BSR_KERNELS = {"sddmm": "cute_kernels.kernels.bsr:BsrSddmm",
                "spmm": "cute_kernels.kernels.bsr:BsrSpmm",
                "softmax": "cute_kernels.kernels.bsr:BsrSoftmax"}
 #: Which SDDMM kernel ``bsr_sddmm`` runs: one CTA per stored block (False) or per chunk of
-#: four stored blocks sharing their Q rows (True); set by perf/bsr.py's measurement of both
-SDDMM_CHUNKED = True
+#: four stored blocks sharing their Q rows (True). perf/bsr.py on the H100 (N 32k, p 0.9 /
+#: 0.95): the per-block kernel by 5-35% at every G (the chunks win only at p 0.99, by <20%)
+SDDMM_CHUNKED = False
+#: Whether SpMM launches the longest block rows first when its grid exceeds a wave (the
+#: seed's static balancing by row weight). Off: at one head (G 128, N 32k, 1.9 waves) the
+#: sort made the kernel 68 -> 55 us but cost more in its own launches (the op 0.130 against
+#: 0.082 ms, perf/bsr_breakdown.py on the H100)
+SPMM_LONGEST_FIRST = False
 
 
 class Pattern:
@@ -67,15 +73,16 @@ class Pattern:
         return torch.argsort(lengths, dim=-1, descending=True, stable=True).to(INDEX_DTYPE)
 
     def spmm_order(self, head_dim: int) -> torch.Tensor:
-        """SpMM's launch order: longest block rows first when the grid (one CTA per block
-        row) takes more than one wave of resident CTAs, so the last wave is short; else the
-        rows in index order (all run at once: the sort, ~16 us of device time and a few
-        launches, would buy nothing)."""
+        """SpMM's launch order: with ``SPMM_LONGEST_FIRST``, longest block rows first when
+        the grid (one CTA per block row) takes more than one wave of resident CTAs, so the
+        last wave is short; else the rows in index order (within one wave all run at once and
+        the sort, ~16 us of device time and a few launches, would buy nothing)."""
         g = self.block
         smem = 2 * (g * g + g * head_dim) * 2  # kernels/bsr.py BsrSpmm: 2 stages of P and V
         threads = 32 * min(4, g // 16)
         per_sm = min(SMEM_PER_SM // smem, 2048 // threads, 32)
-        if self.flat * (self.size[0] // g) > per_sm * sm_count(self.crow.device):
+        if SPMM_LONGEST_FIRST and self.flat * (self.size[0] // g) > per_sm * sm_count(
+                self.crow.device):
             return self.row_order()
         return _identity_order(self.flat, self.size[0] // g, self.crow.device)
 
