@@ -14,7 +14,8 @@ so a sparse step recomputes, per group of ``group`` token rows, only the interme
 gather, two batched matmuls) and returns the new caches; ``scatter_add_reference`` is the
 writeback alone (``dest[g rows, idx] += src[g rows, :c]``). Not exported: the kernels (the
 GEMM with a gathered weight operand and a fused epilogue, the TMA-reduce writeback) come next
-(docs/column_sparse_mlp.md); ``cute_kernels.reference`` lists these under ``NOT_YET_PUBLIC``.
+(docs/column_sparse_mlp.md); until they exist these references live here only, not in
+``cute_kernels.reference``.
 """
 
 from __future__ import annotations
