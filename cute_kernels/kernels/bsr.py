@@ -10,18 +10,19 @@ at G < 64.
 
 * ``BsrSddmm``: one CTA per stored block ``e`` of row ``r = rows[e]`` and column
   ``c = col[e]``: Q rows [r G, r G + G) and K rows [c G, c G + G) by cp.async into swizzled
-  smem, S = scale Q K^T by ldmatrix + mma.sync over D, written straight from the fragments into
-  ``values[e]``. Warps: min(4, G / 16), stacked along the block's rows. Shared memory:
-  2 x G x D x 2 bytes (64 KiB at G = 128, D = 128).
+  smem, S = scale Q K^T by ldmatrix + mma.sync over D, staged in a padded G x (G + 8) smem
+  tile and stored to ``values[e]`` in 16-byte vectors. Warps: min(4, G / 16), stacked along
+  the block's rows. Shared memory: 2 x G x D x 2 + G x (G + 8) x 2 bytes (99 KiB at G = 128,
+  D = 128).
 * ``BsrSddmmChunks``: the same over chunks of four consecutive stored blocks per CTA, two
   smem stages of (Q, K) rows, a stage's Q rows kept while the chunk stays in one block row
   (Q read about once per chunk, not once per block); ``ops.bsr.SDDMM_CHUNKED`` picks the
   op's kernel by ``perf/bsr.py``'s measurement of both.
-* ``BsrSpmm``: one CTA per block row (rows taken in ``order``: the host sorts them longest
-  first, the seed's static balancing by row weight), O (G x D) += P(e) V(col[e]) over the row's
-  blocks, two smem stages (P(e + 1) and its V rows stream in while block e multiplies). Warps:
-  min(4, G / 16) along the rows. Shared memory: 2 stages x (G x G + G x D) x 2 bytes (128 KiB
-  at G = 128, D = 128).
+* ``BsrSpmm``: one CTA per block row (rows taken in ``order``: index order, or longest first
+  with ``ops.bsr.SPMM_LONGEST_FIRST``, the seed's static balancing by row weight),
+  O (G x D) += P(e) V(col[e]) over the row's blocks, two smem stages (P(e + 1) and its V
+  rows stream in while block e multiplies). Warps: min(4, G / 16) along the rows. Shared
+  memory: 2 stages x (G x G + G x D) x 2 bytes (128 KiB at G = 128, D = 128).
 * ``BsrSoftmax``: one warp per scalar row, four to a CTA (N / 4 CTAs): an online max/sum
   pass over the row's stored blocks in 16-byte vectors, a shuffle reduction, then the
   normalised write pass (the second read hits the lines the first just fetched: the kernel
@@ -106,6 +107,43 @@ class _MmaStage:
             cute.make_layout((1, VEC)))
 
     @cute.jit
+    def scores_smem(self, dtype: cutlass.Constexpr, stages: cutlass.Constexpr):
+        """The SDDMMs' shared memory: ``stages`` (Q, K) tile pairs, each (G, D) swizzled for
+        cp.async and ldmatrix, and the padded scores tile; returns (sQ, sK, sS), sQ and sK
+        (G, D, stages)."""
+        G, D = self.block, self.head_dim
+        layout = cute.tile_to_shape(smem_operand_atom("k", D, 2), (G, D, stages), (0, 1, 2))
+        sS_layout = self.scores_smem_layout()
+
+        @cute.struct
+        class SharedStorage:
+            sQ: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(layout)], 1024]
+            sK: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(layout)], 1024]
+            sS: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sS_layout)], 128]
+
+        storage = cutlass.memory.SmemAllocator().allocate(SharedStorage)
+        return (cute.make_tensor(storage.sQ.data_ptr(), layout),
+                cute.make_tensor(storage.sK.data_ptr(), layout),
+                cute.make_tensor(storage.sS.data_ptr(), sS_layout))
+
+    def block_scores(self, tiled_mma, store, sQ, sK, sS, gS, scale, tidx):
+        """One stored block: S = Q K^T from the (G, D) tiles ``sQ`` / ``sK`` (ldmatrix +
+        mma.sync over D, fp32), then ``gS`` = scale S through ``sS`` (``_store_scores``)."""
+        dtype = sQ.element_type
+        thr_mma = tiled_mma.get_slice(tidx)
+        tSrQ = thr_mma.make_fragment_A(thr_mma.partition_A(sQ))
+        tSrK = thr_mma.make_fragment_B(thr_mma.partition_B(sK))
+        acc = cute.make_rmem_tensor(tiled_mma.partition_shape_C((self.block, self.block)),
+                                    Float32)
+        acc.fill(0.0)
+        lds_q = cute.make_tiled_copy_A(_ldmatrix(False, dtype), tiled_mma)
+        lds_k = cute.make_tiled_copy_B(_ldmatrix(False, dtype), tiled_mma)
+        thr_q, thr_k = lds_q.get_slice(tidx), lds_k.get_slice(tidx)
+        smem_gemm(tiled_mma, acc, lds_q, thr_q.partition_S(sQ), thr_q.retile(tSrQ), tSrQ,
+                  lds_k, thr_k.partition_S(sK), thr_k.retile(tSrK), tSrK)
+        self._store_scores(tiled_mma, store, acc, scale, sS, gS, tidx)
+
+    @cute.jit
     def _store_scores(self, tiled_mma, store, acc, scale, sS, gS, tidx):
         """``gS`` (one stored block, compact G x G) = scale * acc, through ``sS``: fragments
         to smem, a barrier, then coalesced 16-byte stores (the fragments' own 4-byte stores
@@ -151,40 +189,18 @@ class BsrSddmm(_MmaStage):
         row = cutlass.min(cutlass.max(mRows[batch, entry], 0), mQ.shape[1] // G - 1)
         col = cutlass.min(cutlass.max(mCols[batch, entry], 0), mK.shape[1] // G - 1)
 
-        s_layout = cute.tile_to_shape(smem_operand_atom("k", D, 2), (G, D), (0, 1))
-        sS_layout = self.scores_smem_layout()
-
-        @cute.struct
-        class SharedStorage:
-            sQ: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(s_layout)], 1024]
-            sK: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(s_layout)], 1024]
-            sS: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sS_layout)], 128]
-
-        storage = cutlass.memory.SmemAllocator().allocate(SharedStorage)
-        sQ = cute.make_tensor(storage.sQ.data_ptr(), s_layout)
-        sK = cute.make_tensor(storage.sK.data_ptr(), s_layout)
-        sS = cute.make_tensor(storage.sS.data_ptr(), sS_layout)
+        sQ, sK, sS = self.scores_smem(dtype, 1)
+        sQ, sK = sQ[None, None, 0], sK[None, None, 0]
         gQ = cute.local_tile(mQ[batch, None, None], (G, D), (row, 0))
         gK = cute.local_tile(mK[batch, None, None], (G, D), (col, 0))
         thr_copy = copy.get_slice(tidx)
         cute.copy(copy, thr_copy.partition_S(gQ), thr_copy.partition_D(sQ))
         cute.copy(copy, thr_copy.partition_S(gK), thr_copy.partition_D(sK))
         cute.arch.cp_async_commit_group()
-
-        thr_mma = tiled_mma.get_slice(tidx)
-        tSrQ = thr_mma.make_fragment_A(thr_mma.partition_A(sQ))
-        tSrK = thr_mma.make_fragment_B(thr_mma.partition_B(sK))
-        acc = cute.make_rmem_tensor(tiled_mma.partition_shape_C((G, G)), Float32)
-        acc.fill(0.0)
-        lds_q = cute.make_tiled_copy_A(_ldmatrix(False, dtype), tiled_mma)
-        lds_k = cute.make_tiled_copy_B(_ldmatrix(False, dtype), tiled_mma)
-        thr_q, thr_k = lds_q.get_slice(tidx), lds_k.get_slice(tidx)
         cute.arch.cp_async_wait_group(0)
         cute.arch.sync_threads()
-        smem_gemm(tiled_mma, acc, lds_q, thr_q.partition_S(sQ), thr_q.retile(tSrQ), tSrQ,
-                   lds_k, thr_k.partition_S(sK), thr_k.retile(tSrK), tSrK)
-        self._store_scores(tiled_mma, store, acc, scale, sS, mOut[batch, entry, None, None],
-                           tidx)
+        self.block_scores(tiled_mma, store, sQ, sK, sS, mOut[batch, entry, None, None], scale,
+                          tidx)
 
 
 class BsrSddmmChunks(_MmaStage):
@@ -220,29 +236,12 @@ class BsrSddmmChunks(_MmaStage):
                copy: cute.TiledCopy, store: cute.TiledCopy):
         tidx, _, _ = cute.arch.thread_idx()
         chunk_id, batch, _ = cute.arch.block_idx()
-        G, D, dtype = self.block, self.head_dim, mQ.element_type
+        dtype = mQ.element_type
         first = chunk_id * self.chunk
         end = cutlass.min(first + self.chunk, mCols.shape[1])
 
-        layout = cute.tile_to_shape(smem_operand_atom("k", D, 2), (G, D, self.stages),
-                                    (0, 1, 2))
-        sS_layout = self.scores_smem_layout()
-
-        @cute.struct
-        class SharedStorage:
-            sQ: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(layout)], 1024]
-            sK: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(layout)], 1024]
-            sS: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sS_layout)], 128]
-
-        storage = cutlass.memory.SmemAllocator().allocate(SharedStorage)
-        sQ = cute.make_tensor(storage.sQ.data_ptr(), layout)
-        sK = cute.make_tensor(storage.sK.data_ptr(), layout)
-        sS = cute.make_tensor(storage.sS.data_ptr(), sS_layout)
+        sQ, sK, sS = self.scores_smem(dtype, self.stages)
         thr_copy = copy.get_slice(tidx)
-        thr_mma = tiled_mma.get_slice(tidx)
-        lds_q = cute.make_tiled_copy_A(_ldmatrix(False, dtype), tiled_mma)
-        lds_k = cute.make_tiled_copy_B(_ldmatrix(False, dtype), tiled_mma)
-        thr_q, thr_k = lds_q.get_slice(tidx), lds_k.get_slice(tidx)
 
         self._load(copy, thr_copy, mQ, mK, mCrow, mCols, sQ, sK, batch, first, first, steps)
         cute.arch.cp_async_commit_group()
@@ -254,15 +253,8 @@ class BsrSddmmChunks(_MmaStage):
             cute.arch.cp_async_commit_group()
             cute.arch.cp_async_wait_group(1)  # block e's stage has landed
             cute.arch.sync_threads()
-            sQe, sKe = sQ[None, None, stage], sK[None, None, stage]
-            tSrQ = thr_mma.make_fragment_A(thr_mma.partition_A(sQe))
-            tSrK = thr_mma.make_fragment_B(thr_mma.partition_B(sKe))
-            acc = cute.make_rmem_tensor(tiled_mma.partition_shape_C((G, G)), Float32)
-            acc.fill(0.0)
-            smem_gemm(tiled_mma, acc, lds_q, thr_q.partition_S(sQe), thr_q.retile(tSrQ), tSrQ,
-                      lds_k, thr_k.partition_S(sKe), thr_k.retile(tSrK), tSrK)
-            self._store_scores(tiled_mma, store, acc, scale, sS, mOut[batch, e, None, None],
-                               tidx)
+            self.block_scores(tiled_mma, store, sQ[None, None, stage], sK[None, None, stage],
+                              sS, mOut[batch, e, None, None], scale, tidx)
             cute.arch.sync_threads()  # the stage is refilled two blocks on, sS rewritten next
         cute.arch.cp_async_wait_group(0)
 

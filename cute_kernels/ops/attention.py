@@ -523,7 +523,7 @@ def _auto_splits(q: torch.Tensor, k: torch.Tensor, causal: bool) -> int:
     1 off CUDA, where the op refuses them anyway)."""
     from .attention_splits import auto_splits
 
-    if q.device.type != "cuda" or k.shape[2] < 2:
+    if q.device.type != "cuda":
         return 1
     b, h, s_q, _ = q.shape
     h_kv = k.shape[1]

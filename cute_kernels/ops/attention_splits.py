@@ -3,8 +3,9 @@
 Split-KV pays a fixed price (a workspace, a second kernel that combines the partials: ~10 us
 on an H100) for filling SMs that a few query tiles leave idle. The rule, from perf/decode.py
 on the H100 (perf/RESULTS.md "Decode attention"): below ``MIN_AUTO_SPLIT_KEYS`` keys never
-(S_kv 4k: every n >= 2 was 10-20% slower than n = 1), above it the smallest n that fills the
-SMs about as well as the best (``splits_heuristic``; S_kv 64k at B1: 0.10 against 0.72 ms).
+(S_kv 4k: every n >= 2 was 9-19% slower than n = 1 over two runs), above it the smallest
+n that fills the SMs about as well as the best (``splits_heuristic``; S_kv 64k at B1: 0.10
+against 0.72 ms).
 Pure Python: the perf script and the tests import it without a GPU.
 """
 

@@ -32,15 +32,14 @@ DTYPES = (torch.bfloat16, torch.float16)
 INDEX_DTYPE = torch.int32
 #: the flattened batch is the kernels' grid y
 MAX_GRID_Y = 65535
-#: shared memory per SM on sm_80 / sm_90 (what SpMM's residency estimate divides)
-SMEM_PER_SM = 227 * 1024
 BSR_KERNELS = {"sddmm": "cute_kernels.kernels.bsr:BsrSddmm",
                "sddmm_chunks": "cute_kernels.kernels.bsr:BsrSddmmChunks",
                "spmm": "cute_kernels.kernels.bsr:BsrSpmm",
                "softmax": "cute_kernels.kernels.bsr:BsrSoftmax"}
 #: Which SDDMM kernel ``bsr_sddmm`` runs: one CTA per stored block (False) or per chunk of
 #: four stored blocks sharing their Q rows (True). perf/bsr.py on the H100 (N 32k, p 0.9 /
-#: 0.95): the per-block kernel by 5-35% at every G (the chunks win only at p 0.99, by <20%)
+#: 0.95): the per-block kernel by 5-35% at every G (the chunks win only at p 0.99, by up
+#: to 22%)
 SDDMM_CHUNKED = False
 #: Whether SpMM launches the longest block rows first when its grid exceeds a wave (the
 #: seed's static balancing by row weight). Off: at one head (G 128, N 32k, 1.9 waves) the
@@ -77,14 +76,16 @@ class Pattern:
         the grid (one CTA per block row) takes more than one wave of resident CTAs, so the
         last wave is short; else the rows in index order (within one wave all run at once and
         the sort, ~16 us of device time and a few launches, would buy nothing)."""
-        g = self.block
-        smem = 2 * (g * g + g * head_dim) * 2  # kernels/bsr.py BsrSpmm: 2 stages of P and V
-        threads = 32 * min(4, g // 16)
-        per_sm = min(SMEM_PER_SM // smem, 2048 // threads, 32)
-        if SPMM_LONGEST_FIRST and self.flat * (self.size[0] // g) > per_sm * sm_count(
-                self.crow.device):
-            return self.row_order()
-        return _identity_order(self.flat, self.size[0] // g, self.crow.device)
+        g, device = self.block, self.crow.device
+        rows = self.flat * (self.size[0] // g)
+        if SPMM_LONGEST_FIRST:
+            smem = 2 * (g * g + g * head_dim) * 2  # kernels/bsr.py BsrSpmm: 2 stages of P, V
+            threads = 32 * min(4, g // 16)
+            per_sm = min(torch.cuda.get_device_properties(device)
+                         .shared_memory_per_multiprocessor // smem, 2048 // threads, 32)
+            if rows > per_sm * sm_count(device):
+                return self.row_order()
+        return _identity_order(self.flat, self.size[0] // g, device)
 
     def to_bsr(self, values: torch.Tensor) -> torch.Tensor:
         """A torch BSR tensor of this pattern holding ``values`` (Bt, nnz, G, G)."""
