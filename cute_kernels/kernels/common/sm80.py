@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import cutlass
 import cutlass.cute as cute
-from cutlass.cute.nvgpu import cpasync
+from cutlass.cute.nvgpu import cpasync, warp
 
 from layouts import sm80_ldmatrix_swizzle, sm80_smem_atom_k, swizzle_for
 
@@ -91,3 +91,91 @@ def smem_gemm(tiled_mma, acc, lds_a, tAs, tAr_v, tAr, lds_b, tBs, tBr_v, tBr):
             cute.copy(lds_b, tBs[None, None, kb + 1], tBr_v[None, None, kb + 1])
         cute.gemm(tiled_mma, acc, tAr[None, None, kb], tBr[None, None, kb], acc)
 
+
+
+class TileLoads:
+    """One thread's share of an operand's dense (rows, tile_k) k-tiles: ``load(kt, stage)``
+    issues the predicated cp.async of k-tile ``kt`` into ``stage`` (rows and K past ``shape``
+    zero-filled). The loader interface ``mma_mainloop`` drives; gathered operands implement
+    the same ``load`` (kernels/mlp_delta.py)."""
+
+    def __init__(self, tiled_copy, tidx, gX, sX, cX, shape):
+        thr = tiled_copy.get_slice(tidx)
+        self.tiled_copy, self.shape = tiled_copy, shape
+        self.tXgX, self.tXsX, self.tXcX = thr.partition_S(gX), thr.partition_D(sX), \
+            thr.partition_S(cX)
+
+    @cute.jit
+    def load(self, kt, stage):
+        pred = in_bounds_predicate(self.tXcX[None, None, None, kt], self.shape)
+        cute.copy(self.tiled_copy, self.tXgX[None, None, None, kt],
+                  self.tXsX[None, None, None, stage], pred=pred)
+
+
+@cute.jit
+def mma_mainloop(tiled_mma: cute.TiledMma, acc: cute.Tensor, sA: cute.Tensor, sB: cute.Tensor,
+                 a_transposed: cutlass.Constexpr, b_transposed: cutlass.Constexpr,
+                 stages: cutlass.Constexpr, k_tiles, loads_a, loads_b, tidx):
+    """``acc += A B`` over ``k_tiles`` k-tiles streamed through a ``stages``-deep cp.async
+    ring (``sA`` (tile_m, tile_k, stages), ``sB`` (tile_n, tile_k, stages)): ``loads_a`` /
+    ``loads_b`` issue a k-tile's copies (``load(kt, stage)``: ``TileLoads`` or a gather), the
+    stage read next is waited for before its first ldmatrix, and inside a k-tile the ldmatrix
+    of k-block j + 1 is issued before the mma.sync of k-block j. ``*_transposed``: the operand
+    is M/N-major in smem (ldmatrix.trans). Ends with every copy landed and a CTA barrier, so
+    the caller may reuse the stages' smem."""
+    dtype = sA.element_type
+    for s in cutlass.range_constexpr(stages - 1):
+        if s < k_tiles:
+            _load_stage(loads_a, loads_b, s, s)
+        cute.arch.cp_async_commit_group()
+    thr_mma = tiled_mma.get_slice(tidx)
+    tCrA = thr_mma.make_fragment_A(thr_mma.partition_A(sA)[None, None, None, 0])
+    tCrB = thr_mma.make_fragment_B(thr_mma.partition_B(sB)[None, None, None, 0])
+    ldsm_a = cute.make_tiled_copy_A(cute.make_copy_atom(
+        warp.LdMatrix8x8x16bOp(a_transposed, 4), dtype), tiled_mma)
+    ldsm_b = cute.make_tiled_copy_B(cute.make_copy_atom(
+        warp.LdMatrix8x8x16bOp(b_transposed, 4), dtype), tiled_mma)
+    thr_la, thr_lb = ldsm_a.get_slice(tidx), ldsm_b.get_slice(tidx)
+    tLsA, tLrA = thr_la.partition_S(sA), thr_la.retile(tCrA)
+    tLsB, tLrB = thr_lb.partition_S(sB), thr_lb.retile(tCrB)
+    k_blocks = cute.size(tCrA, mode=[2])
+
+    cute.arch.cp_async_wait_group(stages - 2)
+    cute.arch.sync_threads()
+    cute.copy(ldsm_a, tLsA[None, None, 0, 0], tLrA[None, None, 0])
+    cute.copy(ldsm_b, tLsB[None, None, 0, 0], tLrB[None, None, 0])
+    read_stage = cutlass.Int32(0)
+    fetch = cutlass.Int32(stages - 1)
+    for _kt in cutlass.range(k_tiles, unroll=1):
+        for kb in cutlass.range_constexpr(k_blocks):
+            kb_next = (kb + 1) % k_blocks
+            if cutlass.const_expr(kb == k_blocks - 1):
+                # the next stage must have landed before its first ldmatrix
+                read_stage = (read_stage + 1) % stages
+                cute.arch.cp_async_wait_group(stages - 2)
+                cute.arch.sync_threads()
+            cute.copy(ldsm_a, tLsA[None, None, kb_next, read_stage], tLrA[None, None, kb_next])
+            cute.copy(ldsm_b, tLsB[None, None, kb_next, read_stage], tLrB[None, None, kb_next])
+            if cutlass.const_expr(kb == 0):
+                # refill the stage everyone finished reading last iteration
+                if fetch < k_tiles:
+                    _load_stage(loads_a, loads_b, fetch, (read_stage + stages - 1) % stages)
+                cute.arch.cp_async_commit_group()
+                fetch = fetch + 1
+            cute.gemm(tiled_mma, acc, tCrA[None, None, kb], tCrB[None, None, kb], acc)
+    cute.arch.cp_async_wait_group(0)
+    cute.arch.sync_threads()
+
+
+@cute.jit
+def _load_stage(loads_a, loads_b, kt, stage):
+    """Both operands' k-tile ``kt`` into ``stage`` (a call, not two method calls in the
+    caller's run-time ``if``: the DSL would try to carry the loader objects through it)."""
+    loads_a.load(kt, stage)
+    loads_b.load(kt, stage)
+
+
+def padded_f32_tile(rows: int, cols: int):
+    """A row-major (rows, cols) fp32 staging tile, rows padded by 4 words: the MMA fragments'
+    8-byte writes spread over the banks and each row stays 16-byte aligned for vector reads."""
+    return cute.make_layout((rows, cols), stride=(cols + 4, 1))

@@ -14,7 +14,14 @@ from cutlass.cute.nvgpu import warp
 from layouts import SM80_16x4x16_GATED_C, tile_mma_tv
 
 from ..common.constants import BYTES_PER_VEC
-from ..common.sm80 import g2s_copy, in_bounds_predicate, smem_operand_atom, store_swizzle_atom
+from ..common.sm80 import (
+    TileLoads,
+    g2s_copy,
+    in_bounds_predicate,
+    mma_mainloop,
+    smem_operand_atom,
+    store_swizzle_atom,
+)
 from .epilogue import Epilogue, gate_pairs, gated_store_copy
 
 
@@ -101,66 +108,15 @@ class GemmSm80:
         cB = cute.local_tile(cute.make_identity_tensor(mB_l.shape), (BN, BK), (bn, None))
         cC = cute.local_tile(cute.make_identity_tensor(mC_l.shape), (BM, out_n), (bm, bn))
         k_tiles = cute.size(gA, mode=[2])
-
-        thr_a, thr_b = copy_a.get_slice(tidx), copy_b.get_slice(tidx)
-        tAgA, tAsA, tAcA = thr_a.partition_S(gA), thr_a.partition_D(sA), thr_a.partition_S(cA)
-        tBgB, tBsB, tBcB = thr_b.partition_S(gB), thr_b.partition_D(sB), thr_b.partition_S(cB)
-
-        for s in cutlass.range_constexpr(S - 1):
-            if s < k_tiles:
-                self._copy_predicated(copy_a, tAgA, tAsA, tAcA, mA_l.shape, s, s)
-                self._copy_predicated(copy_b, tBgB, tBsB, tBcB, mB_l.shape, s, s)
-            cute.arch.cp_async_commit_group()
-
-        # ---- mma partitions, ldmatrix copies, accumulators ----
+        loads_a = TileLoads(copy_a, tidx, gA, sA, cA, mA_l.shape)
+        loads_b = TileLoads(copy_b, tidx, gB, sB, cB, mB_l.shape)
         thr_mma = tiled_mma.get_slice(tidx)
-        tCsA = thr_mma.partition_A(sA)
-        tCsB = thr_mma.partition_B(sB)
-        tCrA = thr_mma.make_fragment_A(tCsA[None, None, None, 0])
-        tCrB = thr_mma.make_fragment_B(tCsB[None, None, None, 0])
         tCrAcc = cute.make_rmem_tensor(tiled_mma.partition_shape_C((BM, BN)), cutlass.Float32)
         tCrAcc.fill(0.0)
-        ldsm_a = cute.make_tiled_copy_A(cute.make_copy_atom(
-            warp.LdMatrix8x8x16bOp(self.a_major != "k", 4), dtype), tiled_mma)
-        ldsm_b = cute.make_tiled_copy_B(cute.make_copy_atom(
-            warp.LdMatrix8x8x16bOp(self.b_major != "k", 4), dtype), tiled_mma)
-        thr_la, thr_lb = ldsm_a.get_slice(tidx), ldsm_b.get_slice(tidx)
-        tLsA, tLrA = thr_la.partition_S(sA), thr_la.retile(tCrA)
-        tLsB, tLrB = thr_lb.partition_S(sB), thr_lb.retile(tCrB)
-        k_blocks = cute.size(tCrA, mode=[2])
-
-        cute.arch.cp_async_wait_group(S - 2)
-        cute.arch.sync_threads()
-        cute.copy(ldsm_a, tLsA[None, None, 0, 0], tLrA[None, None, 0])
-        cute.copy(ldsm_b, tLsB[None, None, 0, 0], tLrB[None, None, 0])
-
-        read_stage = cutlass.Int32(0)
-        fetch = cutlass.Int32(S - 1)
-        for _kt in cutlass.range(k_tiles, unroll=1):
-            for kb in cutlass.range_constexpr(k_blocks):
-                kb_next = (kb + 1) % k_blocks
-                if cutlass.const_expr(kb == k_blocks - 1):
-                    # the next stage must have landed before its first ldmatrix
-                    read_stage = (read_stage + 1) % S
-                    cute.arch.cp_async_wait_group(S - 2)
-                    cute.arch.sync_threads()
-                cute.copy(ldsm_a, tLsA[None, None, kb_next, read_stage], tLrA[None, None, kb_next])
-                cute.copy(ldsm_b, tLsB[None, None, kb_next, read_stage], tLrB[None, None, kb_next])
-                if cutlass.const_expr(kb == 0):
-                    # refill the stage everyone finished reading last iteration
-                    if fetch < k_tiles:
-                        write_stage = (read_stage + S - 1) % S
-                        self._copy_predicated(copy_a, tAgA, tAsA, tAcA, mA_l.shape, fetch,
-                                              write_stage)
-                        self._copy_predicated(copy_b, tBgB, tBsB, tBcB, mB_l.shape, fetch,
-                                              write_stage)
-                    cute.arch.cp_async_commit_group()
-                    fetch = fetch + 1
-                cute.gemm(tiled_mma, tCrAcc, tCrA[None, None, kb], tCrB[None, None, kb], tCrAcc)
+        mma_mainloop(tiled_mma, tCrAcc, sA, sB, self.a_major != "k", self.b_major != "k", S,
+                     k_tiles, loads_a, loads_b, tidx)
 
         # ---- epilogue: hook on fp32 with (m, n), convert, stage in smem, 16-byte stores ----
-        cute.arch.cp_async_wait_group(0)
-        cute.arch.sync_threads()
         if cutlass.const_expr(self.gated is not None):
             # bias on the 2I pre-activations, then act(gate) * up per in-thread (up, gate)
             # column pair, stored through the gated 16x4x16 atom's partition of the half tile
@@ -194,11 +150,3 @@ class GemmSm80:
         tSrC = cute.make_rmem_tensor_like(tSsC)
         cute.autovec_copy(tSsC, tSrC)
         cute.copy(s2g, tSrC, tSgC, pred=in_bounds_predicate(tScC, mC_l.shape))
-
-    @cute.jit
-    def _copy_predicated(self, tiled_copy, tXgX, tXsX, tXcX, shape, kt, stage):
-        """cp.async one k-tile with a predicate per 16-byte vector: inside the problem in both
-        (row, k). K % 8 == 0 and N % 8 == 0 make each vector wholly in or out; vectors outside
-        are zero-filled, so they add nothing to the accumulators."""
-        pred = in_bounds_predicate(tXcX[None, None, None, kt], shape)
-        cute.copy(tiled_copy, tXgX[None, None, None, kt], tXsX[None, None, None, stage], pred=pred)
