@@ -16,7 +16,9 @@ __version__ = "0.1.0"
 
 #: public name -> module that defines it
 _EXPORTS = {
+    "CacheOffloader": ".offload",
     "ColumnSparseAttention": ".column_sparse_module",
+    "ColumnSparseMLP": ".column_sparse_mlp_module",
     "GatedMLP": ".modules",
     "attention": ".ops.attention",
     "attention_colsum": ".ops.attention",
@@ -27,6 +29,8 @@ _EXPORTS = {
     "bsr_spmm": ".ops.bsr",
     "column_indices": ".ops.column_sparse",
     "column_sparse_attention": ".ops.column_sparse",
+    "column_sparse_mlp": ".ops.column_sparse_mlp",
+    "scatter_add": ".ops.column_sparse_mlp",
     "topk_indices": ".ops.column_sparse",
     "pack_mask": ".ops.bitpack",
     "unpack_mask": ".ops.bitpack",
@@ -43,7 +47,9 @@ _EXPORTS = {
 _SUBMODULES = ("masks", "reference")
 
 __all__ = [
+    "CacheOffloader",
     "ColumnSparseAttention",
+    "ColumnSparseMLP",
     "GatedMLP",
     "UnsupportedGPUError",
     "attention",
@@ -55,6 +61,7 @@ __all__ = [
     "bsr_spmm",
     "column_indices",
     "column_sparse_attention",
+    "column_sparse_mlp",
     "force_path",
     "gated_mlp_up",
     "gemm",
@@ -63,6 +70,7 @@ __all__ = [
     "pack_gated_weight",
     "pack_mask",
     "reference",
+    "scatter_add",
     "topk_indices",
     "unpack_gated_weight",
     "unpack_mask",
@@ -70,13 +78,16 @@ __all__ = [
 
 if TYPE_CHECKING:  # static tools see the eager imports
     from . import masks, reference
+    from .column_sparse_mlp_module import ColumnSparseMLP
     from .column_sparse_module import ColumnSparseAttention
     from .modules import GatedMLP
+    from .offload import CacheOffloader
     from .ops.attention import attention, attention_colsum
     from .ops.bitpack import pack_mask, unpack_mask
     from .ops.block_sparse import block_mask_from_dense, block_sparse_attention
     from .ops.bsr import bsr_sddmm, bsr_softmax, bsr_spmm
     from .ops.column_sparse import column_indices, column_sparse_attention, topk_indices
+    from .ops.column_sparse_mlp import column_sparse_mlp, scatter_add
     from .ops.gated_mlp import gated_mlp_up, pack_gated_weight, unpack_gated_weight
     from .ops.gemm import gemm, linear
     from .runtime.arch import UnsupportedGPUError, force_path

@@ -1,7 +1,7 @@
 """``ColumnSparseMLP``: the step schedule of Chipmunk Part III's MLP deltas for one DiT MLP
-across diffusion steps (issue 16), on the float32 reference of the delta
-(``ops/column_sparse_mlp.py``) until its kernels exist: the algorithm and its API, the oracle
-the kernels will be checked against. Not exported (docs/column_sparse_mlp.md).
+across diffusion steps (issue 16). Sparse steps run ``column_sparse_mlp`` (the kernels) for
+bf16/fp16 inputs on a GPU and its float32 reference (``ops/column_sparse_mlp.py``) otherwise,
+so a float32 copy of the module is the oracle of the kernel path.
 """
 
 from __future__ import annotations
@@ -14,7 +14,12 @@ from torch import nn
 from .column_sparse_module import DenseStepSchedule
 from .ops.activations import ACTIVATION_FNS, check_activation
 from .ops.column_sparse import INDEX_DTYPE, check_group
-from .ops.column_sparse_mlp import MLP_ACTIVATIONS, column_sparse_mlp_reference
+from .ops.column_sparse_mlp import (
+    DTYPES,
+    MLP_ACTIVATIONS,
+    column_sparse_mlp,
+    column_sparse_mlp_reference,
+)
 from .runtime.validate import check_int
 
 __all__ = ["ColumnSparseMLP"]
@@ -38,6 +43,12 @@ class ColumnSparseMLP(DenseStepSchedule, nn.Module):
 
     Inputs: x (..., K) (rows flattened to M); the caches follow x's dtype. Forward only
     (inference): nothing here has a backward.
+
+    **Kernel path** (x bf16/fp16 on a GPU): the activation cache is kept M-major (a listed
+    column of a group is contiguous), ``fc2.weight`` transposed once per weight version, and
+    each sparse step is one ``column_sparse_mlp`` call updating the caches in place; it
+    returns a copy of the output cache (the caches change again next step). Otherwise the
+    float32 reference runs the same algorithm.
     """
 
     def __init__(self, fc1: nn.Linear, fc2: nn.Linear, *, activation: str = "gelu_tanh",
@@ -84,12 +95,27 @@ class ColumnSparseMLP(DenseStepSchedule, nn.Module):
             y = self._sparse(rows)
         return y.view(*lead, y.shape[-1])
 
+    def _kernel_path(self, x: torch.Tensor) -> bool:
+        return x.is_cuda and x.dtype in DTYPES and self.fc1.weight.dtype == x.dtype
+
     def _dense(self, x: torch.Tensor, keep: bool) -> torch.Tensor:
         h = ACTIVATION_FNS[self.activation](self.fc1(x))
         y = self.fc2(h)
         if keep:
-            self._state = (self._columns(h), h.to(x.dtype), y.to(x.dtype))
+            act = h.to(x.dtype)
+            if self._kernel_path(x):  # M-major: torch.empty(F, M).t() holding h
+                act = act.t().contiguous().t()
+            self._state = (self._columns(h), act, y.to(x.dtype).contiguous())
         return y
+
+    def _w2t(self) -> torch.Tensor:
+        """fc2.weight as the (D, F) view of a contiguous (F, D) copy, remade when the weight
+        changes (its version counter or storage)."""
+        w = self.fc2.weight
+        tag = (w.data_ptr(), w._version, w.dtype, w.device)
+        if getattr(self, "_w2t_tag", None) != tag:
+            self._w2t_cache, self._w2t_tag = w.detach().t().contiguous().t(), tag
+        return self._w2t_cache
 
     def _columns(self, h: torch.Tensor):
         """(indices, counts) of each group's most important columns (class docstring)."""
@@ -104,6 +130,12 @@ class ColumnSparseMLP(DenseStepSchedule, nn.Module):
 
     def _sparse(self, x: torch.Tensor) -> torch.Tensor:
         (indices, counts), act_cache, out_cache = self._state
+        if self._kernel_path(x):
+            with torch.no_grad():
+                column_sparse_mlp(x, self.fc1.weight, self.fc1.bias, self._w2t(), indices,
+                                  counts, act_cache, out_cache, group=self.group,
+                                  activation=self.activation)
+            return out_cache.clone()
         out, act = column_sparse_mlp_reference(
             x, self.fc1.weight, self.fc1.bias, self.fc2.weight, indices, counts, act_cache,
             out_cache, group=self.group, activation=self.activation)

@@ -163,9 +163,36 @@ def _bsr_entry() -> KernelEntry:
                             + BSR_VARIANTS[variant][1:]))
 
     return KernelEntry("bsr", "bf16 BCSR attention stages on torch sparse_bsr tensors: SDDMM, "
-                       "row softmax over stored blocks, SpMM (mma.sync on both paths; not yet "
-                       "GPU-verified); variants by stage, block G and head dim",
+                       "row softmax over stored blocks, SpMM (mma.sync on both paths); variants "
+                       "by stage, block G and head dim",
                        tuple(BSR_VARIANTS), build)
+
+
+MLP_DELTA_VARIANTS = {"up-m-major": ("up", True), "up-row-major": ("up", False),
+                      "down": ("down", None), "scatter-m-major": ("scatter", True),
+                      "scatter-row-major": ("scatter", False)}
+
+
+def _mlp_delta_entry() -> KernelEntry:
+    def build(variant: str, path: str) -> Build:
+        import torch
+
+        from .ops.column_sparse_mlp import DOWN_CONFIG, UP_CONFIG, make_build
+
+        op, m_major = MLP_DELTA_VARIANTS[variant]
+        dtype = torch.bfloat16
+        if op == "up":
+            return make_build(op, (dtype, "gelu_tanh", True, 128, 128, m_major,
+                                   tuple(UP_CONFIG.items())))
+        if op == "down":
+            return make_build(op, (dtype, 128, 128, tuple(DOWN_CONFIG.items())))
+        # the TMA bulk reduction needs sm_90 (and an M-major cache)
+        return make_build(op, (dtype, 128, m_major, m_major and path == "hopper"))
+
+    return KernelEntry("column_sparse_mlp", "bf16 column-sparse MLP delta: mm1 with gathered W1 "
+                       "rows and the cache epilogue, mm2 with gathered W2 columns, and the "
+                       "scatter-add writeback (TMA bulk reduction on Hopper); variants by "
+                       "kernel and cache layout", tuple(MLP_DELTA_VARIANTS), build)
 
 
 def entries() -> dict[str, KernelEntry]:
@@ -176,6 +203,7 @@ def entries() -> dict[str, KernelEntry]:
         _column_sparse_entry(),
         _block_sparse_entry(),
         _bsr_entry(),
+        _mlp_delta_entry(),
         _topk_entry(),
         _bitpack_entry("pack_mask", "bool [..., N] -> uint8 [..., ceil(N/8)], little-endian bits"),
         _bitpack_entry("unpack_mask", "uint8 [..., ceil(N/8)] -> bool [..., N]"),
@@ -217,6 +245,7 @@ INSTRUCTIONS = {
     "ld.global.v4": r"\bld\.global(?:\.\w+)*\.(?:v4\.[busf]32|v2\.[busf]64)\b",
     "st.global.v4": r"\bst\.global(?:\.\w+)*\.(?:v4\.[busf]32|v2\.[busf]64)\b",
     "shfl.sync": r"\bshfl\.sync\b",
+    "cp.reduce.async.bulk": r"\bcp\.reduce\.async\.bulk\.global\b",
 }
 
 

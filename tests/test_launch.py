@@ -10,6 +10,7 @@ import torch
 
 from cute_kernels.ops import attention as attention_ops
 from cute_kernels.ops import bitpack as bitpack_ops
+from cute_kernels.ops import column_sparse_mlp as column_sparse_mlp_ops
 from cute_kernels.ops import gemm as gemm_ops
 from cute_kernels.runtime.launch import KernelParams, kernel_params, launch_args
 
@@ -95,6 +96,7 @@ def _named_kernels() -> list[str]:
     named = list(attention_ops.ATTENTION_KERNELS)
     named += [f"{bitpack_ops.KERNEL_MODULE}:{c}" for c in bitpack_ops.KERNEL_CLASSES.values()]
     named += list(gemm_ops.GEMM_KERNELS)
+    named += list(column_sparse_mlp_ops.MLP_KERNELS.values())
     return named
 
 
@@ -116,11 +118,14 @@ import json, sys
 import torch
 import cute_kernels as ck
 from cute_kernels.ops import attention, bitpack, column_sparse, gated_mlp, gemm  # noqa: F401
+from cute_kernels.ops import column_sparse_mlp
 import cute_kernels.modules, cute_kernels.column_sparse_module  # noqa: F401
+import cute_kernels.column_sparse_mlp_module, cute_kernels.offload  # noqa: F401
 from cute_kernels.runtime.launch import kernel_params
 names = [attention.attention_params().call_names, gemm.gemm_params().call_names]
 names += [kernel_params(f"{bitpack.KERNEL_MODULE}:{c}").call_names
           for c in bitpack.KERNEL_CLASSES.values()]
+names += [kernel_params(c).call_names for c in column_sparse_mlp.MLP_KERNELS.values()]
 for d in (64, 128):  # attention_colsum asks this before every launch
     for g in (128, 192):
         attention.colsum_adds_onto_zeros("hopper", d, g)

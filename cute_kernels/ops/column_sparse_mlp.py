@@ -12,23 +12,39 @@ so a sparse step recomputes, per group of ``group`` token rows, only the interme
 
 ``column_sparse_mlp_reference`` computes that in float32 for every group at once (one
 gather, two batched matmuls) and returns the new caches; ``scatter_add_reference`` is the
-writeback alone (``dest[g rows, idx] += src[g rows, :c]``). Not exported: the kernels (the
-GEMM with a gathered weight operand and a fused epilogue, the TMA-reduce writeback) come next
-(docs/column_sparse_mlp.md); until they exist these references live here only, not in
-``cute_kernels.reference``.
+writeback alone (``dest[g rows, idx] += src[g rows, :c]``).
+
+``column_sparse_mlp`` runs the step on the GPU with two kernels (kernels/mlp_delta.py): mm1
+with the W1 rows gathered and the cache epilogue fused, then mm2 with the W2 columns gathered
+along K, accumulated into ``out_cache``. ``scatter_add`` is the writeback as its own op
+(kernels/scatter_add.py).
 """
 
 from __future__ import annotations
 
 import torch
 
-from ..runtime.validate import check_tensor
+from ..runtime.bridge import kernel_for
+from ..runtime.validate import check_cuda, check_int, check_tensor, value_checks
 from .activations import ACTIVATION_FNS, check_activation
 from .column_sparse import INDEX_DTYPE, check_group
 
 #: activations of the fused mm1 epilogue (DiT MLPs use gelu_tanh)
 MLP_ACTIVATIONS = ("gelu_tanh", "gelu", "silu")
 DTYPES = (torch.bfloat16, torch.float16)
+MLP_KERNELS = {"up": "cute_kernels.kernels.mlp_delta:MlpDeltaUp",
+               "down": "cute_kernels.kernels.mlp_delta:MlpDeltaDown",
+               "scatter": "cute_kernels.kernels.scatter_add:ScatterAdd"}
+#: the kernels' (rows, columns, k) tile: rows a divisor of the group, columns the packed width
+#: one mm1 CTA covers (the packed delta is padded to a multiple of it)
+TILE_N, TILE_K = 128, 64
+#: mm1's and mm2's tiles and stages and mm1's cache-pass batch, by perf/mlp_delta_tuning.py on
+#: the H100 at HunyuanVideo's MLP (M 118,784, p 0.93; ms): mm1 k 32 / 4 stages 2.218 (k 64 /
+#: 3 stages 2.271, batch 16 2.368); mm2 64-wide tiles 2.346 (128-wide 2.647-2.705)
+UP_CONFIG = {"tile_k": 32, "stages": 4, "cache_batch": 64}
+DOWN_CONFIG = {"tile_n": 64, "tile_k": TILE_K, "stages": 3}
+#: groups are the kernels' grid z
+MAX_GROUPS = 65535
 
 
 def _check_lists(indices, counts, groups: int, columns: int) -> None:
@@ -43,18 +59,19 @@ def _check_lists(indices, counts, groups: int, columns: int) -> None:
 
 
 def validate_column_sparse_mlp(x, w1, b1, w2, indices, counts, act_cache, out_cache, group,
-                               activation) -> None:
+                               activation, dtypes=DTYPES) -> None:
     """The shape, dtype and device rules of :func:`column_sparse_mlp_reference` (and of the
     op to come): x (M, K); w1 (F, K) and b1 (F,) or None (``nn.Linear`` storage); w2 (D, F);
     indices int32 (ceil(M / group), L) and counts int32 (ceil(M / group)); act_cache (M, F),
-    out_cache (M, D); one 16-bit dtype and one device for the floating tensors."""
+    out_cache (M, D); one dtype of ``dtypes`` (the kernels': bf16 / fp16; the reference also
+    takes float32) and one device for the floating tensors."""
     check_group(group)
     check_activation("activation", activation, MLP_ACTIVATIONS)
-    check_tensor("x", x, dtypes=DTYPES, ndim=2, on_cuda=False)
+    check_tensor("x", x, dtypes=dtypes, ndim=2, on_cuda=False)
     m, k = x.shape
     for name, t, ndim in (("w1", w1, 2), ("w2", w2, 2), ("act_cache", act_cache, 2),
                           ("out_cache", out_cache, 2)):
-        check_tensor(name, t, dtypes=DTYPES, ndim=ndim, on_cuda=False)
+        check_tensor(name, t, dtypes=dtypes, ndim=ndim, on_cuda=False)
         if t.dtype != x.dtype:
             raise TypeError(f"{name} must have x's dtype {x.dtype}, got {t.dtype}")
     f = w1.shape[0]
@@ -63,7 +80,7 @@ def validate_column_sparse_mlp(x, w1, b1, w2, indices, counts, act_cache, out_ca
     if w2.shape[1] != f:
         raise ValueError(f"w2 must be (D, F = {f}), got {tuple(w2.shape)}")
     if b1 is not None:
-        check_tensor("b1", b1, dtypes=DTYPES, ndim=1, on_cuda=False)
+        check_tensor("b1", b1, dtypes=dtypes, ndim=1, on_cuda=False)
         if b1.shape[0] != f or b1.dtype != x.dtype:
             raise ValueError(f"b1 must be ({f},) in x's dtype, got {tuple(b1.shape)} "
                              f"{b1.dtype}")
@@ -104,7 +121,7 @@ def column_sparse_mlp_reference(x, w1, b1, w2, indices, counts, act_cache, out_c
     modified. Only positions below each group's count are used; indices there must lie in
     [0, F) and be distinct within a group (a repeated column would be added twice)."""
     validate_column_sparse_mlp(x, w1, b1, w2, indices, counts, act_cache, out_cache, group,
-                               activation)
+                               activation, dtypes=(*DTYPES, torch.float32))
     m = x.shape[0]
     idx = indices.long().clamp(0, w1.shape[0] - 1)
     live = _live(indices, counts).float().unsqueeze(1)  # (G, 1, L)
@@ -117,8 +134,11 @@ def column_sparse_mlp_reference(x, w1, b1, w2, indices, counts, act_cache, out_c
     old = act_g.gather(2, idx.unsqueeze(1).expand(-1, group, -1))
     delta = (h - old) * live
     out = _grouped(out_cache, group) + delta @ w2.float().t()[idx]  # (G, group, D)
-    new_act = act_g.scatter(2, idx.unsqueeze(1).expand(-1, group, -1),
-                            torch.where(live.bool(), h, old))
+    # only listed positions are written (an entry past the count may repeat a listed column)
+    g_i, l_i = live.squeeze(1).bool().nonzero(as_tuple=True)
+    new_act = act_g.transpose(1, 2).clone()  # (G, F, group)
+    new_act[g_i, idx[g_i, l_i]] = h.transpose(1, 2)[g_i, l_i]
+    new_act = new_act.transpose(1, 2)
     return (out.reshape(-1, out.shape[-1])[:m], new_act.reshape(-1, new_act.shape[-1])[:m])
 
 
@@ -138,3 +158,242 @@ def scatter_add_reference(src_packed, dest, indices, counts, *, group: int = 128
     add = _grouped(src_packed, group) * _live(indices, counts).float().unsqueeze(1)
     out = _grouped(dest, group).scatter_add(2, idx, add)
     return out.reshape(-1, dest.shape[1])[:m]
+
+
+def _tile_m(group: int) -> int:
+    return 128 if group % 128 == 0 else 64
+
+
+def _cache_m_major(name: str, t: torch.Tensor) -> bool:
+    """Whether the (M, F) cache ``t`` is M-major (``torch.empty(F, M).t()``) rather than
+    row-major; anything else is refused (the kernels write it in place, so no copy)."""
+    m, f = t.shape
+    if t.stride(1) == 1 or f == 1:
+        return False
+    if t.stride(0) == 1 or m == 1:
+        return True
+    raise ValueError(f"{name} must be row-major (stride(1) == 1) or M-major (stride(0) == 1, "
+                     f"e.g. torch.empty(F, M).t()), got strides {t.stride()}: it is updated "
+                     f"in place, so it is not copied")
+
+
+def _vector_rows(t: torch.Tensor) -> bool:
+    """Unit column stride and 16-byte aligned rows (cp.async / vector access)."""
+    return (t.stride(1) == 1 and t.data_ptr() % 16 == 0
+            and (t.shape[0] <= 1 or (t.stride(0) * t.element_size()) % 16 == 0))
+
+
+def _rows16(t: torch.Tensor) -> torch.Tensor:
+    return t if _vector_rows(t) else t.contiguous()
+
+
+def check_list_values(indices, counts, columns: int) -> None:
+    """Debug mode (a device sync): counts in [0, L]; listed indices in [0, F) and distinct
+    within their group."""
+    width = indices.shape[1]
+    if bool(((counts < 0) | (counts > width)).any()):
+        raise ValueError(f"counts must lie in [0, L = {width}]")
+    live = _live(indices, counts)
+    listed = indices[live]
+    if listed.numel() and (int(listed.min()) < 0 or int(listed.max()) >= columns):
+        raise ValueError(f"listed indices must lie in [0, F = {columns})")
+    marked = torch.where(live, indices.long(), columns + torch.arange(
+        width, device=indices.device))  # unlisted positions never collide
+    ordered = marked.sort(dim=1).values
+    if bool((ordered[:, 1:] == ordered[:, :-1]).any()):
+        raise ValueError("the listed indices of a group must be distinct")
+
+
+def column_sparse_mlp(x, w1, b1, w2, indices, counts, act_cache, out_cache, *,
+                      group: int = 128, activation: str = "gelu_tanh",
+                      validate: bool | None = None) -> torch.Tensor:
+    """One sparse step of the column-sparse MLP delta, in place (module docstring).
+
+    Args:
+        x: (M, K) bf16/fp16, any strides (copied unless rows are 16-byte aligned with a unit
+            K stride); K a multiple of 8.
+        w1, b1: (F, K) and (F,) or None: ``fc1``'s ``nn.Linear`` storage.
+        w2: (D, F): ``fc2.weight`` (transposed on every call, 2 D F bytes) or, faster, the
+            (D, F) view ``w2t.t()`` of a contiguous (F, D) copy (``ColumnSparseMLP`` keeps
+            one); D a multiple of 8.
+        indices, counts: int32 (ceil(M / group), L) and (ceil(M / group),): group g's rows
+            recompute columns ``indices[g, :counts[g]]`` (distinct, in [0, F), any order).
+        act_cache: (M, F) last step's activations, row-major or M-major (``torch.empty(F,
+            M).t()``, faster: a listed column of a group is contiguous); updated in place.
+        out_cache: (M, D) last step's output, unit D stride and 16-byte aligned rows;
+            updated in place and returned.
+        group: rows per group, 64, 128 or 192.
+        activation: ``gelu_tanh`` (default), ``gelu`` or ``silu``.
+        validate: check counts and index values (a device sync; default
+            ``CUTE_KERNELS_VALIDATE``). Without it, bad lists give wrong numbers, never an
+            out-of-bounds access.
+
+    Returns:
+        ``out_cache``, with ``act(x_g W1[idx]^T + b1[idx]) - act_cache[g, idx]`` times
+        ``W2[:, idx]^T`` added per group (fp32 accumulation, one rounding), and
+        ``act_cache[g, idx]`` holding the new activations.
+
+    Raises:
+        TypeError: a non-tensor, a dtype other than bf16/fp16 or tensors of mixed dtypes,
+            int32 lists of another dtype.
+        ValueError: mismatched shapes, a group other than 64/128/192, an unknown activation,
+            K or D not multiples of 8, a cache layout the kernels cannot update in place,
+            tensors off the GPU or on several devices, bad counts or indices (``validate``).
+    """
+    validate_column_sparse_mlp(x, w1, b1, w2, indices, counts, act_cache, out_cache, group,
+                               activation)
+    for name, t in (("x", x), ("w1", w1), ("w2", w2), ("indices", indices),
+                    ("counts", counts), ("act_cache", act_cache), ("out_cache", out_cache)):
+        check_cuda(name, t)
+    m, k = x.shape
+    f, d = w1.shape[0], w2.shape[0]
+    if k % 8 or d % 8:
+        raise ValueError(f"K ({k}) and D ({d}) must be multiples of 8 (16-byte rows)")
+    if -(-m // group) > MAX_GROUPS:
+        raise ValueError(f"M / group must be at most {MAX_GROUPS} groups (the grid's z), got "
+                         f"{-(-m // group)}")
+    m_major = _cache_m_major("act_cache", act_cache)
+    if not _vector_rows(out_cache):
+        raise ValueError("out_cache must have a unit column stride and 16-byte aligned rows "
+                         "(it is updated in place, so it is not copied)")
+    if value_checks(validate):
+        check_list_values(indices, counts, f)
+    if m == 0 or f == 0 or d == 0:
+        return out_cache
+    x, w1 = _rows16(x), _rows16(w1)
+    w2t = _rows16(w2.t())
+    indices, counts = indices.contiguous(), counts.contiguous()
+    b1 = b1.contiguous() if b1 is not None else None
+    padded = -(-indices.shape[1] // TILE_N) * TILE_N
+    delta = torch.empty(m, padded, dtype=x.dtype, device=x.device)
+    tile_m = _tile_m(group)
+    up = tuple(sorted(UP_CONFIG.items()))
+    _launch("up", x.device, (x.dtype, activation, b1 is not None, group, tile_m, m_major, up),
+            mX=x, mW1=w1, mB1=b1, mIdx=indices, mCounts=counts, mAct=act_cache, mDelta=delta)
+    _launch("down", x.device, (x.dtype, group, tile_m, tuple(sorted(DOWN_CONFIG.items()))),
+            mDelta=delta, mW2t=w2t, mIdx=indices, mCounts=counts, mOut=out_cache)
+    return out_cache
+
+
+def scatter_add(src_packed, dest, indices, counts, *, group: int = 128,
+                num_sms: int | None = None, validate: bool | None = None) -> torch.Tensor:
+    """The cache writeback alone, in place: ``dest[g rows, indices[g, j]] += src_packed[g
+    rows, j]`` for j below ``counts[g]``.
+
+    Args:
+        src_packed: (M, L) bf16/fp16 with a unit column stride (copied otherwise).
+        dest: (M, F) in src's dtype, row-major or M-major (``torch.empty(F, M).t()``); updated
+            in place and returned. On Hopper an M-major ``dest`` with M and its column stride
+            multiples of 8 takes the TMA bulk reduction (``cp.reduce.async.bulk .add``).
+        indices, counts: int32 (ceil(M / group), L) and (ceil(M / group),), distinct indices
+            in [0, F) per group.
+        group: rows per group, 64, 128 or 192.
+        num_sms: run the kernel as this many persistent CTAs (about one per SM: the rest of
+            the GPU stays free for a concurrent GEMM); default one CTA per tile.
+        validate: check counts and index values (a device sync; default
+            ``CUTE_KERNELS_VALIDATE``).
+
+    Returns:
+        ``dest``.
+
+    Raises:
+        TypeError: a non-tensor, dtypes other than bf16/fp16 or not matching, non-int32
+            lists, a non-int ``num_sms``.
+        ValueError: mismatched shapes, a group other than 64/128/192, ``num_sms`` < 1, a
+            ``dest`` that is neither row-major nor M-major, tensors off the GPU or on several
+            devices, bad counts or indices (``validate``).
+    """
+    check_group(group)
+    check_tensor("src_packed", src_packed, dtypes=DTYPES, ndim=2)
+    check_tensor("dest", dest, dtypes=DTYPES, ndim=2)
+    if dest.dtype != src_packed.dtype:
+        raise TypeError(f"dest must have src_packed's dtype {src_packed.dtype}, got "
+                        f"{dest.dtype}")
+    m, f = dest.shape
+    _check_lists(indices, counts, -(-m // group), f)
+    for name, t in (("indices", indices), ("counts", counts)):
+        check_cuda(name, t)
+    if src_packed.shape != (m, indices.shape[1]):
+        raise ValueError(f"src_packed must be (M, L) = ({m}, {indices.shape[1]}), got "
+                         f"{tuple(src_packed.shape)}")
+    if len({t.device for t in (src_packed, dest, indices, counts)}) != 1:
+        raise ValueError("src_packed, dest, indices and counts must be on one device")
+    if num_sms is not None:
+        num_sms = check_int("num_sms", num_sms, min_value=1)
+    if -(-m // group) > MAX_GROUPS:
+        raise ValueError(f"M / group must be at most {MAX_GROUPS} groups, got {-(-m // group)}")
+    m_major = _cache_m_major("dest", dest)
+    if value_checks(validate):
+        check_list_values(indices, counts, f)
+    if m == 0 or f == 0:
+        return dest
+    if src_packed.stride(1) != 1:
+        src_packed = src_packed.contiguous()
+    indices, counts = indices.contiguous(), counts.contiguous()
+    from ..runtime.arch import device_target
+
+    bulk = (m_major and device_target(dest.device)[0] == "hopper" and m % 8 == 0
+            and dest.stride(1) % 8 == 0 and dest.data_ptr() % 16 == 0)
+    tiles = indices.shape[0] * -(-indices.shape[1] // 64)
+    _launch("scatter", dest.device, (dest.dtype, group, m_major, bulk), mSrc=src_packed,
+            mDest=dest, mIdx=indices, mCounts=counts,
+            num_ctas=min(tiles, num_sms) if num_sms is not None else tiles)
+    return dest
+
+
+def make_build(op: str, key: tuple):
+    """The kernel object and symbolic arguments of one of the op's kernels (arch-independent:
+    mma.sync on both paths)."""
+    import cutlass
+    from cutlass.cute.runtime import make_fake_tensor
+
+    from ..kernels import mlp_delta
+    from ..kernels import scatter_add as scatter_add_kernel
+    from ..runtime.bridge import cutlass_dtype, fake_compact, fake_vector, sym
+    from ..runtime.compile import Build
+    from ..runtime.launch import launch_args
+
+    dtype = key[0]
+    dt = cutlass_dtype(dtype)
+
+    def rows16():  # unit column stride, 16-byte aligned rows
+        return make_fake_tensor(dt, (sym(), sym(8)), (sym(8), 1), assumed_align=16)
+
+    if op == "up":
+        _, activation, bias, group, tile_m, m_major, config = key
+        config = dict(config)
+        kernel = mlp_delta.MlpDeltaUp(activation, bias, group, m_major,
+                                      tile=(tile_m, TILE_N, config["tile_k"]),
+                                      stages=config["stages"],
+                                      cache_batch=config["cache_batch"])
+        act = make_fake_tensor(dt, (sym(), sym()), (1, sym()) if m_major else (sym(), 1),
+                               assumed_align=2)
+        named = dict(mX=rows16(), mW1=rows16(), mB1=fake_vector(dtype, align=2) if bias
+                     else None, mIdx=fake_compact(INDEX_DTYPE, 2),
+                     mCounts=fake_compact(INDEX_DTYPE, 1), mAct=act, mDelta=rows16())
+    elif op == "down":
+        _, group, tile_m, config = key
+        config = dict(config)
+        kernel = mlp_delta.MlpDeltaDown(group, tile=(tile_m, config["tile_n"],
+                                                     config["tile_k"]),
+                                        stages=config["stages"])
+        named = dict(mDelta=rows16(), mW2t=rows16(), mIdx=fake_compact(INDEX_DTYPE, 2),
+                     mCounts=fake_compact(INDEX_DTYPE, 1), mOut=rows16())
+    elif op == "scatter":
+        _, group, m_major, bulk = key
+        kernel = scatter_add_kernel.ScatterAdd(group, m_major, bulk)
+        dest = make_fake_tensor(dt, (sym(), sym()), (1, sym(8) if bulk else sym()) if m_major
+                                else (sym(), 1), assumed_align=16 if bulk else 2)
+        named = dict(mSrc=make_fake_tensor(dt, (sym(), sym()), (sym(), 1), assumed_align=2),
+                     mDest=dest, mIdx=fake_compact(INDEX_DTYPE, 2),
+                     mCounts=fake_compact(INDEX_DTYPE, 1), num_ctas=cutlass.Int32(1))
+    else:
+        raise ValueError(f"unknown column-sparse MLP kernel {op!r}")
+    return Build(kernel, launch_args(kernel, **named))
+
+
+def _launch(op: str, device, key: tuple, **named) -> None:
+    from ..runtime.launch import kernel_params
+
+    kernel = kernel_for(device, (f"csp_mlp_{op}", *key), lambda path, target: make_build(op, key))
+    kernel(*kernel_params(MLP_KERNELS[op]).call_args(**named))

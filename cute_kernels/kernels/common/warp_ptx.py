@@ -70,3 +70,19 @@ def nanosleep(ns: int, *, loc=None, ip=None) -> None:
     """Suspend the thread for about ``ns`` nanoseconds (a polite spin-wait)."""
     llvm.inline_asm(None, [], f"nanosleep.u32 {int(ns)};", "", has_side_effects=True,
                     is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip)
+
+
+@dsl_user_op
+def bulk_reduce_add_s2g(gmem_address, smem_address, nbytes, dtype_suffix: str, *, loc=None,
+                        ip=None) -> None:
+    """``cp.reduce.async.bulk .add``: add ``nbytes`` (a multiple of 16) of 16-bit values from
+    shared memory into global memory, element by element in the L2 (atomic per element),
+    tracked by the issuing thread's bulk async-group (commit / wait with
+    ``cute.arch.cp_async_bulk_commit_group`` / ``cp_async_bulk_wait_group``). Both addresses
+    16-byte aligned; ``dtype_suffix`` ``bf16`` or ``f16``. sm_90+."""
+    llvm.inline_asm(
+        None, [Int64(gmem_address).ir_value(), Int32(smem_address).ir_value(),
+               Int32(nbytes).ir_value()],
+        f"cp.reduce.async.bulk.global.shared::cta.bulk_group.add.noftz.{dtype_suffix} "
+        "[$0], [$1], $2;", "l,r,r", has_side_effects=True, is_align_stack=False,
+        asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip)
