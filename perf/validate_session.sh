@@ -12,23 +12,8 @@
 # offloader; "measure" runs perf/bsr.py, the BCSR breakdowns, decode and block-sparse at
 # S 64k. Prints a summary last.
 set -u -o pipefail
-OUT=${OUT:-/tmp/ck-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-validate}
-# the device installs the DSL without bytecode: compile it once, or every process pays 1-2 s
-SITE=$(python -c 'import site; print(site.getsitepackages()[0])')
-python -m compileall -q -j 16 "$SITE/nvidia_cutlass_dsl" "$SITE/tvm_ffi" cute_kernels layouts \
-  > /dev/null 2>&1
-summary=()
-step() {  # label seconds command...  (the label is also the log's file name: no spaces)
-  local label=$1 limit=$2; shift 2
-  echo; echo "=== $label"
-  if timeout "$limit" "$@" > "$OUT/$label.log" 2>&1; then
-    summary+=("ok      $label"); tail -3 "$OUT/$label.log"
-  else
-    summary+=("FAILED  $label (rc $?)"); grep -v DEBUG "$OUT/$label.log" | tail -30
-  fi
-}
-SANITIZE=(compute-sanitizer --report-api-errors no --error-exitcode 9)
+source "$(dirname "$0")/session_lib.sh"
 PART=${1:-all}
 if [ "$PART" = all ] || [ "$PART" = tests ]; then
   step bsr-gpu-tests 200 python -m pytest -q -x --tb=short -p no:logging tests/test_bsr_gpu.py

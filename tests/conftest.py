@@ -1,7 +1,17 @@
 import pytest
 import torch
+from gpu_paths import PATHS
 
 HAS_GPU = torch.cuda.is_available()
+
+
+@pytest.fixture(params=PATHS)
+def path(request):
+    """A test taking ``path`` runs on each kernel path this GPU has (ck.force_path)."""
+    import cute_kernels as ck
+
+    with ck.force_path(request.param):
+        yield request.param
 
 
 def pytest_collection_modifyitems(config, items):

@@ -4,11 +4,10 @@ describe) and against flex_attention itself; random block sparsity, the built-in
 traced CuTe mask, empty rows, S not a multiple of the block, GQA, broadcast lists, poisoned
 outputs; both kernel paths (docs/attention.md)."""
 
-import os
 
 import pytest
 import torch
-from gpu_paths import PATHS  # tests/ is on pytest's path
+from gpu_paths import gen  # tests/ is on pytest's path
 from torch.nn.attention.flex_attention import create_block_mask
 
 from cute_kernels import masks
@@ -19,20 +18,8 @@ pytestmark = pytest.mark.gpu
 BF = torch.bfloat16
 
 
-
-
-@pytest.fixture(params=PATHS)
-def path(request):
-    """Every test runs on each kernel path this GPU has (ck.force_path)."""
-    import cute_kernels as ck
-
-    with ck.force_path(request.param):
-        yield request.param
-
-
 def fresh(*shape):
-    g = torch.Generator(device="cuda").manual_seed(int.from_bytes(os.urandom(4), "little"))
-    return torch.randn(*shape, generator=g, device="cuda").to(BF)
+    return torch.randn(*shape, generator=gen(), device="cuda").to(BF)
 
 
 def check(q, k, v, block_mask, **kw):

@@ -3,36 +3,17 @@ the float32 references (``cute_kernels.reference.bsr_*``) and torch's own BSR ma
 random inputs, every block size, batch dims, a shared layout, empty block rows, strided and
 fp16 operands, outputs allocated from poisoned memory, grids of more than one wave."""
 
-import os
 
 import pytest
 import torch
 from bsr_layouts import random_layout  # tests/ is on pytest's path
-from gpu_paths import PATHS
+from gpu_paths import gen, poison_allocator
 
 from cute_kernels import reference
 from cute_kernels.ops import bsr
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.filterwarnings("ignore:Sparse BSR tensor support is in beta")]
-
-
-@pytest.fixture(params=PATHS)
-def path(request):
-    import cute_kernels as ck
-
-    with ck.force_path(request.param):
-        yield request.param
-
-
-def gen():
-    return torch.Generator(device="cuda").manual_seed(int.from_bytes(os.urandom(4), "little"))
-
-
-def poison_allocator():
-    """Fill freed cached memory with NaN so the ops' fresh outputs start poisoned."""
-    junk = torch.full((64 << 20,), float("nan"), device="cuda")
-    del junk
 
 
 def layout(batch, m, n, g, keep, dtype=torch.bfloat16):

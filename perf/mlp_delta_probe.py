@@ -1,0 +1,83 @@
+"""A small run of every column-sparse MLP kernel for compute-sanitizer (issue 16):
+
+    compute-sanitizer --tool memcheck python perf/mlp_delta_probe.py [hopper|ampere]
+    ncu --kernel-name regex:MlpDelta --launch-skip 2 python perf/mlp_delta_probe.py hopper \
+        --hunyuan
+
+``--hunyuan``: instead, two calls at HunyuanVideo's MLP (M 118,784, K = D = 3072, F 12,288,
+p 0.93, random sorted lists, M-major cache) for a profiler (skip the first call's two
+kernels).
+
+``column_sparse_mlp`` with both act_cache layouts (a partial last group, odd counts, a group
+with count 0, K / D off the tiles) and ``scatter_add`` with both dest layouts (M-major with
+M a multiple of 8 takes the TMA bulk reduction on Hopper), once each, then a sync."""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+import cute_kernels as ck
+
+
+def lists(groups: int, width: int, f: int, gen):
+    idx = torch.stack([torch.randperm(f, device="cuda", generator=gen)[:width]
+                       for _ in range(groups)]).to(torch.int32)
+    counts = torch.randint(1, width + 1, (groups,), device="cuda", generator=gen,
+                           dtype=torch.int32)
+    counts[0] = 0
+    counts[-1] = width
+    return idx, counts
+
+
+def hunyuan(path: str) -> None:
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    m, k, f, d, group = 118_784, 3072, 12_288, 3072, 128
+    count, groups = 861, -(-m // group)
+    idx = torch.rand(groups, f, device="cuda", generator=gen).argsort(-1)[:, :count]
+    idx = idx.sort(-1).values.to(torch.int32).contiguous()
+    counts = torch.full((groups,), count, dtype=torch.int32, device="cuda")
+    x = torch.randn(m, k, device="cuda", generator=gen).bfloat16()
+    w1 = (torch.randn(f, k, device="cuda", generator=gen) * k ** -0.5).bfloat16()
+    w2 = (torch.randn(f, d, device="cuda", generator=gen) * f ** -0.5).bfloat16().t()
+    act = torch.randn(f, m, device="cuda", generator=gen).bfloat16().t()
+    out = torch.randn(m, d, device="cuda", generator=gen).bfloat16()
+    with ck.force_path(path):
+        for _ in range(2):
+            ck.column_sparse_mlp(x, w1, None, w2, idx, counts, act, out, group=group)
+    torch.cuda.synchronize()
+    print("hunyuan ok", path)
+
+
+def main(path: str) -> None:
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    m, k, f, d, group, width = 333, 136, 520, 136, 128, 200
+    x = torch.randn(m, k, device="cuda", generator=gen).bfloat16()
+    w1 = (torch.randn(f, k, device="cuda", generator=gen) * k ** -0.5).bfloat16()
+    b1 = torch.randn(f, device="cuda", generator=gen).bfloat16()
+    w2 = (torch.randn(d, f, device="cuda", generator=gen) * f ** -0.5).bfloat16()
+    idx, counts = lists(-(-m // group), width, f, gen)
+    with ck.force_path(path):
+        for m_major in (True, False):
+            act = torch.randn(m, f, device="cuda", generator=gen).bfloat16()
+            if m_major:
+                act = act.t().contiguous().t()
+            out = torch.randn(m, d, device="cuda", generator=gen).bfloat16()
+            ck.column_sparse_mlp(x, w1, b1, w2, idx, counts, act, out, group=group)
+        for rows, m_major in ((336, True), (333, False)):
+            gi, gc = lists(-(-rows // group), width, f, gen)
+            src = torch.randn(rows, width, device="cuda", generator=gen).bfloat16()
+            dest = torch.randn(rows, f, device="cuda", generator=gen).bfloat16()
+            if m_major:
+                dest = dest.t().contiguous().t()
+            ck.scatter_add(src, dest, gi, gc, group=group)
+            ck.scatter_add(src, dest, gi, gc, group=group, num_sms=2)
+    torch.cuda.synchronize()
+    print("probe ok", path)
+
+
+if __name__ == "__main__":
+    (hunyuan if "--hunyuan" in sys.argv else main)(sys.argv[1] if len(sys.argv) > 1
+                                                   and not sys.argv[1].startswith("--")
+                                                   else "hopper")

@@ -1,0 +1,87 @@
+"""The column-sparse MLP delta's two kernels timed separately, per configuration (issue 16):
+
+    python perf/mlp_delta_tuning.py [--m M] [--p 0.93] [--rows-major]
+
+HunyuanVideo's MLP (K = D = 3072, F = 12,288, bf16, GELU-tanh, group 128), M tokens (default
+118,784), count = ceil((1 - p) F) random sorted columns per group, M-major act_cache. Times
+mm1 (``MlpDeltaUp``) over ``UP_CONFIGS`` and mm2 (``MlpDeltaDown``) over ``DOWN_CONFIGS``
+through the op's own launcher, next to torch.mm of the same dense sizes (the padded list as
+N or K), interleaved (cute_kernels/bench.py). TFLOP/s count the listed columns only. Picks
+``ops.column_sparse_mlp.UP_CONFIG`` / ``DOWN_CONFIG``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import torch
+
+from cute_kernels.bench import bench_interleaved, format_table
+from cute_kernels.ops import column_sparse_mlp as mlp
+
+UP_CONFIGS = [dict(tile_k=64, stages=3, cache_batch=16), dict(tile_k=64, stages=3, cache_batch=64),
+              dict(tile_k=32, stages=4, cache_batch=64), dict(tile_k=32, stages=3, cache_batch=64),
+              dict(tile_k=64, stages=4, cache_batch=64)]
+DOWN_CONFIGS = [dict(tile_n=128, tile_k=64, stages=3), dict(tile_n=128, tile_k=32, stages=4),
+                dict(tile_n=128, tile_k=32, stages=3), dict(tile_n=64, tile_k=64, stages=3),
+                dict(tile_n=128, tile_k=64, stages=2)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--m", type=int, default=118_784)
+    ap.add_argument("--p", type=float, default=0.93)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--row-major", action="store_true", help="row-major act_cache")
+    args = ap.parse_args()
+    k = d = 3072
+    f, group = 12_288, 128
+    m = args.m
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    count = math.ceil((1 - args.p) * f)
+    groups = -(-m // group)
+    idx = torch.rand(groups, f, device="cuda", generator=gen).argsort(-1)[:, :count]
+    idx = idx.sort(-1).values.to(torch.int32).contiguous()
+    counts = torch.full((groups,), count, dtype=torch.int32, device="cuda")
+    x = torch.randn(m, k, device="cuda", generator=gen).bfloat16()
+    w1 = (torch.randn(f, k, device="cuda", generator=gen) * k ** -0.5).bfloat16()
+    b1 = torch.randn(f, device="cuda", generator=gen).bfloat16()
+    w2t = (torch.randn(f, d, device="cuda", generator=gen) * f ** -0.5).bfloat16()
+    act = torch.randn(m, f, device="cuda", generator=gen).bfloat16()
+    m_major = not args.row_major
+    if m_major:
+        act = act.t().contiguous().t()
+    out = torch.randn(m, d, device="cuda", generator=gen).bfloat16()
+    padded = -(-count // mlp.TILE_N) * mlp.TILE_N
+    delta = torch.zeros(m, padded, dtype=torch.bfloat16, device="cuda")
+    dev = x.device
+    fns = {}
+    for c in UP_CONFIGS:
+        key = (torch.bfloat16, "gelu_tanh", True, group, 128, m_major, tuple(sorted(c.items())))
+        fns["up " + " ".join(f"{a}={b}" for a, b in c.items())] = (
+            lambda _, key=key: mlp._launch("up", dev, key, mX=x, mW1=w1, mB1=b1, mIdx=idx,
+                                           mCounts=counts, mAct=act, mDelta=delta))
+    for c in DOWN_CONFIGS:
+        key = (torch.bfloat16, group, 128, tuple(sorted(c.items())))
+        fns["down " + " ".join(f"{a}={b}" for a, b in c.items())] = (
+            lambda _, key=key: mlp._launch("down", dev, key, mDelta=delta, mW2t=w2t, mIdx=idx,
+                                           mCounts=counts, mOut=out))
+    xp = torch.randn(m, padded, device="cuda", generator=gen).bfloat16()
+    wp = torch.randn(padded, k, device="cuda", generator=gen).bfloat16()
+    fns["torch.mm mm1-sized (M,K)x(K,Lpad)"] = lambda _: torch.mm(x, wp.t())
+    fns["torch.mm mm2-sized (M,Lpad)x(Lpad,D)"] = lambda _: torch.mm(xp, w2t[:padded])
+    for fn in fns.values():  # compile outside the timing
+        fn(None)
+    torch.cuda.synchronize()
+    t = bench_interleaved(fns, [None], rounds=args.rounds, warmup=2)
+    flops = 2 * m * count * k
+    rows = [(name, f"{t[name].median_ms:.3f}", f"{flops / t[name].median_ms / 1e9:.0f}")
+            for name in fns]
+    print(f"M {m}, p {args.p}, count {count}, {'M-major' if m_major else 'row-major'} "
+          f"act_cache; TFLOP/s over the listed columns")
+    print(format_table(["kernel / config", "ms", "TFLOP/s"], rows))
+
+
+if __name__ == "__main__":
+    main()

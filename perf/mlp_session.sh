@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Device calls for the column-sparse MLP delta (issue 16): its GPU tests (and the Ampere GEMM,
+# whose mainloop it shares), sanitizer probes, then its speed; each step time-boxed so a part
+# fits the device tool's 10-minute limit (logs in $OUT, one per step). Usage (repo root):
+#   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh tests
+#   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh tune
+#   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh checks
+#   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh final
+#   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh measure
+# Prints a summary last.
+set -u -o pipefail
+export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-mlp}
+source "$(dirname "$0")/session_lib.sh"
+PART=${1:-tests}
+if [ "$PART" = tests ]; then
+  step probe-hopper 60 python perf/mlp_delta_probe.py hopper
+  step mlp-gpu-tests 240 python -m pytest -q --tb=short -p no:logging \
+    tests/test_column_sparse_mlp_gpu.py
+  step memcheck-hopper 60 "${SANITIZE[@]}" --tool memcheck python perf/mlp_delta_probe.py hopper
+  step perf-mlp-quick 150 python perf/column_sparse_mlp.py --quick --out "$OUT"
+fi
+if [ "$PART" = tune ]; then
+  step mlp-gpu-tests 240 python -m pytest -q --tb=short -p no:logging \
+    tests/test_column_sparse_mlp_gpu.py
+  step mlp-tuning 200 python perf/mlp_delta_tuning.py
+  step gemm-ampere-tests 150 python -m pytest -q --tb=short -p no:logging \
+    tests/test_gemm_gpu.py -k ampere
+fi
+if [ "$PART" = checks ]; then
+  step gemm-ampere-tests 150 python -m pytest -q --tb=short -p no:logging \
+    tests/test_gemm_gpu.py tests/test_gated_mlp_gpu.py -k ampere
+  step memcheck-ampere 60 "${SANITIZE[@]}" --tool memcheck python perf/mlp_delta_probe.py ampere
+  step racecheck-hopper 60 "${SANITIZE[@]}" --tool racecheck python perf/mlp_delta_probe.py hopper
+fi
+if [ "$PART" = final ]; then
+  step mlp-gpu-tests 200 python -m pytest -q --tb=short -p no:logging \
+    tests/test_column_sparse_mlp_gpu.py tests/test_offload_gpu.py
+  step memcheck-ampere 60 "${SANITIZE[@]}" --tool memcheck python perf/mlp_delta_probe.py ampere
+  step racecheck-hopper 60 "${SANITIZE[@]}" --tool racecheck python perf/mlp_delta_probe.py hopper
+  step perf-mlp 200 python perf/column_sparse_mlp.py --rounds 5 --out "$OUT"
+  step perf-offload 90 python perf/offload.py --out "$OUT"
+fi
+if [ "$PART" = measure ]; then
+  step perf-mlp 420 python perf/column_sparse_mlp.py --rounds 5 --out "$OUT"
+  step perf-offload 120 python perf/offload.py --out "$OUT"
+fi
+echo; printf '%s\n' "${summary[@]}"
