@@ -20,12 +20,16 @@ import torch
 from cute_kernels.bench import bench_interleaved, format_table
 from cute_kernels.ops import column_sparse_mlp as mlp
 
-UP_CONFIGS = [dict(tile_k=64, stages=3, cache_batch=16), dict(tile_k=64, stages=3, cache_batch=64),
-              dict(tile_k=32, stages=4, cache_batch=64), dict(tile_k=32, stages=3, cache_batch=64),
-              dict(tile_k=64, stages=4, cache_batch=64)]
-DOWN_CONFIGS = [dict(tile_n=128, tile_k=64, stages=3), dict(tile_n=128, tile_k=32, stages=4),
-                dict(tile_n=128, tile_k=32, stages=3), dict(tile_n=64, tile_k=64, stages=3),
-                dict(tile_n=128, tile_k=64, stages=2)]
+UP_CONFIGS = [dict(tile_k=32, stages=4, cache_batch=64, warps=(2, 2)),
+              dict(tile_k=32, stages=4, cache_batch=64, warps=(2, 4)),
+              dict(tile_k=64, stages=3, cache_batch=64, warps=(2, 4)),
+              dict(tile_k=32, stages=5, cache_batch=64, warps=(2, 4)),
+              dict(tile_k=32, stages=4, cache_batch=32, warps=(4, 2))]
+DOWN_CONFIGS = [dict(tile_n=64, tile_k=64, stages=3, warps=(2, 2)),
+                dict(tile_n=64, tile_k=64, stages=3, warps=(4, 2)),
+                dict(tile_n=128, tile_k=64, stages=3, warps=(2, 4)),
+                dict(tile_n=128, tile_k=32, stages=4, warps=(2, 4)),
+                dict(tile_n=64, tile_k=64, stages=4, warps=(4, 2))]
 
 
 def main() -> None:
@@ -59,18 +63,42 @@ def main() -> None:
     fns = {}
     for c in UP_CONFIGS:
         key = (torch.bfloat16, "gelu_tanh", True, group, 128, m_major, tuple(sorted(c.items())))
-        fns["up " + " ".join(f"{a}={b}" for a, b in c.items())] = (
+        fns["up " + " ".join(f"{a}={b}" for a, b in c.items()).replace(" ", "")
+            .replace("=", ":").replace(",", " ", 3)] = (
             lambda _, key=key: mlp._launch("up", dev, key, mX=x, mW1=w1, mB1=b1, mIdx=idx,
                                            mCounts=counts, mAct=act, mDelta=delta))
     for c in DOWN_CONFIGS:
         key = (torch.bfloat16, group, 128, tuple(sorted(c.items())))
-        fns["down " + " ".join(f"{a}={b}" for a, b in c.items())] = (
+        fns["down " + " ".join(f"{a}={b}" for a, b in c.items()).replace(" ", "")
+            .replace("=", ":").replace(",", " ", 3)] = (
             lambda _, key=key: mlp._launch("down", dev, key, mDelta=delta, mW2t=w2t, mIdx=idx,
                                            mCounts=counts, mOut=out))
     xp = torch.randn(m, padded, device="cuda", generator=gen).bfloat16()
     wp = torch.randn(padded, k, device="cuda", generator=gen).bfloat16()
     fns["torch.mm mm1-sized (M,K)x(K,Lpad)"] = lambda _: torch.mm(x, wp.t())
     fns["torch.mm mm2-sized (M,Lpad)x(Lpad,D)"] = lambda _: torch.mm(xp, w2t[:padded])
+    # every configuration computes the same thing: one call each from the same caches,
+    # compared with the first configuration's result (then the timed calls may drift them)
+    act0, out0 = act.clone(), out.clone()
+    first = {}
+    for name, fn in fns.items():
+        if name.startswith("torch"):
+            continue
+        kind = name.split()[0]
+        act.copy_(act0)
+        out.copy_(out0)
+        if kind == "down":
+            delta.copy_(first["up"][0])
+        fn(None)
+        got = (delta.clone(), act.clone()) if kind == "up" else (out.clone(),)
+        if kind not in first:
+            first[kind] = got
+        else:
+            err = max(((a.float() - b.float()).norm() / b.float().norm()).item()
+                      for a, b in zip(got, first[kind]))
+            print(f"{name}: rel. difference to the first {kind} config {err:.1e}")
+            if not err < 1e-2:
+                raise SystemExit(f"{name} disagrees with the first {kind} configuration")
     for fn in fns.values():  # compile outside the timing
         fn(None)
     torch.cuda.synchronize()

@@ -217,6 +217,34 @@ def test_strided_x_and_two_calls(path):
     run_and_check(p, validate=True)
 
 
+def test_torch_compile_fullgraph_updates_the_caches_as_eager():
+    """Under ``torch.compile(fullgraph=True)`` the call goes through the mutating custom ops
+    and updates the caches exactly as the eager call does (same kernels)."""
+    case = CASES[0]
+    p = Problem(case, gen())
+    act0, out0 = p.act.clone(), p.out.clone()
+    src = randn(case.m, case.width, g=gen(), dtype=case.dtype)
+
+    def step(x, w1, b1, w2, indices, counts, act, out, dest):
+        OPS.column_sparse_mlp(x, w1, b1, w2, indices, counts, act, out, group=case.group,
+                              activation=case.activation)
+        OPS.scatter_add(src, dest, indices, counts, group=case.group)
+        return out * 1
+
+    dest = randn(case.m, case.f, g=gen(), dtype=case.dtype)
+    dest0 = dest.clone()
+    compiled = torch.compile(step, fullgraph=True)
+    got = compiled(*p.args(), dest)
+    got_act, got_out, got_dest = p.act.clone(), p.out.clone(), dest.clone()
+    p.act.copy_(act0)
+    p.out.copy_(out0)
+    dest.copy_(dest0)
+    want = step(*p.args(), dest)
+    assert torch.equal(got, want) and torch.equal(got_out, p.out)
+    assert torch.equal(got_act, p.act) and torch.equal(got_dest, dest)
+    assert not torch.equal(got_out, out0)  # the compiled call did update the cache
+
+
 # ---------------------------------------------------------------------------------------------
 # ColumnSparseMLP over six steps
 

@@ -197,3 +197,28 @@ def test_column_sparse_mlp_rejects_a_sparse_first_step():
         module(torch.randn(4, 64).bfloat16(), 5)
     with pytest.raises(ValueError, match="sparsity must be"):
         ColumnSparseMLP.from_mlp(_Mlp(), sparsity=1.0)
+
+
+def test_ops_on_meta_tensors_validate_and_return_the_caches():
+    """``device="meta"`` models: the custom ops' fake implementations, after the same shape
+    checks as a real call."""
+    import cute_kernels as ck
+
+    m, k, f, d, width, group = 300, 64, 256, 64, 40, 128
+    groups = -(-m // group)
+
+    def meta(*shape, dtype=torch.bfloat16):
+        return torch.empty(*shape, dtype=dtype, device="meta")
+
+    lists = (meta(groups, width, dtype=torch.int32), meta(groups, dtype=torch.int32))
+    out = meta(m, d)
+    got = ck.column_sparse_mlp(meta(m, k), meta(f, k), meta(f), meta(d, f), *lists,
+                               meta(m, f), out)
+    assert got is out
+    dest = meta(m, f)
+    assert ck.scatter_add(meta(m, width), dest, *lists) is dest
+    with pytest.raises(ValueError, match="out_cache must be"):
+        ck.column_sparse_mlp(meta(m, k), meta(f, k), meta(f), meta(d, f), *lists,
+                             meta(m, f), meta(m, d + 8))
+    with pytest.raises(TypeError, match="dest must have"):
+        ck.scatter_add(meta(m, width), meta(m, f, dtype=torch.float16), *lists)

@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import torch
 
+from ..runtime.arch import device_target
 from ..runtime.bridge import kernel_for
 from ..runtime.validate import check_cuda, check_int, check_tensor, value_checks
 from .activations import ACTIVATION_FNS, check_activation
 from .column_sparse import INDEX_DTYPE, check_group
+from .dispatch import is_meta
 
 #: activations of the fused mm1 epilogue (DiT MLPs use gelu_tanh)
 MLP_ACTIVATIONS = ("gelu_tanh", "gelu", "silu")
@@ -38,11 +40,12 @@ MLP_KERNELS = {"up": "cute_kernels.kernels.mlp_delta:MlpDeltaUp",
 #: the kernels' (rows, columns, k) tile: rows a divisor of the group, columns the packed width
 #: one mm1 CTA covers (the packed delta is padded to a multiple of it)
 TILE_N, TILE_K = 128, 64
-#: mm1's and mm2's tiles and stages and mm1's cache-pass batch, by perf/mlp_delta_tuning.py on
-#: the H100 at HunyuanVideo's MLP (M 118,784, p 0.93; ms): mm1 k 32 / 4 stages 2.218 (k 64 /
-#: 3 stages 2.271, batch 16 2.368); mm2 64-wide tiles 2.346 (128-wide 2.647-2.705)
-UP_CONFIG = {"tile_k": 32, "stages": 4, "cache_batch": 64}
-DOWN_CONFIG = {"tile_n": 64, "tile_k": TILE_K, "stages": 3}
+#: mm1's and mm2's tiles, stages and warps and mm1's cache-pass batch, by
+#: perf/mlp_delta_tuning.py on the H100 at HunyuanVideo's MLP (M 118,784, p 0.93; ms): mm1
+#: k 32 / 4 stages 2.16-2.22 (k 64 / 3 stages 2.27, batch 16 2.37, 8 warps 2.80-2.93); mm2
+#: 64-wide tiles 2.35-2.38 (128-wide 2.65-2.71, 8 warps 2.72-3.78)
+UP_CONFIG = {"tile_k": 32, "stages": 4, "cache_batch": 64, "warps": (2, 2)}
+DOWN_CONFIG = {"tile_n": 64, "tile_k": TILE_K, "stages": 3, "warps": (2, 2)}
 #: groups are the kernels' grid z
 MAX_GROUPS = 65535
 
@@ -240,26 +243,48 @@ def column_sparse_mlp(x, w1, b1, w2, indices, counts, act_cache, out_cache, *,
             K or D not multiples of 8, a cache layout the kernels cannot update in place,
             tensors off the GPU or on several devices, bad counts or indices (``validate``).
     """
+    meta = any(is_meta(t) for t in (x, w1, b1, w2, indices, counts, act_cache, out_cache))
+    _check_mlp(x, w1, b1, w2, indices, counts, act_cache, out_cache, group, activation,
+               on_device=not meta)
+    if meta or torch.compiler.is_compiling():
+        torch.ops.cute_kernels.column_sparse_mlp(x, w1, b1, w2, indices, counts, act_cache,
+                                                 out_cache, group, activation)
+        return out_cache
+    if value_checks(validate):
+        check_list_values(indices, counts, w1.shape[0])
+    _run_mlp(x, w1, b1, w2, indices, counts, act_cache, out_cache, group, activation)
+    return out_cache
+
+
+def _check_mlp(x, w1, b1, w2, indices, counts, act_cache, out_cache, group, activation, *,
+               on_device: bool = True) -> None:
+    """Every metadata rule of ``column_sparse_mlp`` (``on_device``: the tensors must be on a
+    GPU; meta tensors skip that)."""
     validate_column_sparse_mlp(x, w1, b1, w2, indices, counts, act_cache, out_cache, group,
                                activation)
-    for name, t in (("x", x), ("w1", w1), ("w2", w2), ("indices", indices),
-                    ("counts", counts), ("act_cache", act_cache), ("out_cache", out_cache)):
-        check_cuda(name, t)
+    if on_device:
+        for name, t in (("x", x), ("w1", w1), ("w2", w2), ("indices", indices),
+                        ("counts", counts), ("act_cache", act_cache), ("out_cache", out_cache)):
+            check_cuda(name, t)
     m, k = x.shape
-    f, d = w1.shape[0], w2.shape[0]
+    d = w2.shape[0]
     if k % 8 or d % 8:
         raise ValueError(f"K ({k}) and D ({d}) must be multiples of 8 (16-byte rows)")
     if -(-m // group) > MAX_GROUPS:
         raise ValueError(f"M / group must be at most {MAX_GROUPS} groups (the grid's z), got "
                          f"{-(-m // group)}")
-    m_major = _cache_m_major("act_cache", act_cache)
+    _cache_m_major("act_cache", act_cache)
     if not _vector_rows(out_cache):
         raise ValueError("out_cache must have a unit column stride and 16-byte aligned rows "
                          "(it is updated in place, so it is not copied)")
-    if value_checks(validate):
-        check_list_values(indices, counts, f)
+
+
+def _run_mlp(x, w1, b1, w2, indices, counts, act_cache, out_cache, group, activation) -> None:
+    """The two kernel launches of a checked call."""
+    m, f, d = x.shape[0], w1.shape[0], w2.shape[0]
     if m == 0 or f == 0 or d == 0:
-        return out_cache
+        return
+    m_major = _cache_m_major("act_cache", act_cache)
     x, w1 = _rows16(x), _rows16(w1)
     w2t = _rows16(w2.t())
     indices, counts = indices.contiguous(), counts.contiguous()
@@ -272,7 +297,22 @@ def column_sparse_mlp(x, w1, b1, w2, indices, counts, act_cache, out_cache, *,
             mX=x, mW1=w1, mB1=b1, mIdx=indices, mCounts=counts, mAct=act_cache, mDelta=delta)
     _launch("down", x.device, (x.dtype, group, tile_m, tuple(sorted(DOWN_CONFIG.items()))),
             mDelta=delta, mW2t=w2t, mIdx=indices, mCounts=counts, mOut=out_cache)
-    return out_cache
+
+
+@torch.library.custom_op("cute_kernels::column_sparse_mlp",
+                         mutates_args=("act_cache", "out_cache"))
+def _column_sparse_mlp_op(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None,
+                          w2: torch.Tensor, indices: torch.Tensor, counts: torch.Tensor,
+                          act_cache: torch.Tensor, out_cache: torch.Tensor, group: int,
+                          activation: str) -> None:
+    """The custom op ``torch.compile`` and meta tensors go through (``column_sparse_mlp``)."""
+    _check_mlp(x, w1, b1, w2, indices, counts, act_cache, out_cache, group, activation)
+    _run_mlp(x, w1, b1, w2, indices, counts, act_cache, out_cache, group, activation)
+
+
+@_column_sparse_mlp_op.register_fake
+def _(x, w1, b1, w2, indices, counts, act_cache, out_cache, group, activation) -> None:
+    return None
 
 
 def scatter_add(src_packed, dest, indices, counts, *, group: int = 128,
@@ -303,42 +343,71 @@ def scatter_add(src_packed, dest, indices, counts, *, group: int = 128,
             ``dest`` that is neither row-major nor M-major, tensors off the GPU or on several
             devices, bad counts or indices (``validate``).
     """
+    meta = any(is_meta(t) for t in (src_packed, dest, indices, counts))
+    _check_scatter(src_packed, dest, indices, counts, group, num_sms, on_device=not meta)
+    if meta or torch.compiler.is_compiling():
+        torch.ops.cute_kernels.scatter_add(src_packed, dest, indices, counts, group, num_sms)
+        return dest
+    if value_checks(validate):
+        check_list_values(indices, counts, dest.shape[1])
+    _run_scatter(src_packed, dest, indices, counts, group, num_sms)
+    return dest
+
+
+def _check_scatter(src_packed, dest, indices, counts, group, num_sms, *,
+                   on_device: bool = True) -> None:
+    """Every metadata rule of ``scatter_add``."""
     check_group(group)
-    check_tensor("src_packed", src_packed, dtypes=DTYPES, ndim=2)
-    check_tensor("dest", dest, dtypes=DTYPES, ndim=2)
+    check_tensor("src_packed", src_packed, dtypes=DTYPES, ndim=2, on_cuda=on_device)
+    check_tensor("dest", dest, dtypes=DTYPES, ndim=2, on_cuda=on_device)
     if dest.dtype != src_packed.dtype:
         raise TypeError(f"dest must have src_packed's dtype {src_packed.dtype}, got "
                         f"{dest.dtype}")
     m, f = dest.shape
     _check_lists(indices, counts, -(-m // group), f)
-    for name, t in (("indices", indices), ("counts", counts)):
-        check_cuda(name, t)
+    if on_device:
+        for name, t in (("indices", indices), ("counts", counts)):
+            check_cuda(name, t)
     if src_packed.shape != (m, indices.shape[1]):
         raise ValueError(f"src_packed must be (M, L) = ({m}, {indices.shape[1]}), got "
                          f"{tuple(src_packed.shape)}")
     if len({t.device for t in (src_packed, dest, indices, counts)}) != 1:
         raise ValueError("src_packed, dest, indices and counts must be on one device")
     if num_sms is not None:
-        num_sms = check_int("num_sms", num_sms, min_value=1)
+        check_int("num_sms", num_sms, min_value=1)
     if -(-m // group) > MAX_GROUPS:
         raise ValueError(f"M / group must be at most {MAX_GROUPS} groups, got {-(-m // group)}")
-    m_major = _cache_m_major("dest", dest)
-    if value_checks(validate):
-        check_list_values(indices, counts, f)
+    _cache_m_major("dest", dest)
+
+
+def _run_scatter(src_packed, dest, indices, counts, group, num_sms) -> None:
+    """The launch of a checked call."""
+    m, f = dest.shape
     if m == 0 or f == 0:
-        return dest
+        return
+    m_major = _cache_m_major("dest", dest)
     if src_packed.stride(1) != 1:
         src_packed = src_packed.contiguous()
     indices, counts = indices.contiguous(), counts.contiguous()
-    from ..runtime.arch import device_target
-
     bulk = (m_major and device_target(dest.device)[0] == "hopper" and m % 8 == 0
             and dest.stride(1) % 8 == 0 and dest.data_ptr() % 16 == 0)
     tiles = indices.shape[0] * -(-indices.shape[1] // 64)
     _launch("scatter", dest.device, (dest.dtype, group, m_major, bulk), mSrc=src_packed,
             mDest=dest, mIdx=indices, mCounts=counts,
             num_ctas=min(tiles, num_sms) if num_sms is not None else tiles)
-    return dest
+
+
+@torch.library.custom_op("cute_kernels::scatter_add", mutates_args=("dest",))
+def _scatter_add_op(src_packed: torch.Tensor, dest: torch.Tensor, indices: torch.Tensor,
+                    counts: torch.Tensor, group: int, num_sms: int | None) -> None:
+    """The custom op ``torch.compile`` and meta tensors go through (``scatter_add``)."""
+    _check_scatter(src_packed, dest, indices, counts, group, num_sms)
+    _run_scatter(src_packed, dest, indices, counts, group, num_sms)
+
+
+@_scatter_add_op.register_fake
+def _(src_packed, dest, indices, counts, group, num_sms) -> None:
+    return None
 
 
 def make_build(op: str, key: tuple):
@@ -364,7 +433,7 @@ def make_build(op: str, key: tuple):
         config = dict(config)
         kernel = mlp_delta.MlpDeltaUp(activation, bias, group, m_major,
                                       tile=(tile_m, TILE_N, config["tile_k"]),
-                                      stages=config["stages"],
+                                      stages=config["stages"], warps=config["warps"],
                                       cache_batch=config["cache_batch"])
         act = make_fake_tensor(dt, (sym(), sym()), (1, sym()) if m_major else (sym(), 1),
                                assumed_align=2)
@@ -376,7 +445,7 @@ def make_build(op: str, key: tuple):
         config = dict(config)
         kernel = mlp_delta.MlpDeltaDown(group, tile=(tile_m, config["tile_n"],
                                                      config["tile_k"]),
-                                        stages=config["stages"])
+                                        stages=config["stages"], warps=config["warps"])
         named = dict(mDelta=rows16(), mW2t=rows16(), mIdx=fake_compact(INDEX_DTYPE, 2),
                      mCounts=fake_compact(INDEX_DTYPE, 1), mOut=rows16())
     elif op == "scatter":
