@@ -65,6 +65,16 @@ def test_pattern_helpers():
         bad.check_values()
 
 
+def test_rows_of_entries_are_cached_on_the_layout_until_its_indices_change():
+    gen = torch.Generator().manual_seed(0)
+    layout, _ = random_layout((2,), 4, 4, 16, 0.5, gen)
+    first = bsr.bsr_pattern("layout", layout).rows_of_entries()
+    assert bsr.bsr_pattern("layout", layout).rows_of_entries() is first  # a new call, cached
+    layout.col_indices().add_(0)  # an in-place edit bumps the version: recomputed
+    again = bsr.bsr_pattern("layout", layout).rows_of_entries()
+    assert again is not first and torch.equal(again, first)
+
+
 def test_bad_input_raises_before_anything_runs():
     gen = torch.Generator().manual_seed(1)
     layout, _ = random_layout((), 2, 2, 16, 1.0, gen, empty_row=False)

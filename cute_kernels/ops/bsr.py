@@ -50,20 +50,37 @@ SPMM_LONGEST_FIRST = False
 
 class Pattern:
     """A BSR sparsity pattern flattened over its batch: int32 ``crow`` (Bt, M + 1), ``col``
-    (Bt, nnz); ``batch`` the leading dims, ``size`` (N, N_kv), ``block`` G."""
+    (Bt, nnz); ``batch`` the leading dims, ``size`` (N, N_kv), ``block`` G. ``source``: the
+    torch BSR tensor it came from (derived lists are cached on it) or None."""
 
-    def __init__(self, crow, col, batch, size, block):
+    def __init__(self, crow, col, batch, size, block, source=None):
         self.crow, self.col, self.batch, self.size, self.block = crow, col, batch, size, block
+        self.source = source
 
     @property
     def flat(self) -> int:
         return self.crow.shape[0]
 
     def rows_of_entries(self) -> torch.Tensor:
-        """(Bt, nnz) int32: each stored block's block row (no sync)."""
+        """(Bt, nnz) int32: each stored block's block row (no sync). Cached on the source
+        tensor, keyed by its index tensors' storage and version counters (an in-place edit
+        of them recomputes it): a layout reused across calls, heads or layers pays the
+        search (six small launches) once."""
+        source = self.source
+        key = None
+        if source is not None:
+            crow_t, col_t = source.crow_indices(), source.col_indices()
+            key = (crow_t.data_ptr(), crow_t._version, col_t.data_ptr(), col_t._version,
+                   self.flat, self.crow.device)
+            cached = source.__dict__.get("_cute_kernels_rows")
+            if cached is not None and cached[0] == key:
+                return cached[1]
         nnz = self.col.shape[1]
         ids = torch.arange(nnz, device=self.col.device, dtype=INDEX_DTYPE).expand(self.flat, nnz)
-        return (torch.searchsorted(self.crow, ids.contiguous(), right=True) - 1).to(INDEX_DTYPE)
+        rows = (torch.searchsorted(self.crow, ids.contiguous(), right=True) - 1).to(INDEX_DTYPE)
+        if key is not None:
+            source.__dict__["_cute_kernels_rows"] = (key, rows)
+        return rows
 
     def row_order(self) -> torch.Tensor:
         """(Bt, M) int32: block rows by stored blocks, longest first (ties in index order):
@@ -164,7 +181,8 @@ def bsr_pattern(name: str, t: object, batch: tuple[int, ...] | None = None) -> P
                          f"kernels' grid y), got {flat}")
     if crow.shape[0] != flat:  # a shared layout: one pattern for every batch entry
         crow, col = crow.expand(flat, -1), col.expand(flat, -1)
-    return Pattern(crow.contiguous(), col.contiguous(), batch, tuple(t.shape[-2:]), g_rows)
+    return Pattern(crow.contiguous(), col.contiguous(), batch, tuple(t.shape[-2:]), g_rows,
+                   source=t)
 
 
 def _operand(name: str, t: object, batch, rows: int | None, block: int) -> torch.Tensor:
