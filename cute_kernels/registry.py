@@ -181,6 +181,12 @@ def _mlp_delta_entry() -> KernelEntry:
 
         op, m_major = MLP_DELTA_VARIANTS[variant]
         dtype = torch.bfloat16
+        # the group-128 kernels of each path: on Hopper the WGMMA ones (mm2's is the op's
+        # default there, mm1's runs with ops.column_sparse_mlp.SM90_UP_ON), mma.sync on Ampere
+        if op == "up" and path == "hopper":
+            return make_build("up_sm90", (dtype, "gelu_tanh", True, m_major))
+        if op == "down" and path == "hopper":
+            return make_build("down_sm90", (dtype,))
         if op == "up":
             return make_build(op, (dtype, "gelu_tanh", True, 128, 128, m_major,
                                    tuple(UP_CONFIG.items())))
@@ -190,9 +196,10 @@ def _mlp_delta_entry() -> KernelEntry:
         return make_build(op, (dtype, 128, m_major, m_major and path == "hopper"))
 
     return KernelEntry("column_sparse_mlp", "bf16 column-sparse MLP delta: mm1 with gathered W1 "
-                       "rows and the cache epilogue, mm2 with gathered W2 columns, and the "
-                       "scatter-add writeback (TMA bulk reduction on Hopper); variants by "
-                       "kernel and cache layout", tuple(MLP_DELTA_VARIANTS), build)
+                       "rows and the cache epilogue, mm2 with gathered W2 columns (WGMMA with a "
+                       "gather producer on Hopper, mma.sync on Ampere), and the scatter-add "
+                       "writeback (TMA bulk reduction on Hopper); variants by kernel and cache "
+                       "layout", tuple(MLP_DELTA_VARIANTS), build)
 
 
 def entries() -> dict[str, KernelEntry]:

@@ -52,19 +52,24 @@ def hunyuan(path: str) -> None:
 
 def main(path: str) -> None:
     gen = torch.Generator(device="cuda").manual_seed(0)
-    m, k, f, d, group, width = 333, 136, 520, 136, 128, 200
-    x = torch.randn(m, k, device="cuda", generator=gen).bfloat16()
-    w1 = (torch.randn(f, k, device="cuda", generator=gen) * k ** -0.5).bfloat16()
-    b1 = torch.randn(f, device="cuda", generator=gen).bfloat16()
-    w2 = (torch.randn(d, f, device="cuda", generator=gen) * f ** -0.5).bfloat16()
-    idx, counts = lists(-(-m // group), width, f, gen)
+    group, width = 128, 200
+    # K / D off the tiles (mma.sync kernels on both paths), then multiples of them (the
+    # WGMMA kernels on Hopper)
+    for m, k, f, d in ((333, 136, 520, 136), (333, 128, 520, 256)):
+        x = torch.randn(m, k, device="cuda", generator=gen).bfloat16()
+        w1 = (torch.randn(f, k, device="cuda", generator=gen) * k ** -0.5).bfloat16()
+        b1 = torch.randn(f, device="cuda", generator=gen).bfloat16()
+        w2 = (torch.randn(d, f, device="cuda", generator=gen) * f ** -0.5).bfloat16()
+        idx, counts = lists(-(-m // group), width, f, gen)
+        with ck.force_path(path):
+            for m_major in (True, False):
+                act = torch.randn(m, f, device="cuda", generator=gen).bfloat16()
+                if m_major:
+                    act = act.t().contiguous().t()
+                out = torch.randn(m, d, device="cuda", generator=gen).bfloat16()
+                ck.column_sparse_mlp(x, w1, b1, w2, idx, counts, act, out, group=group)
+    m, f = 333, 520
     with ck.force_path(path):
-        for m_major in (True, False):
-            act = torch.randn(m, f, device="cuda", generator=gen).bfloat16()
-            if m_major:
-                act = act.t().contiguous().t()
-            out = torch.randn(m, d, device="cuda", generator=gen).bfloat16()
-            ck.column_sparse_mlp(x, w1, b1, w2, idx, counts, act, out, group=group)
         for rows, m_major in ((336, True), (333, False)):
             gi, gc = lists(-(-rows // group), width, f, gen)
             src = torch.randn(rows, width, device="cuda", generator=gen).bfloat16()

@@ -73,6 +73,15 @@ def main() -> None:
             .replace("=", ":").replace(",", " ", 3)] = (
             lambda _, key=key: mlp._launch("down", dev, key, mDelta=delta, mW2t=w2t, mIdx=idx,
                                            mCounts=counts, mOut=out))
+    if torch.cuda.get_device_capability() == (9, 0):  # the WGMMA kernels
+        ctas = min(groups * max(padded // mlp.TILE_N, d // 128),
+                   torch.cuda.get_device_properties(0).multi_processor_count)
+        fns["up sm90 (WGMMA, gather producer)"] = lambda _: mlp._launch(
+            "up_sm90", dev, (torch.bfloat16, "gelu_tanh", True, m_major), mX=x.unsqueeze(-1),
+            mW1=w1, mB1=b1, mIdx=idx, mCounts=counts, mAct=act, mDelta=delta, num_ctas=ctas)
+        fns["down sm90 (WGMMA, gather producer)"] = lambda _: mlp._launch(
+            "down_sm90", dev, (torch.bfloat16,), mDelta=delta.unsqueeze(-1), mW2t=w2t,
+            mIdx=idx, mCounts=counts, mOut=out, num_ctas=ctas)
     xp = torch.randn(m, padded, device="cuda", generator=gen).bfloat16()
     wp = torch.randn(padded, k, device="cuda", generator=gen).bfloat16()
     fns["torch.mm mm1-sized (M,K)x(K,Lpad)"] = lambda _: torch.mm(x, wp.t())
@@ -84,7 +93,7 @@ def main() -> None:
     for name, fn in fns.items():
         if name.startswith("torch"):
             continue
-        kind = name.split()[0]
+        kind = name.split()[0]  # "up" / "down": each compared with the first of its kind
         act.copy_(act0)
         out.copy_(out0)
         if kind == "down":

@@ -4,6 +4,8 @@
 # fits the device tool's 10-minute limit (logs in $OUT, one per step). Usage (repo root):
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh tests
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh tune
+#   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh sm90
+#   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh default
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh checks
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh final
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh measure
@@ -25,6 +27,20 @@ if [ "$PART" = tune ]; then
   step mlp-tuning 200 python perf/mlp_delta_tuning.py
   step gemm-ampere-tests 150 python -m pytest -q --tb=short -p no:logging \
     tests/test_gemm_gpu.py -k ampere
+fi
+if [ "$PART" = sm90 ]; then
+  step probe-hopper 60 python perf/mlp_delta_probe.py hopper
+  step hunyuan-hopper 90 python perf/mlp_delta_probe.py hopper --hunyuan
+  step mlp-gpu-tests 240 python -m pytest -q -x --tb=short -p no:logging \
+    tests/test_column_sparse_mlp_gpu.py
+  step mlp-tuning 150 python perf/mlp_delta_tuning.py
+  step memcheck-hopper 90 "${SANITIZE[@]}" --tool memcheck python perf/mlp_delta_probe.py hopper
+  step racecheck-hopper 90 "${SANITIZE[@]}" --tool racecheck python perf/mlp_delta_probe.py hopper
+fi
+if [ "$PART" = default ]; then
+  step mlp-gpu-tests 240 python -m pytest -q --tb=short -p no:logging \
+    tests/test_column_sparse_mlp_gpu.py
+  step perf-mlp 240 python perf/column_sparse_mlp.py --parts mlp,scatter --rounds 5 --out "$OUT"
 fi
 if [ "$PART" = checks ]; then
   step gemm-ampere-tests 150 python -m pytest -q --tb=short -p no:logging \

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 import torch.nn.functional as F
-from gpu_paths import gen, poison_allocator  # tests/ is on pytest's path
+from gpu_paths import HOPPER, gen, poison_allocator  # tests/ is on pytest's path
 
 pytestmark = pytest.mark.gpu
 
@@ -112,6 +112,12 @@ CASES = [
     Case(333, 136, 520, 136, 520, 128, "silu", False, "row", "col", BF16, "full"),
     Case(20000, 136, 520, 136, 37, 64, "gelu_tanh", True, "m", "col", BF16, "mixed"),
     Case(1000, 200, 520, 136, 130, 192, "gelu", True, "row", "col", BF16, "mixed"),
+    # group 128, K % 64 == 0 and D % 128 == 0: the Hopper path's WGMMA kernels
+    # (kernels/mlp_delta_sm90.py): a partial last group, a row-major cache, more work units
+    # than SMs (persistent), fp16, three packed column tiles with full counts
+    Case(1000, 256, 1024, 256, 130, 128, "gelu", False, "row", "row", BF16, "mixed"),
+    Case(20000, 128, 520, 128, 37, 128, "silu", True, "m", "col", FP16, "mixed"),
+    Case(333, 192, 520, 256, 300, 128, "gelu_tanh", True, "m", "row", BF16, "full"),
 ]
 
 
@@ -200,6 +206,24 @@ def run_and_check(p: Problem, **kw):
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_matches_reference(case, path):
     run_and_check(Problem(case, gen()))
+
+
+WGMMA_CASES = [c for c in CASES if c.group == 128 and c.k % 64 == 0 and c.d % 128 == 0]
+
+
+@pytest.mark.skipif(not HOPPER, reason="the WGMMA kernels need a Hopper GPU")
+@pytest.mark.parametrize("case", WGMMA_CASES, ids=str)
+def test_wgmma_kernels_match_reference(case, monkeypatch):
+    """The Hopper path's warp-specialized WGMMA kernels, both on (mm1's is off by default:
+    ``SM90_UP_ON``, perf/RESULTS.md), on the cases they take; the default pairing (mm1
+    mma.sync, mm2 WGMMA) runs in test_matches_reference."""
+    import cute_kernels as ck
+
+    assert WGMMA_CASES
+    monkeypatch.setattr(OPS, "SM90_UP_ON", True)
+    monkeypatch.setattr(OPS, "SM90_DOWN_ON", True)
+    with ck.force_path("hopper"):
+        run_and_check(Problem(case, gen()))
 
 
 def test_strided_x_and_two_calls(path):

@@ -37,14 +37,16 @@ EXPECTED = {
        for v in ("sddmm-g64-d128", "sddmm-g16-d64", "sddmm-chunks-g64-d128")},
     ("bsr", "softmax-g64"): {"sm_80": {"ld.global.v4", "st.global.v4", "shfl.sync"},
                              "sm_90a": {"ld.global.v4", "st.global.v4", "shfl.sync"}},
-    # the MLP delta: the Ampere GEMM mainloop with gathered rows on both targets; mm1 stores
-    # the packed delta and mm2 updates the output cache in 16-byte vectors; the writeback
+    # the MLP delta: the Ampere GEMM mainloop with gathered rows on sm_80, the warp-
+    # specialized WGMMA kernels with a cp.async gather producer on sm_90a; mm1 stores the
+    # packed delta and mm2 updates the output cache in 16-byte vectors; the writeback
     # reduces through the TMA unit on Hopper when the cache is M-major
     **{("column_sparse_mlp", v): {"sm_80": AMPERE | {"st.global.v4"},
-                                  "sm_90a": AMPERE | {"st.global.v4"}}
+                                  "sm_90a": HOPPER | {"cp.async", "st.global.v4"}}
        for v in ("up-m-major", "up-row-major")},
     ("column_sparse_mlp", "down"): {"sm_80": AMPERE | {"ld.global.v4", "st.global.v4"},
-                                    "sm_90a": AMPERE | {"ld.global.v4", "st.global.v4"}},
+                                    "sm_90a": HOPPER | {"cp.async", "ld.global.v4",
+                                                        "st.global.v4"}},
     ("column_sparse_mlp", "scatter-m-major"): {"sm_80": set(),
                                                "sm_90a": {"cp.reduce.async.bulk"}},
     ("column_sparse_mlp", "scatter-row-major"): {"sm_80": set(), "sm_90a": set()},

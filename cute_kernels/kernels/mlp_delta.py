@@ -259,19 +259,25 @@ class MlpDeltaUp(_DeltaGemm):
                          cute.ceil_div(mX.shape[1], BK), loads_x, loads_w, tidx)
 
             thr_mma = tiled_mma.get_slice(tidx)
-            tCcC = thr_mma.partition_C(cute.make_identity_tensor((BM, BN)))
-            with python_unrolled():
-                for i in cutlass.range_constexpr(cute.size(acc)):
-                    v = acc[i]
-                    if cutlass.const_expr(self.bias):
-                        v = v + Float32(mB1[sFeat[tCcC[i][1]]])
-                    acc[i] = activate(v, self.activation)
+            self.bias_activation(acc, thr_mma.partition_C(cute.make_identity_tensor((BM, BN))),
+                                 sFeat, mB1)
             cute.autovec_copy(acc, thr_mma.partition_C(sF))
             cute.arch.sync_threads()
             rows_valid = cutlass.min(mX.shape[0] - row0, BM)
             self.cache_pass(sF, sFeat, mAct, row0, rows_valid, count - n0, tidx)
             cute.arch.sync_threads()
             self.store_delta(sF, mDelta, row0, rows_valid, n0, tidx)
+
+    @cute.jit
+    def bias_activation(self, acc, tCcC, sFeat, mB1):
+        """``acc = act(acc + b1[feat[n]])`` on the fp32 fragments; ``tCcC`` holds each
+        element's (m, n) in the tile."""
+        with python_unrolled():
+            for i in cutlass.range_constexpr(cute.size(acc)):
+                v = acc[i]
+                if cutlass.const_expr(self.bias):
+                    v = v + Float32(mB1[sFeat[tCcC[i][1]]])
+                acc[i] = activate(v, self.activation)
 
     @cute.jit
     def cache_pass(self, sF, sFeat, mAct, row0, rows_valid, cols_valid, tidx):

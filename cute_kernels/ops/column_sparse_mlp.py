@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from ..runtime.arch import device_target
+from ..runtime.arch import device_target, sm_count
 from ..runtime.bridge import kernel_for
 from ..runtime.validate import check_cuda, check_int, check_tensor, value_checks
 from .activations import ACTIVATION_FNS, check_activation
@@ -36,7 +36,17 @@ MLP_ACTIVATIONS = ("gelu_tanh", "gelu", "silu")
 DTYPES = (torch.bfloat16, torch.float16)
 MLP_KERNELS = {"up": "cute_kernels.kernels.mlp_delta:MlpDeltaUp",
                "down": "cute_kernels.kernels.mlp_delta:MlpDeltaDown",
+               "up_sm90": "cute_kernels.kernels.mlp_delta_sm90:MlpDeltaUpSm90",
+               "down_sm90": "cute_kernels.kernels.mlp_delta_sm90:MlpDeltaDownSm90",
                "scatter": "cute_kernels.kernels.scatter_add:ScatterAdd"}
+#: Whether the Hopper path runs mm1 / mm2 as the warp-specialized WGMMA kernels
+#: (kernels/mlp_delta_sm90.py) where they apply (group 128; mm1 K % 64 == 0, mm2 D % 128 ==
+#: 0); else the mma.sync kernels. perf/mlp_delta_tuning.py on an H200 at HunyuanVideo's MLP
+#: (p 0.93, ms): mm1 WGMMA 2.22 against mma.sync 2.07 (its producer warpgroup, gathering 16
+#: KiB per k-tile with 16-byte cp.async, is issue-bound, as the attention gather); mm2 WGMMA
+#: 1.99 against 2.33
+SM90_UP_ON = False
+SM90_DOWN_ON = True
 #: the kernels' (rows, columns, k) tile: rows a divisor of the group, columns the packed width
 #: one mm1 CTA covers (the packed delta is padded to a multiple of it)
 TILE_N, TILE_K = 128, 64
@@ -244,9 +254,11 @@ def column_sparse_mlp(x, w1, b1, w2, indices, counts, act_cache, out_cache, *,
             tensors off the GPU or on several devices, bad counts or indices (``validate``).
     """
     meta = any(is_meta(t) for t in (x, w1, b1, w2, indices, counts, act_cache, out_cache))
+    traced = meta or torch.compiler.is_compiling()
+    # traced: shapes and strides only (no data pointers); the custom op's body checks the rest
     _check_mlp(x, w1, b1, w2, indices, counts, act_cache, out_cache, group, activation,
-               on_device=not meta)
-    if meta or torch.compiler.is_compiling():
+               on_device=not meta, pointers=not traced)
+    if traced:
         torch.ops.cute_kernels.column_sparse_mlp(x, w1, b1, w2, indices, counts, act_cache,
                                                  out_cache, group, activation)
         return out_cache
@@ -257,9 +269,10 @@ def column_sparse_mlp(x, w1, b1, w2, indices, counts, act_cache, out_cache, *,
 
 
 def _check_mlp(x, w1, b1, w2, indices, counts, act_cache, out_cache, group, activation, *,
-               on_device: bool = True) -> None:
+               on_device: bool = True, pointers: bool = True) -> None:
     """Every metadata rule of ``column_sparse_mlp`` (``on_device``: the tensors must be on a
-    GPU; meta tensors skip that)."""
+    GPU, which meta tensors skip; ``pointers``: out_cache's 16-byte alignment, which tracing
+    cannot read)."""
     validate_column_sparse_mlp(x, w1, b1, w2, indices, counts, act_cache, out_cache, group,
                                activation)
     if on_device:
@@ -274,7 +287,7 @@ def _check_mlp(x, w1, b1, w2, indices, counts, act_cache, out_cache, group, acti
         raise ValueError(f"M / group must be at most {MAX_GROUPS} groups (the grid's z), got "
                          f"{-(-m // group)}")
     _cache_m_major("act_cache", act_cache)
-    if not _vector_rows(out_cache):
+    if out_cache.stride(1) != 1 or (pointers and not _vector_rows(out_cache)):
         raise ValueError("out_cache must have a unit column stride and 16-byte aligned rows "
                          "(it is updated in place, so it is not copied)")
 
@@ -291,12 +304,26 @@ def _run_mlp(x, w1, b1, w2, indices, counts, act_cache, out_cache, group, activa
     b1 = b1.contiguous() if b1 is not None else None
     padded = -(-indices.shape[1] // TILE_N) * TILE_N
     delta = torch.empty(m, padded, dtype=x.dtype, device=x.device)
+    hopper = group == 128 and device_target(x.device)[0] == "hopper"
+    groups, sms = indices.shape[0], sm_count(x.device)
     tile_m = _tile_m(group)
-    up = tuple(sorted(UP_CONFIG.items()))
-    _launch("up", x.device, (x.dtype, activation, b1 is not None, group, tile_m, m_major, up),
-            mX=x, mW1=w1, mB1=b1, mIdx=indices, mCounts=counts, mAct=act_cache, mDelta=delta)
-    _launch("down", x.device, (x.dtype, group, tile_m, tuple(sorted(DOWN_CONFIG.items()))),
-            mDelta=delta, mW2t=w2t, mIdx=indices, mCounts=counts, mOut=out_cache)
+    if SM90_UP_ON and hopper and x.shape[1] % 64 == 0:
+        _launch("up_sm90", x.device, (x.dtype, activation, b1 is not None, m_major),
+                mX=x.unsqueeze(-1), mW1=w1, mB1=b1, mIdx=indices, mCounts=counts,
+                mAct=act_cache, mDelta=delta, num_ctas=min(groups * (padded // TILE_N), sms))
+    else:
+        up = tuple(sorted(UP_CONFIG.items()))
+        _launch("up", x.device, (x.dtype, activation, b1 is not None, group, tile_m, m_major,
+                                 up),
+                mX=x, mW1=w1, mB1=b1, mIdx=indices, mCounts=counts, mAct=act_cache,
+                mDelta=delta)
+    if SM90_DOWN_ON and hopper and d % 128 == 0:
+        _launch("down_sm90", x.device, (x.dtype,), mDelta=delta.unsqueeze(-1), mW2t=w2t,
+                mIdx=indices, mCounts=counts, mOut=out_cache,
+                num_ctas=min(groups * (d // 128), sms))
+    else:
+        _launch("down", x.device, (x.dtype, group, tile_m, tuple(sorted(DOWN_CONFIG.items()))),
+                mDelta=delta, mW2t=w2t, mIdx=indices, mCounts=counts, mOut=out_cache)
 
 
 @torch.library.custom_op("cute_kernels::column_sparse_mlp",
@@ -416,9 +443,9 @@ def make_build(op: str, key: tuple):
     import cutlass
     from cutlass.cute.runtime import make_fake_tensor
 
-    from ..kernels import mlp_delta
+    from ..kernels import mlp_delta, mlp_delta_sm90
     from ..kernels import scatter_add as scatter_add_kernel
-    from ..runtime.bridge import cutlass_dtype, fake_compact, fake_vector, sym
+    from ..runtime.bridge import cutlass_dtype, fake_compact, fake_mkl, fake_vector, sym
     from ..runtime.compile import Build
     from ..runtime.launch import launch_args
 
@@ -448,6 +475,20 @@ def make_build(op: str, key: tuple):
                                         stages=config["stages"], warps=config["warps"])
         named = dict(mDelta=rows16(), mW2t=rows16(), mIdx=fake_compact(INDEX_DTYPE, 2),
                      mCounts=fake_compact(INDEX_DTYPE, 1), mOut=rows16())
+    elif op == "up_sm90":
+        _, activation, bias, m_major = key
+        kernel = mlp_delta_sm90.MlpDeltaUpSm90(activation, bias, 128, m_major)
+        act = make_fake_tensor(dt, (sym(), sym()), (1, sym()) if m_major else (sym(), 1),
+                               assumed_align=2)
+        named = dict(mX=fake_mkl(dtype, "k"), mW1=rows16(),
+                     mB1=fake_vector(dtype, align=2) if bias else None,
+                     mIdx=fake_compact(INDEX_DTYPE, 2), mCounts=fake_compact(INDEX_DTYPE, 1),
+                     mAct=act, mDelta=rows16(), num_ctas=cutlass.Int32(1))
+    elif op == "down_sm90":
+        kernel = mlp_delta_sm90.MlpDeltaDownSm90(128)
+        named = dict(mDelta=fake_mkl(dtype, "k"), mW2t=rows16(),
+                     mIdx=fake_compact(INDEX_DTYPE, 2), mCounts=fake_compact(INDEX_DTYPE, 1),
+                     mOut=rows16(), num_ctas=cutlass.Int32(1))
     elif op == "scatter":
         _, group, m_major, bulk = key
         kernel = scatter_add_kernel.ScatterAdd(group, m_major, bulk)

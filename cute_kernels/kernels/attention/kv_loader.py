@@ -273,6 +273,19 @@ class GatherKVLoader:
         k_pipe.producer_commit(k_state)
         return next_row
 
+    def load_v_rows(self, part: GatherRows, v_pipe, v_state, n, kv_head, batch, row=None,
+                    n_next=None):
+        """Stage key block ``n``'s indices, then only its V rows (MN-major), into stage
+        ``v_state``: a gather with no K beside it (the MLP delta's mm2 gathers W2's columns
+        this way). ``row`` / ``n_next`` and the return value as ``load_k``'s."""
+        v_pipe.producer_acquire(v_state)
+        ahead = row is not None
+        self._stage_indices(part, row if ahead else self.fetch_row(part, n), v_state.index)
+        next_row = self.fetch_row(part, n_next) if ahead else None
+        self._gather(part, part.mV, part.sV_rows, v_state.index, kv_head, batch)
+        v_pipe.producer_commit(v_state)
+        return next_row
+
     def load_v(self, part: GatherRows, v_pipe, v_state, n, kv_head, batch):
         """V rows of key block ``n`` into stage ``v_state``, by the indices ``load_k`` staged
         for it (the K and V states advance together, so the stage index is the slot)."""

@@ -1,0 +1,380 @@
+"""The column-sparse MLP delta's two GEMMs on Hopper (issue 16): warp-specialized, persistent,
+WGMMA, with the gathered weight operand filled by the attention gather loader.
+
+Same math, tensors and epilogues as ``mlp_delta.MlpDeltaUp`` / ``MlpDeltaDown`` (whose
+``cache_pass``, ``store_delta`` and ``accumulate`` these classes inherit, run by the 256
+consumer threads). What changes is the mainloop:
+
+* warpgroup 0 produces: its warp 0 brings the dense A k-tile (x for mm1, the packed delta for
+  mm2) by TMA into a ``PipelineTmaAsync`` ring; all 128 threads gather the weight k-tile with
+  16-byte cp.async into the same 128B-swizzled stage WGMMA reads (``GatherKVLoader``: W1's
+  rows K-major for mm1 as "K" rows, W2's columns N-major for mm2 as "V" rows) into a
+  ``PipelineCpAsync`` ring. The weights are seen as (1, tiles, F, width) views so a k-tile
+  (mm1) or output tile (mm2) is the loader's "head";
+* warpgroups 1 and 2 consume: per k-tile ``wgmma.mma_async`` m64n128k16, one batch in flight,
+  then the epilogue (fp32 tile staged in smem, named barrier among the consumers);
+* persistent: CTAs stride over (group, column tile) work units, so the producer streams the
+  next unit's k-tiles while the consumers run this unit's epilogue (the overlap Chipmunk Part
+  III found mattered most for this epilogue-heavy kernel).
+
+Shared memory at 128 x 128 x 64, 4 stages: 4 x 32 KiB of A and B stages, the 66 KiB fp32
+epilogue tile, 2 KiB of staged row indices, 512 B of feature ids (198 KiB: one CTA per SM).
+Constraints (the op falls back to the mma.sync kernels otherwise): group 128, K a multiple of
+64 (mm1), D a multiple of 128 (mm2).
+"""
+
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.memory
+import cutlass.pipeline as pipeline
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass import Float32, Int32
+from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
+from cutlass.tensor_utils import LayoutEnum
+
+from .attention.kv_loader import GatherKVLoader
+from .common.sm80 import padded_f32_tile
+from .mlp_delta import MlpDeltaDown, MlpDeltaUp
+
+#: (producer, consumer) registers per thread after ``setmaxnreg``
+PRODUCER_REGS, CONSUMER_REGS = 40, 232
+#: named barriers: 0 is the CTA's, 1 the consumers' (epilogue), 2 the loader's index staging
+CONSUMERS_BARRIER, INDICES_BARRIER = 1, 2
+TILE = (128, 128, 64)
+STAGES = 4
+
+
+class _Sm90Delta:
+    """The warp-specialized skeleton both GEMMs share (module docstring). Subclasses say how a
+    work unit maps to (group, column tile, k-tiles), which loader call fills the B stage and
+    what the epilogue does."""
+
+    consumer_wgs = 2
+    block_threads = 128 * (1 + consumer_wgs)
+    b_major = "k"
+
+    def _sm90_setup(self):
+        # the inherited epilogue helpers run on the 256 consumer threads
+        self.threads = 128 * self.consumer_wgs
+        self.stages = STAGES
+
+    def _mma(self, dtype):
+        b_mode = OperandMajorMode.K if self.b_major == "k" else OperandMajorMode.MN
+        return sm90_utils.make_trivial_tiled_mma(
+            dtype, dtype, OperandMajorMode.K, b_mode, Float32, (self.consumer_wgs, 1, 1),
+            tiler_mn=(64, self.tile_n))
+
+    def _layouts(self, dtype):
+        tile = (self.tile_m, self.tile_n, self.tile_k)
+        sA = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, tile, dtype, self.stages)
+        b_layout = LayoutEnum.ROW_MAJOR if self.b_major == "k" else LayoutEnum.COL_MAJOR
+        sB = sm90_utils.make_smem_layout_b(b_layout, tile, dtype, self.stages)
+        return sA, sB
+
+    def _storage(self, dtype, sA_layout, sB_layout, rows_per_stage: int):
+        S, BN = self.stages, self.tile_n
+        sF_layout = padded_f32_tile(self.tile_m, BN)
+
+        # fields as real objects: ``from __future__ import annotations`` would turn a class
+        # body's annotations into strings this helper's scope cannot resolve
+        fields = {
+            "a_mbar": cute.struct.MemRange[cutlass.Int64, 2 * S],
+            "b_mbar": cute.struct.MemRange[cutlass.Int64, 2 * S],
+            "sA": cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sA_layout)], 1024],
+            "sB": cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sB_layout)], 1024],
+            "sF": cute.struct.Align[cute.struct.MemRange[Float32, cute.cosize(sF_layout)], 16],
+            "sIdx": cute.struct.Align[cute.struct.MemRange[Int32, rows_per_stage * S], 16],
+            "sFeat": cute.struct.Align[cute.struct.MemRange[Int32, BN], 16],
+        }
+        return cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
+
+    @cute.jit
+    def _pipes(self, storage, a_stage_bytes: cutlass.Constexpr):
+        a_pipe = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.a_mbar.data_ptr(), num_stages=self.stages,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
+                                                     self.consumer_wgs * 4),
+            tx_count=a_stage_bytes, cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)))
+        b_pipe = pipeline.PipelineCpAsync.create(
+            barrier_storage=storage.b_mbar.data_ptr(), num_stages=self.stages,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 128),
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
+                                                     128 * self.consumer_wgs))
+        return a_pipe, b_pipe
+
+    @cute.jit
+    def _mainloop(self, tiled_mma, frag_a, frag_b, acc, a_pipe, b_pipe, k_tiles, rd, rel):
+        """One unit's k-tiles into ``acc``: wait for both stages, one WGMMA batch in flight,
+        the stage of the batch before released. Returns the advanced (read, release)
+        states."""
+        k_blocks = cute.size(frag_a, mode=[2])
+        # the MMA accumulates (set once by the caller, outside any run-time branch: a field
+        # set inside one would not reach the next unit) onto zeros
+        acc.fill(0.0)
+        for kt in cutlass.range(k_tiles, unroll=1):
+            a_pipe.consumer_wait(rd)
+            b_pipe.consumer_wait(rd)
+            # the gathered stage was written by cp.async (generic proxy); WGMMA reads it
+            # through the async proxy
+            cute.arch.fence_proxy("async.shared", space="cta")
+            warpgroup.fence()
+            for kb in cutlass.range_constexpr(k_blocks):
+                cute.gemm(tiled_mma, acc, frag_a[(None, None, kb, rd.index)],
+                          frag_b[(None, None, kb, rd.index)], acc)
+            warpgroup.commit_group()
+            warpgroup.wait_group(1)
+            if kt > 0:
+                a_pipe.consumer_release(rel)
+                b_pipe.consumer_release(rel)
+                rel.advance()
+            rd.advance()
+        warpgroup.wait_group(0)
+        a_pipe.consumer_release(rel)
+        b_pipe.consumer_release(rel)
+        rel.advance()
+        return rd, rel
+
+    @cute.jit
+    def _shared(self, tma_a, sA_layout, sB_layout, rows_per_stage: cutlass.Constexpr):
+        """What both roles share: the TMA descriptor prefetched, the smem (``storage_cls``),
+        the two pipelines, and the tensors (sA, sB, sF, sFeat, sIdx) over it."""
+        warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        if warp == 0:
+            cpasync.prefetch_descriptor(tma_a)
+        storage = cutlass.memory.SmemAllocator().allocate(self.storage_cls)
+        a_pipe, b_pipe = self._pipes(storage, self.a_stage_bytes)
+        sA = storage.sA.get_tensor(sA_layout.outer, swizzle=sA_layout.inner)
+        sB = storage.sB.get_tensor(sB_layout.outer, swizzle=sB_layout.inner)
+        sF = cute.make_tensor(storage.sF.data_ptr(), padded_f32_tile(self.tile_m, self.tile_n))
+        sFeat = cute.make_tensor(storage.sFeat.data_ptr(), cute.make_layout(self.tile_n))
+        sIdx = cute.make_tensor(storage.sIdx.data_ptr(),
+                                cute.make_layout((rows_per_stage, self.stages)))
+        cute.arch.sync_threads()  # the pipelines' barriers are initialised
+        return a_pipe, b_pipe, sA, sB, sF, sFeat, sIdx
+
+    @cute.jit
+    def _producer_start(self, tma_a, tA, sA):
+        """The producer warpgroup's registers lowered, its TMA views of A and its two
+        pipeline states."""
+        cute.arch.setmaxregister_decrease(PRODUCER_REGS)
+        gA = cute.local_tile(tA, (self.tile_m, self.tile_k), (None, None, None))
+        tAsA, tAgA = cpasync.tma_partition(tma_a, 0, cute.make_layout(1),
+                                           cute.group_modes(sA, 0, 2),
+                                           cute.group_modes(gA, 0, 2))
+        a_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
+        b_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
+        return tAsA, tAgA, a_state, b_state
+
+    @cute.jit
+    def _load_a(self, tma_a, tAgA, tAsA, a_pipe, a_state, m_tile, kt, warp):
+        """A's k-tile ``kt`` of row tile ``m_tile`` into ``a_state``'s stage (warp 0)."""
+        if warp == 0:
+            a_pipe.producer_acquire(a_state)
+            cute.copy(tma_a, tAgA[(None, m_tile, kt, 0)], tAsA[(None, a_state.index)],
+                      tma_bar_ptr=a_pipe.producer_get_barrier(a_state))
+            a_pipe.producer_commit(a_state)
+
+    @cute.jit
+    def _consumer_start(self, tiled_mma, sA, sB, ctid):
+        """The consumers' registers raised, their WGMMA views of the stages, the accumulators
+        (the MMA set to accumulate: ``_mainloop`` zeroes them) and the read / release
+        states."""
+        cute.arch.setmaxregister_increase(CONSUMER_REGS)
+        thr_mma = tiled_mma.get_slice(ctid)
+        frag_a = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
+        frag_b = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
+        acc = cute.make_rmem_tensor(tiled_mma.partition_shape_C((self.tile_m, self.tile_n)),
+                                    Float32)
+        tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
+        rd = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
+        rel = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
+        return thr_mma, frag_a, frag_b, acc, rd, rel
+
+    def _consumers_sync(self):
+        cute.arch.barrier(barrier_id=CONSUMERS_BARRIER, number_of_threads=self.threads)
+
+
+class MlpDeltaUpSm90(_Sm90Delta, MlpDeltaUp):
+    """mm1 + the fused cache epilogue on Hopper (module docstring; the math and tensors of
+    ``MlpDeltaUp``, with ``mX`` as (M, K, 1) for TMA). Work unit ``t``: group ``t // tiles``,
+    packed columns tile ``t % tiles``; units past the group's count are skipped by both
+    roles."""
+
+    def __init__(self, activation: str, bias: bool, group: int, cache_m_major: bool):
+        MlpDeltaUp.__init__(self, activation, bias, group, cache_m_major, tile=TILE,
+                            stages=STAGES, warps=(2, 2), cache_batch=64)
+        self._sm90_setup()
+        self.loader = GatherKVLoader(self.tile_n, self.tile_k, INDICES_BARRIER,
+                                     hoist_swizzle=False)
+
+    @cute.jit
+    def __call__(self, mX: cute.Tensor, mW1: cute.Tensor, mB1, mIdx: cute.Tensor,
+                 mCounts: cute.Tensor, mAct: cute.Tensor, mDelta: cute.Tensor,
+                 num_ctas: Int32, stream):
+        dtype = mX.element_type
+        BM, BN, BK = self.tile_m, self.tile_n, self.tile_k
+        tiled_mma = self._mma(dtype)
+        sA_layout, sB_layout = self._layouts(dtype)
+        tma_a, tA = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mX,
+                                                cute.slice_(sA_layout, (None, None, 0)), (BM, BK))
+        # W1 as (1, k-tiles, F, tile_k): the loader's (batch, head, row, head_dim)
+        k_tiles = mX.shape[1] // BK
+        mW1v = cute.make_tensor(mW1.iterator, cute.make_layout(
+            (1, k_tiles, mW1.shape[0], BK), stride=(0, BK, mW1.stride[0], 1)))
+        self.storage_cls = self._storage(dtype, sA_layout, sB_layout, BN)
+        self.a_stage_bytes = cute.size_in_bytes(dtype, cute.slice_(sA_layout, (None, None, 0)))
+        self.kernel(tiled_mma, tma_a, tA, mW1v, mB1, mIdx, mCounts, mAct, mDelta,
+                    sA_layout, sB_layout).launch(grid=(num_ctas, 1, 1),
+                                                 block=(self.block_threads, 1, 1),
+                                                 stream=stream)
+
+    @cute.kernel
+    def kernel(self, tiled_mma: cute.TiledMma, tma_a: cute.CopyAtom, tA: cute.Tensor,
+               mW1v: cute.Tensor, mB1, mIdx: cute.Tensor, mCounts: cute.Tensor,
+               mAct: cute.Tensor, mDelta: cute.Tensor, sA_layout: cute.ComposedLayout,
+               sB_layout: cute.ComposedLayout):
+        BM, BN = self.tile_m, self.tile_n
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        gdim, _, _ = cute.arch.grid_dim()
+        warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        a_pipe, b_pipe, sA, sB, sF, sFeat, sIdx = self._shared(tma_a, sA_layout, sB_layout, BN)
+        width = mIdx.shape[1]
+        tiles = cute.ceil_div(width, BN)
+        units = mIdx.shape[0] * tiles
+        k_tiles = mW1v.shape[1]
+        m = mAct.shape[0]
+
+        if warp < 4:
+            tAsA, tAgA, a_state, b_state = self._producer_start(tma_a, tA, sA)
+            for unit in cutlass.range(bidx, units, gdim, unroll=1):
+                g, j = unit // tiles, unit % tiles
+                count = cutlass.min(cutlass.max(mCounts[g], 0), width)
+                if j * BN < count:
+                    part = self.loader.partition(tidx, mW1v, mW1v, sB, sB, sIdx, mIdx[g, None],
+                                                 count, mW1v.shape[2])
+                    # the unit's rows are the same for every k-tile: fetched once
+                    row = self.loader.fetch_row(part, j)
+                    for kt in cutlass.range(k_tiles, unroll=1):
+                        self._load_a(tma_a, tAgA, tAsA, a_pipe, a_state, g, kt, warp)
+                        a_state.advance()
+                        row = self.loader.load_k(part, b_pipe, b_state, j, kt, 0, row, j)
+                        b_state.advance()
+            if warp == 0:
+                a_pipe.producer_tail(a_state)
+            b_pipe.producer_tail(b_state)
+        else:
+            ctid = tidx - 128
+            thr_mma, frag_a, frag_b, acc, rd, rel = self._consumer_start(tiled_mma, sA, sB,
+                                                                         ctid)
+            tCcC = thr_mma.partition_C(cute.make_identity_tensor((BM, BN)))
+            for unit in cutlass.range(bidx, units, gdim, unroll=1):
+                g, j = unit // tiles, unit % tiles
+                count = cutlass.min(cutlass.max(mCounts[g], 0), width)
+                n0 = j * BN
+                if n0 < count:
+                    if ctid < BN:  # the unit's features (the last listed one past the count)
+                        pos = cutlass.min(n0 + ctid, count - 1)
+                        sFeat[ctid] = cutlass.min(cutlass.max(mIdx[g, pos], 0),
+                                                  mW1v.shape[2] - 1)
+                    rd, rel = self._mainloop(tiled_mma, frag_a, frag_b, acc, a_pipe, b_pipe,
+                                             k_tiles, rd, rel)
+                    # sFeat written; the last unit's epilogue has left sF
+                    self._consumers_sync()
+                    self.bias_activation(acc, tCcC, sFeat, mB1)
+                    cute.autovec_copy(acc, thr_mma.partition_C(sF))
+                    self._consumers_sync()
+                    row0 = g * self.group
+                    rows_valid = cutlass.min(m - row0, BM)
+                    self.cache_pass(sF, sFeat, mAct, row0, rows_valid, count - n0, ctid)
+                    self._consumers_sync()
+                    self.store_delta(sF, mDelta, row0, rows_valid, n0, ctid)
+
+
+class MlpDeltaDownSm90(_Sm90Delta, MlpDeltaDown):
+    """mm2 on Hopper (module docstring; the math and tensors of ``MlpDeltaDown``, with
+    ``mDelta`` as (M, L_pad, 1) for TMA). Work unit ``t``: group ``t // tiles``, output columns
+    tile ``t % tiles``; groups with count 0 are skipped by both roles."""
+
+    b_major = "mn"
+
+    def __init__(self, group: int):
+        MlpDeltaDown.__init__(self, group, tile=TILE, stages=STAGES, warps=(2, 2))
+        self._sm90_setup()
+        # W2's columns are the loader's "V" rows: block_n = the k-tile, head_dim = the D tile
+        self.loader = GatherKVLoader(self.tile_k, self.tile_n, INDICES_BARRIER,
+                                     hoist_swizzle=False)
+
+    @cute.jit
+    def __call__(self, mDelta: cute.Tensor, mW2t: cute.Tensor, mIdx: cute.Tensor,
+                 mCounts: cute.Tensor, mOut: cute.Tensor, num_ctas: Int32, stream):
+        dtype = mDelta.element_type
+        BM, BN, BK = self.tile_m, self.tile_n, self.tile_k
+        tiled_mma = self._mma(dtype)
+        sA_layout, sB_layout = self._layouts(dtype)
+        tma_a, tA = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mDelta,
+                                                cute.slice_(sA_layout, (None, None, 0)), (BM, BK))
+        # W2^T as (1, D tiles, F, tile_n): the loader's (batch, head, row, head_dim)
+        d_tiles = mOut.shape[1] // BN
+        mW2v = cute.make_tensor(mW2t.iterator, cute.make_layout(
+            (1, d_tiles, mW2t.shape[0], BN), stride=(0, BN, mW2t.stride[0], 1)))
+        self.storage_cls = self._storage(dtype, sA_layout, sB_layout, BK)
+        self.a_stage_bytes = cute.size_in_bytes(dtype, cute.slice_(sA_layout, (None, None, 0)))
+        self.kernel(tiled_mma, tma_a, tA, mW2v, mIdx, mCounts, mOut, sA_layout,
+                    sB_layout).launch(grid=(num_ctas, 1, 1), block=(self.block_threads, 1, 1),
+                                      stream=stream)
+
+    @cute.kernel
+    def kernel(self, tiled_mma: cute.TiledMma, tma_a: cute.CopyAtom, tA: cute.Tensor,
+               mW2v: cute.Tensor, mIdx: cute.Tensor, mCounts: cute.Tensor, mOut: cute.Tensor,
+               sA_layout: cute.ComposedLayout, sB_layout: cute.ComposedLayout):
+        BM, BN, BK = self.tile_m, self.tile_n, self.tile_k
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        gdim, _, _ = cute.arch.grid_dim()
+        warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        a_pipe, b_pipe, sA, sB, sF, _sFeat, sIdx = self._shared(tma_a, sA_layout, sB_layout,
+                                                                BK)
+        width = mIdx.shape[1]
+        tiles = mW2v.shape[1]
+        units = mIdx.shape[0] * tiles
+        m = mOut.shape[0]
+
+        if warp < 4:
+            tAsA, tAgA, a_state, b_state = self._producer_start(tma_a, tA, sA)
+            for unit in cutlass.range(bidx, units, gdim, unroll=1):
+                g, j = unit // tiles, unit % tiles
+                count = cutlass.min(cutlass.max(mCounts[g], 0), width)
+                if count > 0:
+                    part = self.loader.partition(tidx, mW2v, mW2v, sB, sB, sIdx, mIdx[g, None],
+                                                 count, mW2v.shape[2])
+                    k_tiles = cute.ceil_div(count, BK)
+                    # each k-tile's rows fetched while the one before is copied
+                    row = self.loader.fetch_row(part, 0)
+                    for kt in cutlass.range(k_tiles, unroll=1):
+                        self._load_a(tma_a, tAgA, tAsA, a_pipe, a_state, g, kt, warp)
+                        a_state.advance()
+                        row = self.loader.load_v_rows(part, b_pipe, b_state, kt, j, 0, row,
+                                                      cutlass.min(kt + 1, k_tiles - 1))
+                        b_state.advance()
+            if warp == 0:
+                a_pipe.producer_tail(a_state)
+            b_pipe.producer_tail(b_state)
+        else:
+            ctid = tidx - 128
+            thr_mma, frag_a, frag_b, acc, rd, rel = self._consumer_start(tiled_mma, sA, sB,
+                                                                         ctid)
+            for unit in cutlass.range(bidx, units, gdim, unroll=1):
+                g, j = unit // tiles, unit % tiles
+                count = cutlass.min(cutlass.max(mCounts[g], 0), width)
+                if count > 0:
+                    rd, rel = self._mainloop(tiled_mma, frag_a, frag_b, acc, a_pipe, b_pipe,
+                                             cute.ceil_div(count, BK), rd, rel)
+                    self._consumers_sync()  # the last unit's epilogue has left sF
+                    cute.autovec_copy(acc, thr_mma.partition_C(sF))
+                    self._consumers_sync()
+                    row0 = g * self.group
+                    self.accumulate(sF, mOut, row0, cutlass.min(m - row0, BM), j * BN, ctid)
