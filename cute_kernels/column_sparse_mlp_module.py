@@ -13,7 +13,7 @@ from torch import nn
 
 from .column_sparse_module import DenseStepSchedule
 from .ops.activations import ACTIVATION_FNS, check_activation
-from .ops.column_sparse import INDEX_DTYPE, check_group
+from .ops.column_sparse import INDEX_DTYPE, check_group, topk_indices
 from .ops.column_sparse_mlp import (
     DTYPES,
     MLP_ACTIVATIONS,
@@ -36,7 +36,8 @@ class ColumnSparseMLP(DenseStepSchedule, nn.Module):
     * A dense step returns the dense ``y``. Before a sparse step it caches ``h = act(x W1^T +
       b1)`` and ``y``, and picks, per group of ``group`` token rows, the ``ceil((1 -
       sparsity) F)`` intermediate columns j with the largest ``sum_rows |h_j| ||W2[:, j]||``
-      (the norm of the column's contribution to y).
+      (the norm of the column's contribution to y): ``topk_indices`` (approximate, recall
+      not order) on a GPU, ``torch.topk`` elsewhere.
     * A sparse step recomputes only those columns and adds their change to the cached output
       (``column_sparse_mlp_reference``: ``out += (h_new - h_cached) W2[:, idx]^T``), updating
       both caches; it returns the new output.
@@ -124,6 +125,9 @@ class ColumnSparseMLP(DenseStepSchedule, nn.Module):
         mag = torch.nn.functional.pad(h.float().abs(), (0, 0, 0, pad))
         scores = mag.view(-1, self.group, f).sum(1) * self.fc2.weight.float().norm(dim=0)
         k = max(1, math.ceil((1.0 - self.sparsity) * f))
+        if scores.is_cuda:  # the approximate top-k kernel (increasing lists: cache-friendly)
+            indices, counts = topk_indices(scores, k)
+            return indices.contiguous(), counts
         indices = scores.topk(k, dim=-1).indices.to(INDEX_DTYPE)
         counts = torch.full((indices.shape[0],), k, dtype=INDEX_DTYPE, device=h.device)
         return indices.contiguous(), counts
