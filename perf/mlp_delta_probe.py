@@ -68,6 +68,11 @@ def main(path: str) -> None:
                     act = act.t().contiguous().t()
                 out = torch.randn(m, d, device="cuda", generator=gen).bfloat16()
                 ck.column_sparse_mlp(x, w1, b1, w2, idx, counts, act, out, group=group)
+        # the gated form (SwiGLU on interleaved (up, gate) rows)
+        w1g = (torch.randn(2 * f, k, device="cuda", generator=gen) * k ** -0.5).bfloat16()
+        with ck.force_path(path):
+            ck.column_sparse_mlp(x, w1g, None, w2, idx, counts, act, out, group=group,
+                                 activation="swiglu")
     m, f = 333, 520
     with ck.force_path(path):
         for rows, m_major in ((336, True), (333, False)):

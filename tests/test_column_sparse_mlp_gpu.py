@@ -118,6 +118,11 @@ CASES = [
     Case(1000, 256, 1024, 256, 130, 128, "gelu", False, "row", "row", BF16, "mixed"),
     Case(20000, 128, 520, 128, 37, 128, "silu", True, "m", "col", FP16, "mixed"),
     Case(333, 192, 520, 256, 300, 128, "gelu_tanh", True, "m", "row", BF16, "full"),
+    # the gated (Llama-style) forms: w1 / b1 as pack_gated_weight's interleaved (up, gate)
+    # rows, 64 features per mm1 tile
+    Case(1000, 256, 520, 256, 130, 128, "swiglu", True, "m", "col", BF16, "mixed"),
+    Case(333, 136, 520, 136, 77, 64, "geglu_tanh", False, "row", "row", FP16, "full"),
+    Case(1000, 200, 1024, 136, 200, 192, "reglu", True, "m", "col", BF16, "mixed"),
 ]
 
 
@@ -127,8 +132,9 @@ class Problem:
     def __init__(self, case: Case, g, x=None):
         c = self.case = case
         self.x = randn(c.m, c.k, g=g, dtype=c.dtype) if x is None else x
-        self.w1 = randn(c.f, c.k, g=g, dtype=c.dtype, scale=c.k ** -0.5)
-        self.b1 = randn(c.f, g=g, dtype=c.dtype, scale=0.5) if c.bias else None
+        rows = 2 * c.f if c.activation in OPS.MLP_GATED else c.f  # (up, gate) row pairs
+        self.w1 = randn(rows, c.k, g=g, dtype=c.dtype, scale=c.k ** -0.5)
+        self.b1 = randn(rows, g=g, dtype=c.dtype, scale=0.5) if c.bias else None
         scale = c.width ** -0.5  # each group's out change is O(1) whatever its count
         self.w2 = (randn(c.f, c.d, g=g, dtype=c.dtype, scale=scale).t() if c.w2_layout == "col"
                    else randn(c.d, c.f, g=g, dtype=c.dtype, scale=scale))

@@ -222,3 +222,39 @@ def test_ops_on_meta_tensors_validate_and_return_the_caches():
                              meta(m, f), meta(m, d + 8))
     with pytest.raises(TypeError, match="dest must have"):
         ck.scatter_add(meta(m, width), meta(m, f, dtype=torch.float16), *lists)
+
+
+@pytest.mark.parametrize("activation", ["swiglu", "geglu_tanh"])
+def test_gated_reference_is_act_gate_times_up_on_packed_rows(activation):
+    """The gated form: w1 / b1 are pack_gated_weight's interleaved rows, and a listed
+    feature f recomputes act(x w_gate[f] + b_gate[f]) * (x w_up[f] + b_up[f])."""
+    import cute_kernels as ck
+    from cute_kernels.ops.activations import gate
+
+    g = torch.Generator().manual_seed(3)
+    m, k, f, d, width, group = 150, 16, 40, 8, 6, 64
+    x = torch.randn(m, k, generator=g)
+    w_gate, w_up = torch.randn(f, k, generator=g), torch.randn(f, k, generator=g)
+    b_gate, b_up = torch.randn(f, generator=g), torch.randn(f, generator=g)
+    w1, b1 = ck.pack_gated_weight(w_gate, w_up), ck.pack_gated_weight(b_gate, b_up)
+    w2 = torch.randn(d, f, generator=g)
+    groups = -(-m // group)
+    indices = torch.stack([torch.randperm(f, generator=g)[:width] for _ in range(groups)])
+    indices = indices.to(torch.int32)
+    counts = torch.tensor([width, 3, 0], dtype=torch.int32)
+    act, out = torch.randn(m, f, generator=g), torch.randn(m, d, generator=g)
+    new_out, new_act = column_sparse_mlp_reference(x, w1, b1, w2, indices, counts, act, out,
+                                                   group=group, activation=activation)
+    h = gate(x @ w_up.t() + b_up, x @ w_gate.t() + b_gate, activation)  # (M, F)
+    want_act, want_out = act.clone(), out.clone()
+    for gi in range(groups):
+        rows = slice(gi * group, min(m, (gi + 1) * group))
+        cols = indices[gi, :counts[gi]].long()
+        delta = h[rows][:, cols] - act[rows][:, cols]
+        want_act[rows, cols] = h[rows][:, cols]
+        want_out[rows] += delta @ w2[:, cols].t()
+    torch.testing.assert_close(new_act, want_act, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(new_out, want_out, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="2F"):
+        column_sparse_mlp_reference(x, w_gate, None, w2, indices, counts, act, out,
+                                    group=group, activation=activation)

@@ -37,6 +37,7 @@ import cutlass.memory
 from cutlass import Float32, Int32
 from cutlass.cute.nvgpu import cpasync, warp
 
+from .common.activation_names import GATED_TO_ACT
 from .common.dsl import python_unrolled
 from .common.sm80 import TileLoads, g2s_copy, mma_mainloop, padded_f32_tile, smem_operand_atom
 from .gemm.epilogue import activate
@@ -145,30 +146,34 @@ class _DeltaGemm:
             raise ValueError(f"group {group} must be a multiple of the tile's {self.tile_m} rows")
         self.group, self.stages, self.warps = group, stages, warps
         self.threads = 32 * warps[0] * warps[1]
+        # columns of the epilogue's tile (half the MMA tile for the gated mm1)
+        self.out_n = self.tile_n
 
     @cute.jit
     def smem(self, dtype: cutlass.Constexpr, b_major: cutlass.Constexpr):
-        """(sA, sB, sF, sFeat): the A and B stage rings, the fp32 staging tile over the same
-        bytes, and ``tile_n`` int32 feature ids."""
+        """(sA, sB, sF, sFeat, sRows): the A and B stage rings, the fp32 (tile_m, out_n)
+        staging tile over the same bytes, ``tile_n`` int32 feature ids and ``tile_n`` int32
+        weight rows (the gated mm1's (up, gate) row pairs)."""
         BM, BN, BK, S = self.tile_m, self.tile_n, self.tile_k, self.stages
         sA_layout = cute.tile_to_shape(smem_operand_atom("k", BK, 2), (BM, BK, S), (0, 1, 2))
         sB_layout = cute.tile_to_shape(smem_operand_atom(b_major, BK, 2), (BN, BK, S),
                                        (0, 1, 2))
-        sF_layout = padded_f32_tile(BM, BN)
+        sF_layout = padded_f32_tile(BM, self.out_n)
         a_bytes = cute.cosize(sA_layout) * 2
         raw_bytes = max(a_bytes + cute.cosize(sB_layout) * 2, cute.cosize(sF_layout) * 4)
 
         @cute.struct
         class SharedStorage:
             raw: cute.struct.Align[cute.struct.MemRange[cutlass.Uint8, raw_bytes], 1024]
-            feat: cute.struct.Align[cute.struct.MemRange[Int32, BN], 16]
+            feat: cute.struct.Align[cute.struct.MemRange[Int32, 2 * BN], 16]
 
         storage = cutlass.memory.SmemAllocator().allocate(SharedStorage)
         base = storage.raw.data_ptr()
         return (cute.make_tensor(cute.recast_ptr(base, dtype=dtype), sA_layout),
                 cute.make_tensor(cute.recast_ptr(base + a_bytes, dtype=dtype), sB_layout),
                 cute.make_tensor(cute.recast_ptr(base, dtype=Float32), sF_layout),
-                cute.make_tensor(storage.feat.data_ptr(), cute.make_layout(BN)))
+                cute.make_tensor(storage.feat.data_ptr(), cute.make_layout(BN)),
+                cute.make_tensor(storage.feat.data_ptr() + BN, cute.make_layout(BN)))
 
     def row_tile_loads(self, tiled_copy, tidx, mT, sA, row0) -> TileLoads:
         """The dense A operand: rows [row0, row0 + tile_m) of ``mT`` in (tile_m, tile_k)
@@ -181,7 +186,7 @@ class _DeltaGemm:
     def vector_slots(self, tidx):
         """(chunk, first row, rows per pass, passes): thread ``tidx``'s 16-byte column chunk
         of the (tile_m, tile_n) tile and the rows it visits."""
-        per_row = self.tile_n // VEC
+        per_row = self.out_n // VEC
         rows_per_pass = self.threads // per_row
         return tidx % per_row, tidx // per_row, rows_per_pass, self.tile_m // rows_per_pass
 
@@ -216,7 +221,11 @@ class MlpDeltaUp(_DeltaGemm):
                  cache_batch: int = CACHE_BATCH):
         super().__init__(group, tile, stages, warps)
         self.activation, self.bias, self.cache_m_major = activation, bias, cache_m_major
-        per_thread = self.tile_m * self.tile_n // self.threads
+        # gated (Llama-style): B's tile rows are (up, gate) row pairs of out_n features
+        self.gate_act = GATED_TO_ACT.get(activation)
+        self.rows_per_feature = 1 if self.gate_act is None else 2
+        self.out_n = self.tile_n // self.rows_per_feature
+        per_thread = self.tile_m * self.out_n // self.threads
         self.cache_batch = min(cache_batch, per_thread)
         if per_thread % self.cache_batch:
             raise ValueError(f"cache_batch {cache_batch} must divide the {per_thread} elements "
@@ -228,7 +237,7 @@ class MlpDeltaUp(_DeltaGemm):
         dtype = mX.element_type
         tiled_mma = _tiled_mma(dtype, self.warps)
         copy_x = g2s_copy(dtype, "k", self.tile_m, self.tile_k, self.threads)
-        grid = (cute.ceil_div(mIdx.shape[1], self.tile_n), self.group // self.tile_m,
+        grid = (cute.ceil_div(mIdx.shape[1], self.out_n), self.group // self.tile_m,
                 mIdx.shape[0])
         self.kernel(mX, mW1, mB1, mIdx, mCounts, mAct, mDelta, tiled_mma, copy_x).launch(
             grid=grid, block=(self.threads, 1, 1), stream=stream)
@@ -241,27 +250,39 @@ class MlpDeltaUp(_DeltaGemm):
         tile_j, sub, g = cute.arch.block_idx()
         BM, BN, BK = self.tile_m, self.tile_n, self.tile_k
         dtype = mX.element_type
-        sA, sB, sF, sFeat = self.smem(dtype, "k")
+        sA, sB, sF, sFeat, sRows = self.smem(dtype, "k")
         count = cutlass.min(cutlass.max(mCounts[g], 0), mIdx.shape[1])
-        n0 = tile_j * BN
+        n0 = tile_j * self.out_n
         row0 = g * self.group + sub * BM
         if n0 < count and row0 < mX.shape[0]:
-            # the tile's features: positions past the count repeat the last listed one
+            # the tile's features: positions past the count repeat the last listed one; the
+            # gated form's tile row r is W1 row 2 feat[r / 2] + r % 2 (up, gate)
             if tidx < BN:
-                pos = cutlass.min(n0 + tidx, count - 1)
-                sFeat[tidx] = cutlass.min(cutlass.max(mIdx[g, pos], 0), mW1.shape[0] - 1)
+                pos = cutlass.min(n0 + tidx // self.rows_per_feature, count - 1)
+                feat = cutlass.min(cutlass.max(mIdx[g, pos], 0),
+                                   mW1.shape[0] // self.rows_per_feature - 1)
+                if cutlass.const_expr(self.gate_act is not None):
+                    sRows[tidx] = 2 * feat + tidx % 2
+                    if tidx % 2 == 0:
+                        sFeat[tidx // 2] = feat
+                else:
+                    sFeat[tidx] = feat
+                    sRows[tidx] = feat
             cute.arch.sync_threads()
             loads_x = self.row_tile_loads(copy_x, tidx, mX, sA, row0)
-            loads_w = GatherRowsK(mW1, sB, sFeat, tidx, BN, BK, self.threads)
+            loads_w = GatherRowsK(mW1, sB, sRows, tidx, BN, BK, self.threads)
             acc = cute.make_rmem_tensor(tiled_mma.partition_shape_C((BM, BN)), Float32)
             acc.fill(0.0)
             mma_mainloop(tiled_mma, acc, sA, sB, False, False, self.stages,
                          cute.ceil_div(mX.shape[1], BK), loads_x, loads_w, tidx)
 
             thr_mma = tiled_mma.get_slice(tidx)
-            self.bias_activation(acc, thr_mma.partition_C(cute.make_identity_tensor((BM, BN))),
-                                 sFeat, mB1)
-            cute.autovec_copy(acc, thr_mma.partition_C(sF))
+            tCcC = thr_mma.partition_C(cute.make_identity_tensor((BM, BN)))
+            if cutlass.const_expr(self.gate_act is not None):
+                self.gate_pairs_to_smem(acc, tCcC, sRows, mB1, sF)
+            else:
+                self.bias_activation(acc, tCcC, sFeat, mB1)
+                cute.autovec_copy(acc, thr_mma.partition_C(sF))
             cute.arch.sync_threads()
             rows_valid = cutlass.min(mX.shape[0] - row0, BM)
             self.cache_pass(sF, sFeat, mAct, row0, rows_valid, count - n0, tidx)
@@ -280,10 +301,24 @@ class MlpDeltaUp(_DeltaGemm):
                 acc[i] = activate(v, self.activation)
 
     @cute.jit
+    def gate_pairs_to_smem(self, acc, tCcC, sRows, mB1, sF):
+        """The gated epilogue: each thread's accumulator pair (2v, 2v + 1) is tile columns
+        (2f, 2f + 1), the up and gate rows of feature f (the pair property ``gate_pairs``
+        relies on); bias on both, then ``sF[m, f] = act(gate) * up``."""
+        with python_unrolled():
+            for v in cutlass.range_constexpr(cute.size(acc) // 2):
+                m, c = tCcC[2 * v]
+                up, gate = acc[2 * v], acc[2 * v + 1]
+                if cutlass.const_expr(self.bias):
+                    up = up + Float32(mB1[sRows[c]])
+                    gate = gate + Float32(mB1[sRows[c + 1]])
+                sF[m, c // 2] = activate(gate, self.gate_act) * up
+
+    @cute.jit
     def cache_pass(self, sF, sFeat, mAct, row0, rows_valid, cols_valid, tidx):
         """``act_cache[row, feat[n]] = h`` and ``sF[m, n] = h - old`` for the tile's valid
         elements (``sF[m, n] = 0`` past the count, so the packed delta is zero there)."""
-        BM, BN, U = self.tile_m, self.tile_n, self.cache_batch
+        BM, BN, U = self.tile_m, self.out_n, self.cache_batch
         per_thread = BM * BN // self.threads
         old = cute.make_rmem_tensor((U,), Float32)
         for b in cutlass.range(per_thread // U, unroll=1):
@@ -308,7 +343,7 @@ class MlpDeltaUp(_DeltaGemm):
         flat = e * self.threads + tidx
         if self.cache_m_major:
             return flat % self.tile_m, flat // self.tile_m
-        return flat // self.tile_n, flat % self.tile_n
+        return flat // self.out_n, flat % self.out_n
 
     @cute.jit
     def store_delta(self, sF, mDelta, row0, rows_valid, n0, tidx):
@@ -359,7 +394,7 @@ class MlpDeltaDown(_DeltaGemm):
         tile_j, sub, g = cute.arch.block_idx()
         BM, BN, BK = self.tile_m, self.tile_n, self.tile_k
         dtype = mDelta.element_type
-        sA, sB, sF, _sFeat = self.smem(dtype, "n")
+        sA, sB, sF, _sFeat, _sRows = self.smem(dtype, "n")
         count = cutlass.min(cutlass.max(mCounts[g], 0), mIdx.shape[1])
         row0 = g * self.group + sub * BM
         if count > 0 and row0 < mOut.shape[0]:

@@ -206,6 +206,8 @@ class MlpDeltaUpSm90(_Sm90Delta, MlpDeltaUp):
     def __init__(self, activation: str, bias: bool, group: int, cache_m_major: bool):
         MlpDeltaUp.__init__(self, activation, bias, group, cache_m_major, tile=TILE,
                             stages=STAGES, warps=(2, 2), cache_batch=64)
+        if self.gate_act is not None:
+            raise ValueError("the gated form runs on the mma.sync kernel (MlpDeltaUp)")
         self._sm90_setup()
         self.loader = GatherKVLoader(self.tile_n, self.tile_k, INDICES_BARRIER,
                                      hoist_swizzle=False)

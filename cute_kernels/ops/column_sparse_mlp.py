@@ -27,12 +27,15 @@ import torch
 from ..runtime.arch import device_target, sm_count
 from ..runtime.bridge import kernel_for
 from ..runtime.validate import check_cuda, check_int, check_tensor, value_checks
-from .activations import ACTIVATION_FNS, check_activation
+from .activations import ACTIVATION_FNS, GATED_ACTIVATIONS, GATED_TO_ACT, check_activation
 from .column_sparse import INDEX_DTYPE, check_group
 from .dispatch import is_meta
 
 #: activations of the fused mm1 epilogue (DiT MLPs use gelu_tanh)
 MLP_ACTIVATIONS = ("gelu_tanh", "gelu", "silu")
+#: the gated forms (Llama-style ``act(gate) * up``): w1 / b1 are then the interleaved
+#: ``pack_gated_weight`` rows (2F, K) / (2F,), up even, gate odd
+MLP_GATED = GATED_ACTIVATIONS
 DTYPES = (torch.bfloat16, torch.float16)
 MLP_KERNELS = {"up": "cute_kernels.kernels.mlp_delta:MlpDeltaUp",
                "down": "cute_kernels.kernels.mlp_delta:MlpDeltaDown",
@@ -79,7 +82,7 @@ def validate_column_sparse_mlp(x, w1, b1, w2, indices, counts, act_cache, out_ca
     out_cache (M, D); one dtype of ``dtypes`` (the kernels': bf16 / fp16; the reference also
     takes float32) and one device for the floating tensors."""
     check_group(group)
-    check_activation("activation", activation, MLP_ACTIVATIONS)
+    check_activation("activation", activation, MLP_ACTIVATIONS + MLP_GATED)
     check_tensor("x", x, dtypes=dtypes, ndim=2, on_cuda=False)
     m, k = x.shape
     for name, t, ndim in (("w1", w1, 2), ("w2", w2, 2), ("act_cache", act_cache, 2),
@@ -87,16 +90,21 @@ def validate_column_sparse_mlp(x, w1, b1, w2, indices, counts, act_cache, out_ca
         check_tensor(name, t, dtypes=dtypes, ndim=ndim, on_cuda=False)
         if t.dtype != x.dtype:
             raise TypeError(f"{name} must have x's dtype {x.dtype}, got {t.dtype}")
-    f = w1.shape[0]
-    if w1.shape[1] != k:
-        raise ValueError(f"w1 must be (F, K = {k}), got {tuple(w1.shape)}")
+    gated = activation in MLP_GATED
+    f = w1.shape[0] // 2 if gated else w1.shape[0]
+    if w1.shape[1] != k or (gated and w1.shape[0] % 2):
+        raise ValueError(f"w1 must be ({'2F' if gated else 'F'}, K = {k})"
+                         f"{' (pack_gated_weight rows: up even, gate odd)' if gated else ''}, "
+                         f"got {tuple(w1.shape)}")
     if w2.shape[1] != f:
-        raise ValueError(f"w2 must be (D, F = {f}), got {tuple(w2.shape)}")
+        raise ValueError(f"w2 must be (D, F = {f}), got {tuple(w2.shape)}"
+                         + (f" (the gated {activation} takes w1 as 2F = {w1.shape[0]} "
+                            f"interleaved (up, gate) rows: pack_gated_weight)" if gated else ""))
     if b1 is not None:
         check_tensor("b1", b1, dtypes=dtypes, ndim=1, on_cuda=False)
-        if b1.shape[0] != f or b1.dtype != x.dtype:
-            raise ValueError(f"b1 must be ({f},) in x's dtype, got {tuple(b1.shape)} "
-                             f"{b1.dtype}")
+        if b1.shape[0] != w1.shape[0] or b1.dtype != x.dtype:
+            raise ValueError(f"b1 must be ({w1.shape[0]},) in x's dtype (w1's rows), got "
+                             f"{tuple(b1.shape)} {b1.dtype}")
     if act_cache.shape != (m, f):
         raise ValueError(f"act_cache must be (M, F) = ({m}, {f}), got "
                          f"{tuple(act_cache.shape)}")
@@ -136,13 +144,18 @@ def column_sparse_mlp_reference(x, w1, b1, w2, indices, counts, act_cache, out_c
     validate_column_sparse_mlp(x, w1, b1, w2, indices, counts, act_cache, out_cache, group,
                                activation, dtypes=(*DTYPES, torch.float32))
     m = x.shape[0]
-    idx = indices.long().clamp(0, w1.shape[0] - 1)
+    idx = indices.long().clamp(0, w2.shape[1] - 1)
     live = _live(indices, counts).float().unsqueeze(1)  # (G, 1, L)
     x_g = _grouped(x, group)  # (G, group, K)
-    pre = x_g @ w1.float()[idx].transpose(1, 2)  # (G, group, L)
-    if b1 is not None:
-        pre = pre + b1.float()[idx].unsqueeze(1)
-    h = ACTIVATION_FNS[activation](pre)
+
+    def pre(rows):  # (G, group, L): x_g W1[rows]^T + b1[rows]
+        out = x_g @ w1.float()[rows].transpose(1, 2)
+        return out + b1.float()[rows].unsqueeze(1) if b1 is not None else out
+
+    if activation in MLP_GATED:  # rows 2 f (up) and 2 f + 1 (gate) of feature f
+        h = ACTIVATION_FNS[GATED_TO_ACT[activation]](pre(2 * idx + 1)) * pre(2 * idx)
+    else:
+        h = ACTIVATION_FNS[activation](pre(idx))
     act_g = _grouped(act_cache, group)  # (G, group, F)
     old = act_g.gather(2, idx.unsqueeze(1).expand(-1, group, -1))
     delta = (h - old) * live
@@ -225,7 +238,9 @@ def column_sparse_mlp(x, w1, b1, w2, indices, counts, act_cache, out_cache, *,
     Args:
         x: (M, K) bf16/fp16, any strides (copied unless rows are 16-byte aligned with a unit
             K stride); K a multiple of 8.
-        w1, b1: (F, K) and (F,) or None: ``fc1``'s ``nn.Linear`` storage.
+        w1, b1: (F, K) and (F,) or None: ``fc1``'s ``nn.Linear`` storage. For a gated
+            ``activation``: (2F, K) and (2F,) or None, the interleaved (up, gate) rows of
+            ``pack_gated_weight``.
         w2: (D, F): ``fc2.weight`` (transposed on every call, 2 D F bytes) or, faster, the
             (D, F) view ``w2t.t()`` of a contiguous (F, D) copy (``ColumnSparseMLP`` keeps
             one); D a multiple of 8.
@@ -236,7 +251,9 @@ def column_sparse_mlp(x, w1, b1, w2, indices, counts, act_cache, out_cache, *,
         out_cache: (M, D) last step's output, unit D stride and 16-byte aligned rows;
             updated in place and returned.
         group: rows per group, 64, 128 or 192.
-        activation: ``gelu_tanh`` (default), ``gelu`` or ``silu``.
+        activation: ``gelu_tanh`` (default), ``gelu`` or ``silu``; or a gated form,
+            ``swiglu``, ``geglu``, ``geglu_tanh`` or ``reglu`` (h = act(gate) * up; mm1
+            covers 64 features per tile, on the mma.sync kernel on both paths).
         validate: check counts and index values (a device sync; default
             ``CUTE_KERNELS_VALIDATE``). Without it, bad lists give wrong numbers, never an
             out-of-bounds access.
@@ -263,7 +280,7 @@ def column_sparse_mlp(x, w1, b1, w2, indices, counts, act_cache, out_cache, *,
                                                  out_cache, group, activation)
         return out_cache
     if value_checks(validate):
-        check_list_values(indices, counts, w1.shape[0])
+        check_list_values(indices, counts, w2.shape[1])
     _run_mlp(x, w1, b1, w2, indices, counts, act_cache, out_cache, group, activation)
     return out_cache
 
@@ -294,7 +311,7 @@ def _check_mlp(x, w1, b1, w2, indices, counts, act_cache, out_cache, group, acti
 
 def _run_mlp(x, w1, b1, w2, indices, counts, act_cache, out_cache, group, activation) -> None:
     """The two kernel launches of a checked call."""
-    m, f, d = x.shape[0], w1.shape[0], w2.shape[0]
+    m, f, d = x.shape[0], w2.shape[1], w2.shape[0]
     if m == 0 or f == 0 or d == 0:
         return
     m_major = _cache_m_major("act_cache", act_cache)
@@ -307,7 +324,7 @@ def _run_mlp(x, w1, b1, w2, indices, counts, act_cache, out_cache, group, activa
     hopper = group == 128 and device_target(x.device)[0] == "hopper"
     groups, sms = indices.shape[0], sm_count(x.device)
     tile_m = _tile_m(group)
-    if SM90_UP_ON and hopper and x.shape[1] % 64 == 0:
+    if SM90_UP_ON and hopper and x.shape[1] % 64 == 0 and activation not in MLP_GATED:
         _launch("up_sm90", x.device, (x.dtype, activation, b1 is not None, m_major),
                 mX=x.unsqueeze(-1), mW1=w1, mB1=b1, mIdx=indices, mCounts=counts,
                 mAct=act_cache, mDelta=delta, num_ctas=min(groups * (padded // TILE_N), sms))
