@@ -35,11 +35,13 @@ from .ops.column_sparse import (
     column_sparse_attention_reference,
     topk_indices_reference,
 )
+from .ops.column_sparse_mlp import column_sparse_mlp_reference, scatter_add_reference
 from .ops.gated_mlp import gated_mlp_up_reference
 
 __all__ = ["attention", "attention_colsum", "block_sparse_attention", "bsr_sddmm", "bsr_softmax",
-           "bsr_spmm", "column_indices", "column_sparse_attention", "gated_mlp_up", "gemm",
-           "linear", "pack_mask", "topk_indices", "unpack_mask"]
+           "bsr_spmm", "column_indices", "column_sparse_attention", "column_sparse_mlp",
+           "gated_mlp_up", "gemm", "linear", "pack_mask", "scatter_add", "topk_indices",
+           "unpack_mask"]
 
 #: References whose ops are not exported from ``cute_kernels`` yet: name -> the op's module
 #: (the column-sparse, block-sparse and BCSR ops left it when their kernels passed on a GPU).
@@ -105,6 +107,21 @@ def column_indices(mask: torch.Tensor, *, group: int = 192, multiple_of: int = 1
     selected columns in increasing order, then the unselected ones; counts padded to
     ``multiple_of`` (capped at S_kv) with the lowest unselected columns."""
     return column_indices_reference(mask, group=group, multiple_of=multiple_of, n=n)
+
+
+def column_sparse_mlp(x, w1, b1, w2, indices, counts, act_cache, out_cache, *,
+                      group: int = 128, activation: str = "gelu_tanh"):
+    """One sparse step of :func:`cute_kernels.column_sparse_mlp` in float32. The op updates
+    its caches in place; this returns the updated ``(out_cache, act_cache)`` as new float32
+    tensors and leaves its arguments unchanged."""
+    return column_sparse_mlp_reference(x, w1, b1, w2, indices, counts, act_cache, out_cache,
+                                       group=group, activation=activation)
+
+
+def scatter_add(src_packed, dest, indices, counts, *, group: int = 128):
+    """:func:`cute_kernels.scatter_add` in float32: the new ``dest`` (``dest[g rows,
+    indices[g, j]] += src_packed[g rows, j]`` for j below ``counts[g]``) as a new tensor."""
+    return scatter_add_reference(src_packed, dest, indices, counts, group=group)
 
 
 def topk_indices(scores: torch.Tensor, k: int | None = None, *, sparsity: float | None = None,

@@ -1,6 +1,6 @@
 """CacheOffloader (issue 16) on the GPU: exact round trips through pinned memory with
 prefetching one layer ahead, rewrites of a layer, a get without prefetch, and the CPU-side
-errors. Not yet run on a GPU (written without one)."""
+errors."""
 
 import pytest
 import torch

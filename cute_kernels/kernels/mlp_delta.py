@@ -50,6 +50,11 @@ CACHE_BATCH = 64
 DEFAULT_TILE = (128, 128, 64)
 
 
+def group_count(mCounts, g, width):
+    """Group ``g``'s count clamped into [0, L]: a bad count never reads past its list."""
+    return cutlass.min(cutlass.max(mCounts[g], 0), width)
+
+
 def _tiled_mma(dtype, warps) -> cute.TiledMma:
     """mma.sync m16n8k16 over a (warps_m x warps_n) grid, N doubled so one ldmatrix.x4 feeds
     two n8 atoms (as ``GemmSm80``)."""
@@ -251,7 +256,7 @@ class MlpDeltaUp(_DeltaGemm):
         BM, BN, BK = self.tile_m, self.tile_n, self.tile_k
         dtype = mX.element_type
         sA, sB, sF, sFeat, sRows = self.smem(dtype, "k")
-        count = cutlass.min(cutlass.max(mCounts[g], 0), mIdx.shape[1])
+        count = group_count(mCounts, g, mIdx.shape[1])
         n0 = tile_j * self.out_n
         row0 = g * self.group + sub * BM
         if n0 < count and row0 < mX.shape[0]:
@@ -395,7 +400,7 @@ class MlpDeltaDown(_DeltaGemm):
         BM, BN, BK = self.tile_m, self.tile_n, self.tile_k
         dtype = mDelta.element_type
         sA, sB, sF, _sFeat, _sRows = self.smem(dtype, "n")
-        count = cutlass.min(cutlass.max(mCounts[g], 0), mIdx.shape[1])
+        count = group_count(mCounts, g, mIdx.shape[1])
         row0 = g * self.group + sub * BM
         if count > 0 and row0 < mOut.shape[0]:
             loads_d = self.row_tile_loads(copy_d, tidx, mDelta, sA, row0)

@@ -36,7 +36,7 @@ from cutlass.tensor_utils import LayoutEnum
 
 from .attention.kv_loader import GatherKVLoader
 from .common.sm80 import padded_f32_tile
-from .mlp_delta import MlpDeltaDown, MlpDeltaUp
+from .mlp_delta import MlpDeltaDown, MlpDeltaUp, group_count
 
 #: (producer, consumer) registers per thread after ``setmaxnreg``
 PRODUCER_REGS, CONSUMER_REGS = 40, 232
@@ -72,6 +72,23 @@ class _Sm90Delta:
         b_layout = LayoutEnum.ROW_MAJOR if self.b_major == "k" else LayoutEnum.COL_MAJOR
         sB = sm90_utils.make_smem_layout_b(b_layout, tile, dtype, self.stages)
         return sA, sB
+
+    def _host_setup(self, mA, mW, tiles, width: int, rows_per_stage: int):
+        """What ``__call__`` builds for either GEMM: the tiled WGMMA, the A and B smem
+        layouts, A's TMA atom and coordinate tensor, the gathered weight ``mW`` viewed as (1,
+        ``tiles``, rows, ``width``) (the loader's (batch, head, row, head_dim)), and the smem
+        struct and A stage bytes the kernel reads from ``self``."""
+        dtype = mA.element_type
+        tiled_mma = self._mma(dtype)
+        sA_layout, sB_layout = self._layouts(dtype)
+        sA_stage = cute.slice_(sA_layout, (None, None, 0))
+        tma_a, tA = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mA, sA_stage,
+                                                (self.tile_m, self.tile_k))
+        mWv = cute.make_tensor(mW.iterator, cute.make_layout(
+            (1, tiles, mW.shape[0], width), stride=(0, width, mW.stride[0], 1)))
+        self.storage_cls = self._storage(dtype, sA_layout, sB_layout, rows_per_stage)
+        self.a_stage_bytes = cute.size_in_bytes(dtype, sA_stage)
+        return tiled_mma, tma_a, tA, mWv, sA_layout, sB_layout
 
     def _storage(self, dtype, sA_layout, sB_layout, rows_per_stage: int):
         S, BN = self.stages, self.tile_n
@@ -216,18 +233,9 @@ class MlpDeltaUpSm90(_Sm90Delta, MlpDeltaUp):
     def __call__(self, mX: cute.Tensor, mW1: cute.Tensor, mB1, mIdx: cute.Tensor,
                  mCounts: cute.Tensor, mAct: cute.Tensor, mDelta: cute.Tensor,
                  num_ctas: Int32, stream):
-        dtype = mX.element_type
-        BM, BN, BK = self.tile_m, self.tile_n, self.tile_k
-        tiled_mma = self._mma(dtype)
-        sA_layout, sB_layout = self._layouts(dtype)
-        tma_a, tA = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mX,
-                                                cute.slice_(sA_layout, (None, None, 0)), (BM, BK))
-        # W1 as (1, k-tiles, F, tile_k): the loader's (batch, head, row, head_dim)
-        k_tiles = mX.shape[1] // BK
-        mW1v = cute.make_tensor(mW1.iterator, cute.make_layout(
-            (1, k_tiles, mW1.shape[0], BK), stride=(0, BK, mW1.stride[0], 1)))
-        self.storage_cls = self._storage(dtype, sA_layout, sB_layout, BN)
-        self.a_stage_bytes = cute.size_in_bytes(dtype, cute.slice_(sA_layout, (None, None, 0)))
+        # W1's k-tiles are the loader's heads; a stage holds tile_n gathered rows
+        tiled_mma, tma_a, tA, mW1v, sA_layout, sB_layout = self._host_setup(
+            mX, mW1, mX.shape[1] // self.tile_k, self.tile_k, self.tile_n)
         self.kernel(tiled_mma, tma_a, tA, mW1v, mB1, mIdx, mCounts, mAct, mDelta,
                     sA_layout, sB_layout).launch(grid=(num_ctas, 1, 1),
                                                  block=(self.block_threads, 1, 1),
@@ -254,7 +262,7 @@ class MlpDeltaUpSm90(_Sm90Delta, MlpDeltaUp):
             tAsA, tAgA, a_state, b_state = self._producer_start(tma_a, tA, sA)
             for unit in cutlass.range(bidx, units, gdim, unroll=1):
                 g, j = unit // tiles, unit % tiles
-                count = cutlass.min(cutlass.max(mCounts[g], 0), width)
+                count = group_count(mCounts, g, width)
                 if j * BN < count:
                     part = self.loader.partition(tidx, mW1v, mW1v, sB, sB, sIdx, mIdx[g, None],
                                                  count, mW1v.shape[2])
@@ -275,7 +283,7 @@ class MlpDeltaUpSm90(_Sm90Delta, MlpDeltaUp):
             tCcC = thr_mma.partition_C(cute.make_identity_tensor((BM, BN)))
             for unit in cutlass.range(bidx, units, gdim, unroll=1):
                 g, j = unit // tiles, unit % tiles
-                count = cutlass.min(cutlass.max(mCounts[g], 0), width)
+                count = group_count(mCounts, g, width)
                 n0 = j * BN
                 if n0 < count:
                     if ctid < BN:  # the unit's features (the last listed one past the count)
@@ -313,18 +321,9 @@ class MlpDeltaDownSm90(_Sm90Delta, MlpDeltaDown):
     @cute.jit
     def __call__(self, mDelta: cute.Tensor, mW2t: cute.Tensor, mIdx: cute.Tensor,
                  mCounts: cute.Tensor, mOut: cute.Tensor, num_ctas: Int32, stream):
-        dtype = mDelta.element_type
-        BM, BN, BK = self.tile_m, self.tile_n, self.tile_k
-        tiled_mma = self._mma(dtype)
-        sA_layout, sB_layout = self._layouts(dtype)
-        tma_a, tA = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mDelta,
-                                                cute.slice_(sA_layout, (None, None, 0)), (BM, BK))
-        # W2^T as (1, D tiles, F, tile_n): the loader's (batch, head, row, head_dim)
-        d_tiles = mOut.shape[1] // BN
-        mW2v = cute.make_tensor(mW2t.iterator, cute.make_layout(
-            (1, d_tiles, mW2t.shape[0], BN), stride=(0, BN, mW2t.stride[0], 1)))
-        self.storage_cls = self._storage(dtype, sA_layout, sB_layout, BK)
-        self.a_stage_bytes = cute.size_in_bytes(dtype, cute.slice_(sA_layout, (None, None, 0)))
+        # W2^T's output tiles are the loader's heads; a stage holds tile_k gathered rows
+        tiled_mma, tma_a, tA, mW2v, sA_layout, sB_layout = self._host_setup(
+            mDelta, mW2t, mOut.shape[1] // self.tile_n, self.tile_n, self.tile_k)
         self.kernel(tiled_mma, tma_a, tA, mW2v, mIdx, mCounts, mOut, sA_layout,
                     sB_layout).launch(grid=(num_ctas, 1, 1), block=(self.block_threads, 1, 1),
                                       stream=stream)
@@ -349,7 +348,7 @@ class MlpDeltaDownSm90(_Sm90Delta, MlpDeltaDown):
             tAsA, tAgA, a_state, b_state = self._producer_start(tma_a, tA, sA)
             for unit in cutlass.range(bidx, units, gdim, unroll=1):
                 g, j = unit // tiles, unit % tiles
-                count = cutlass.min(cutlass.max(mCounts[g], 0), width)
+                count = group_count(mCounts, g, width)
                 if count > 0:
                     part = self.loader.partition(tidx, mW2v, mW2v, sB, sB, sIdx, mIdx[g, None],
                                                  count, mW2v.shape[2])
@@ -371,7 +370,7 @@ class MlpDeltaDownSm90(_Sm90Delta, MlpDeltaDown):
                                                                          ctid)
             for unit in cutlass.range(bidx, units, gdim, unroll=1):
                 g, j = unit // tiles, unit % tiles
-                count = cutlass.min(cutlass.max(mCounts[g], 0), width)
+                count = group_count(mCounts, g, width)
                 if count > 0:
                     rd, rel = self._mainloop(tiled_mma, frag_a, frag_b, acc, a_pipe, b_pipe,
                                              cute.ceil_div(count, BK), rd, rel)

@@ -30,7 +30,7 @@ from cutlass import Float32, Int32
 
 from .common.dsl import python_unrolled
 from .common.warp_ptx import bulk_reduce_add_s2g
-from .mlp_delta import CACHE_BATCH
+from .mlp_delta import CACHE_BATCH, group_count
 
 #: list positions per tile
 TILE_COLS = 64
@@ -90,7 +90,7 @@ class ScatterAdd:
         chunks = cute.ceil_div(width, TILE_COLS)
         for tile in cutlass.range(bidx, mIdx.shape[0] * chunks, gdim, unroll=1):
             g, j0 = tile // chunks, (tile % chunks) * TILE_COLS
-            count = cutlass.min(cutlass.max(mCounts[g], 0), width)
+            count = group_count(mCounts, g, width)
             row0 = g * self.group
             if j0 < count and row0 < mDest.shape[0]:
                 if tidx < TILE_COLS:

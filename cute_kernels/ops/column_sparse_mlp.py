@@ -12,7 +12,8 @@ so a sparse step recomputes, per group of ``group`` token rows, only the interme
 
 ``column_sparse_mlp_reference`` computes that in float32 for every group at once (one
 gather, two batched matmuls) and returns the new caches; ``scatter_add_reference`` is the
-writeback alone (``dest[g rows, idx] += src[g rows, :c]``).
+writeback alone (``dest[g rows, idx] += src[g rows, :c]``). Both are public as
+``cute_kernels.reference.column_sparse_mlp`` / ``scatter_add``.
 
 ``column_sparse_mlp`` runs the step on the GPU with two kernels (kernels/mlp_delta.py): mm1
 with the W1 rows gathered and the cache epilogue fused, then mm2 with the W2 columns gathered

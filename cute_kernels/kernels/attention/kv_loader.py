@@ -265,12 +265,19 @@ class GatherKVLoader:
         """Stage key block ``n``'s indices (``row``: this thread's, fetched ahead; None:
         fetch it now), then its K rows, into stage ``k_state``. Returns this thread's row of
         block ``n_next`` (fetched before the copies are issued), or None without ``row``."""
-        k_pipe.producer_acquire(k_state)
+        return self._load_rows(part, part.mK, part.sK_rows, k_pipe, k_state, n, kv_head, batch,
+                               row, n_next)
+
+    def _load_rows(self, part: GatherRows, src, dst_rows, pipe, state, n, kv_head, batch, row,
+                   n_next):
+        """Acquire ``state``'s stage, stage block ``n``'s indices, gather ``src``'s rows into
+        ``dst_rows`` and commit (``load_k`` / ``load_v_rows``)."""
+        pipe.producer_acquire(state)
         ahead = row is not None  # a trace-time choice (the kernel's gather_prefetch)
-        self._stage_indices(part, row if ahead else self.fetch_row(part, n), k_state.index)
+        self._stage_indices(part, row if ahead else self.fetch_row(part, n), state.index)
         next_row = self.fetch_row(part, n_next) if ahead else None
-        self._gather(part, part.mK, part.sK_rows, k_state.index, kv_head, batch)
-        k_pipe.producer_commit(k_state)
+        self._gather(part, src, dst_rows, state.index, kv_head, batch)
+        pipe.producer_commit(state)
         return next_row
 
     def load_v_rows(self, part: GatherRows, v_pipe, v_state, n, kv_head, batch, row=None,
@@ -278,13 +285,8 @@ class GatherKVLoader:
         """Stage key block ``n``'s indices, then only its V rows (MN-major), into stage
         ``v_state``: a gather with no K beside it (the MLP delta's mm2 gathers W2's columns
         this way). ``row`` / ``n_next`` and the return value as ``load_k``'s."""
-        v_pipe.producer_acquire(v_state)
-        ahead = row is not None
-        self._stage_indices(part, row if ahead else self.fetch_row(part, n), v_state.index)
-        next_row = self.fetch_row(part, n_next) if ahead else None
-        self._gather(part, part.mV, part.sV_rows, v_state.index, kv_head, batch)
-        v_pipe.producer_commit(v_state)
-        return next_row
+        return self._load_rows(part, part.mV, part.sV_rows, v_pipe, v_state, n, kv_head, batch,
+                               row, n_next)
 
     def load_v(self, part: GatherRows, v_pipe, v_state, n, kv_head, batch):
         """V rows of key block ``n`` into stage ``v_state``, by the indices ``load_k`` staged
