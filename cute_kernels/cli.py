@@ -134,6 +134,20 @@ def _cmd_cache(args) -> int:
     return 0
 
 
+def _cmd_schedule(args) -> int:
+    """How the Hopper GEMM would run an (M, N, K) x batch problem (no GPU needed)."""
+    from .tuning.gemm import schedule
+
+    for name, value in (("M", args.m), ("N", args.n), ("K", args.k), ("--batch", args.batch),
+                        ("--sms", args.sms)):
+        if value < 1:
+            raise CLIError(f"{name} must be >= 1, got {value}")
+    plan = schedule(args.m, args.n, args.k, args.batch, args.sms, skinny=not args.gated)
+    print(f"linear {args.m}x{args.n}x{args.k}" + (f" x{args.batch}" if args.batch > 1 else "")
+          + f" on {args.sms} SMs: {plan.describe()}")
+    return 0
+
+
 def _cmd_demo(args) -> int:
     import torch
 
@@ -273,6 +287,18 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("demo", help="run every kernel vs its baseline (GPU) or show PTX mix")
     p.add_argument("--cpu", action="store_true", help="the no-GPU report even on a GPU machine")
     p.set_defaults(func=_cmd_demo)
+
+    p = sub.add_parser("schedule", help="how the Hopper GEMM would run an M x N x K problem",
+                       description="Print the Hopper GEMM schedule of linear(x (M, K), "
+                       "w (N, K)): tile, cluster, CTAs, swap-AB, split-K (no GPU needed).")
+    p.add_argument("m", type=int, metavar="M")
+    p.add_argument("n", type=int, metavar="N")
+    p.add_argument("k", type=int, metavar="K")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--sms", type=int, default=132, help="SM count (default: 132, an H100/H200)")
+    p.add_argument("--gated", action="store_true",
+                   help="the gated MLP's schedule (never swapped or split)")
+    p.set_defaults(func=_cmd_schedule)
 
     p = sub.add_parser("cache", help="the on-disk compile cache",
                        description="The on-disk compile cache ($CUTE_KERNELS_CACHE_DIR, default "

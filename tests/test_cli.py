@@ -204,3 +204,18 @@ def test_cache_info_and_clear(tmp_path, monkeypatch, capsys):
     assert main(["cache", "clear"]) == 0
     assert "removed 2 files" in capsys.readouterr().out
     assert not list(tmp_path.iterdir())
+
+
+def test_schedule_command(capsys):
+    """``cute-kernels schedule``: the GEMM schedule, with swap-AB / split-K where chosen."""
+    from cute_kernels.cli import main
+
+    assert main(["schedule", "1", "4096", "14336"]) == 0
+    line = capsys.readouterr().out
+    assert "swap-AB" in line and "split-K 4" in line and "tile 128x16x64" in line
+    assert main(["schedule", "4096", "4096", "4096"]) == 0
+    assert "split-K" not in capsys.readouterr().out
+    assert main(["schedule", "13", "4096", "14336", "--gated"]) == 0
+    assert "swap-AB" not in capsys.readouterr().out
+    assert main(["schedule", "0", "8", "8"]) == 2
+    assert "M must be >= 1" in capsys.readouterr().err

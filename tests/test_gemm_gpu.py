@@ -128,7 +128,8 @@ HOPPER_ONLY = pytest.mark.skipif("hopper" not in PATHS, reason="needs a Hopper (
 
 
 @HOPPER_ONLY
-@pytest.mark.parametrize("tile", [(128, 192, 64), (128, 128, 64), (128, 256, 64)])
+@pytest.mark.parametrize("tile", [(128, 192, 64), (128, 128, 64), (128, 256, 64),
+                                  (128, 224, 64), (128, 64, 64)])
 @pytest.mark.parametrize("m, n, k, a_major, b_major", [(333, 520, 136, "k", "n"),
                                                        (1000, 776, 1000, "m", "k"),
                                                        (128, 392, 64, "k", "n")])
@@ -167,3 +168,87 @@ def test_drift_limiter_forced(forced_drift_limiter, path):
     run_gemm(path, 136, 4104, 72, a_major="m")
     run_gemm(path, 2000, 1040, 136, batch=3)
     forced_drift_limiter.check()
+
+
+# ------------------------- skinny schedules: swap-AB and split-K -------------------------
+
+DECODE_SHAPES = [(m, n, k) for m in (1, 7, 13, 32) for n, k in ((14336, 4096), (4096, 14336))]
+
+
+@HOPPER_ONLY
+@pytest.mark.parametrize("m, n, k", DECODE_SHAPES + [(64, 4096, 14336), (128, 4096, 14336),
+                                                     (333, 1024, 4096)])
+def test_skinny_shapes_default_schedule(m, n, k):
+    """Decode shapes take the swap-AB / split-K schedule by themselves (asserted), and match
+    the reference; M = 333 splits unswapped with 2x1 clusters and an idle half cluster."""
+    from cute_kernels.ops.gemm import schedule
+
+    x, w = rand(m, k), rand(n, k)
+    assert schedule(x, w).skinny, (m, n, k)
+    bias = rand(n)
+    out = torch.full((m, n), POISON, dtype=torch.bfloat16, device="cuda")
+    ck.linear(x, w, bias, out=out, epilogue="gelu_tanh")
+    ref = _epilogue_reference(x.float() @ w.float().t(), bias, "gelu_tanh")
+    check(out, ref, _epilogue_reference((x @ w.t()).float(), bias, "gelu_tanh").bfloat16(),
+          f"linear {m}x{n}x{k}")
+
+
+@pytest.fixture
+def forced_schedule(monkeypatch):
+    """``force(swap=..., splits=..., tile_n=...)``: every following GEMM plan uses that
+    schedule (residue shapes the heuristic would not split)."""
+    import cute_kernels.ops.gemm as gemm_ops
+    import cute_kernels.tuning.gemm as gemm_tuning
+
+    real = gemm_tuning.schedule
+
+    def force(*, swap: bool, splits: int, tile_n: int = 16, cluster_m: int = 1):
+        def schedule(m, n, k, batch, sms, skinny=True):
+            base = real(m, n, k, batch, sms, skinny=False)
+            if not skinny:
+                return base
+            tile = (128, tile_n, 64) if swap else base.tile
+            return gemm_tuning.GemmSchedule(tile, 1 if swap else cluster_m, sms, False,
+                                            swap=swap, splits=splits, max_stages=8)
+
+        monkeypatch.setattr(gemm_ops, "_PLANS", {})
+        monkeypatch.setattr(gemm_tuning, "schedule", schedule)
+
+    return force
+
+
+@HOPPER_ONLY
+@pytest.mark.parametrize("swap, splits, tile_n, m, n, k, a_major, b_major, epilogue", [
+    (True, 1, 16, 1, 520, 136, "k", "k", None),  # swap alone, K one k-tile and a bit
+    (True, 3, 16, 7, 1000, 264, "k", "n", "gelu"),  # slices of 88: partial k-tiles
+    (True, 2, 32, 32, 392, 4096, "m", "k", "silu"),  # x M-major, 32-column tile
+    (True, 1, 32, 29, 392, 4096, "k", "n", "gelu_tanh"),  # swapped, written transposed
+    (True, 5, 32, 29, 776, 1000, "k", "n", None),  # 5 slices of 200
+    (False, 3, 0, 333, 776, 264, "k", "n", "relu"),  # unswapped, idle half cluster
+    (False, 2, 0, 1000, 520, 4096, "m", "n", None),
+])
+def test_forced_skinny_schedules(forced_schedule, swap, splits, tile_n, m, n, k, a_major,
+                                 b_major, epilogue):
+    forced_schedule(swap=swap, splits=splits, tile_n=tile_n, cluster_m=2)
+    run_gemm("hopper", m, n, k, a_major=a_major, b_major=b_major, bias=True, epilogue=epilogue)
+    run_gemm("hopper", m, n, k, a_major=a_major, b_major=b_major, dtype=torch.float16,
+             out_dtype=torch.float32)
+
+
+@HOPPER_ONLY
+def test_skinny_schedule_into_strided_out(forced_schedule):
+    """``out`` with padded rows (8-element multiples) gets only its (M, N) window written;
+    rows of other strides are refused before launch (fp32 rows of 4-element multiples are
+    16-byte aligned but not whole 32-byte sectors of the kernels' 8-element row rule)."""
+    forced_schedule(swap=True, splits=2)
+    x, w = rand(13, 512), rand(264, 512)
+    ref = x.float() @ w.float().t()
+    for dtype in (torch.bfloat16, torch.float32):
+        big = torch.full((13, 272), POISON, dtype=dtype, device="cuda")
+        ck.gemm(x, w.t(), out=big[:, :264])
+        check(big[:, :264], ref, (x @ w.t()).float(), f"{dtype} out row stride 272")
+        assert torch.isnan(big[:, 264:]).all(), "wrote outside out's window"
+    for dtype, cols in ((torch.bfloat16, 267), (torch.float32, 268)):
+        big = torch.empty((13, cols), dtype=dtype, device="cuda")
+        with pytest.raises(ValueError, match="stride"):
+            ck.gemm(x, w.t(), out=big[:, :264])

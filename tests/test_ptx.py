@@ -295,3 +295,55 @@ def test_drift_limiter_schedule(monkeypatch):
     assert drift(65536, 106496, 16384) and drift(16384, 106496, 16384)
     assert not drift(65536, 106496, 4096)  # short K
     assert not drift(4096, 4096, 16384)  # a few waves
+
+
+@pytest.mark.parametrize("tile, a_major, b_major, c_form, out_dtype", [
+    ((128, 16, 64), "k", "k", "transposed", "bfloat16"),  # swap-AB straight into out
+    ((128, 32, 64), "m", "n", "transposed", "float32"),  # swap-AB + split-K workspace
+    ((128, 128, 64), "k", "n", "workspace", "float32")])  # split-K workspace
+def test_gemm_skinny_tiles_ptx(tile, a_major, b_major, c_form, out_dtype):
+    """The swap-AB / split-K GEMM builds (8 stages): one WGMMA shape m64n{tile_n}k16, TMA
+    loads and stores, no spills; a 16-bit C^T goes through transposing stmatrix."""
+    import re
+
+    import torch
+
+    from cute_kernels.kernels.gemm.epilogue import Epilogue
+    from cute_kernels.ops.gemm import make_build
+    from cute_kernels.runtime.compile import compile_ptx
+
+    swapped = c_form == "transposed" and out_dtype == "bfloat16"
+    epilogue = Epilogue(bias=True, activation="silu", bias_dim=0) if swapped else Epilogue()
+    ptx = compile_ptx(make_build("hopper", torch.bfloat16, getattr(torch, out_dtype), a_major,
+                                 b_major, epilogue, torch.bfloat16 if swapped else None, 1,
+                                 tile, False, 8, c_form=c_form), "sm_90a")
+    assert set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k16)", ptx)) == {
+        f"m64n{tile[1]}k16"}
+    mix = instruction_mix(ptx)
+    assert mix["cp.async.bulk.tensor"] > 0 and mix["setmaxnreg"] > 0
+    assert ("stmatrix.sync.aligned.m8n8.x4.trans" in ptx) == swapped
+    _assert_no_spills(ptx, "sm_90a")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("out_dtype, activation, bias_dtype", [
+    ("bfloat16", None, None), ("float16", "gelu_tanh", "float32"),
+    ("float32", "silu", "bfloat16")])
+def test_split_reduce_ptx(target, out_dtype, activation, bias_dtype):
+    """The split-K finishing pass: SIMT only (no tensor cores, no async copies), 16-byte
+    stores of the output, the activation compiled in only when asked."""
+    import torch
+
+    from cute_kernels.kernels.gemm.epilogue import Epilogue
+    from cute_kernels.ops.gemm import reduce_build
+    from cute_kernels.runtime.compile import compile_ptx
+
+    bias = getattr(torch, bias_dtype) if bias_dtype else None
+    ptx = compile_ptx(reduce_build(getattr(torch, out_dtype),
+                                   Epilogue(bias=bias is not None, activation=activation), bias),
+                      target)
+    mix = instruction_mix(ptx)
+    assert mix["mma.sync"] == mix["wgmma"] == mix["cp.async"] == 0
+    assert "st.global.v4" in ptx
+    assert ("ex2.approx" in ptx or "tanh.approx" in ptx) == (activation is not None)
+    _assert_no_spills(ptx, target)

@@ -1,6 +1,7 @@
 import itertools
 
 import pytest
+import torch
 
 from cute_kernels.kernels.common.tile_scheduler import grouped_tile_coord, persistent_grid
 
@@ -39,8 +40,86 @@ def test_wave_efficiency_and_tile_choice():
     # 1024 x 14336: 4 cluster-rows x 56 tiles of 128x256 = 224 units on 66 clusters, 3.4
     # waves; 128x192 makes 300 units (4.5 waves, 91% busy) and wins
     assert cluster_tiles(1024, 14336, 1, DEFAULT_TILE, 2) == 224
-    assert pick_tile(1024, 14336, 1, 132, TILE_SPEEDS, 2) == (128, 192, 64)
-    assert pick_tile(512, 28672, 1, 132, TILE_SPEEDS, 2) == (128, 192, 64)
+    assert pick_tile(1024, 14336, 1, 132, TILE_SPEEDS, 2) == (128, 224, 64)
+    assert pick_tile(512, 28672, 1, 132, TILE_SPEEDS, 2) == (128, 224, 64)
+    assert pick_tile(3000, 5000, 1, 132, TILE_SPEEDS, 2) == (128, 192, 64)
+    # 1024^3: 32 cluster tiles of 128x128 on 66 cluster slots; 128x64 makes 64
+    assert pick_tile(1024, 1024, 1, 132, TILE_SPEEDS, 2) == (128, 64, 64)
     # full waves keep the big tile
     for m, n in ((4096, 4096), (8192, 8192), (4096, 14336), (1024, 28672), (2048, 2048)):
         assert pick_tile(m, n, 1, 132, TILE_SPEEDS, 2) == DEFAULT_TILE, (m, n)
+
+
+def test_skinny_schedules():
+    """Decode-sized M is swapped into a 16-64 column tile and split along K until the SMs
+    are busy; every shape of the big Llama sweep keeps its one-tile-per-unit schedule."""
+    from cute_kernels.tuning.gemm import SWAP_MAX_M, schedule, split_options
+
+    for m in (1, 8, 13, 32):
+        for n, k in ((14336, 4096), (4096, 14336), (28672, 8192)):
+            s = schedule(m, n, k, 1, 132)
+            assert s.swap and s.cluster_m == 1, (m, n, k, s)
+            assert s.tile[1] >= m and s.tile[1] in (16, 32)
+            assert k % (8 * s.splits) == 0
+    # 64 tokens fill half of the unswapped 128-row tile: not swapped, split when few tiles
+    assert not schedule(64, 28672, 8192, 1, 132).skinny
+    assert schedule(64, 4096, 14336, 1, 132).splits > 1
+    # 32 row tiles of a 4096-row weight: split 2 ways, 64 CTAs stream it at HBM speed
+    assert schedule(1, 4096, 14336, 1, 132).splits == 2
+    assert schedule(1, 4096, 14336, 1, 132).ctas == 64
+    assert schedule(13, 14336, 4096, 1, 132).splits == 1  # 112 tiles: no split
+    # M = 128 x 4096 x 14336: 32 tiles of 128 x 128, split 4 ways
+    assert schedule(128, 4096, 14336, 1, 132).splits == 4
+    assert not schedule(128, 4096, 14336, 1, 132).swap
+    # a split whose partials would cost a third of the operands' traffic is not taken
+    assert not schedule(128, 28672, 8192, 1, 132).skinny
+    for m, n, k in [(t, i, h) for h, i in ((4096, 14336), (8192, 28672), (16384, 53248))
+                    for t in (1024, 4096, 16384, 65536)] + [(s, s, s) for s in (2048, 4096, 8192)]:
+        assert not schedule(m, n, k, 1, 132).skinny, (m, n, k)
+    # batched and "not skinny" (the gated GEMM) never swap or split
+    assert not schedule(8, 4096, 14336, 2, 132).skinny
+    assert not schedule(8, 4096, 14336, 1, 132, skinny=False).skinny
+    assert schedule(SWAP_MAX_M + 1, 4096, 4096, 1, 132).swap is False
+    # slices: equal, 16-byte multiples, at least SPLIT_MIN_K long
+    assert split_options(1000) == [1]
+    assert split_options(4096)[:4] == [1, 2, 4, 8] and 3 not in split_options(4096)
+    assert 7 in split_options(14336)
+
+
+def test_split_k_view_sums_to_the_product():
+    """The split-K operand views: slice s of both operands multiplies to the partial over
+    K slice s, in any major, and the partials sum to the full product."""
+    from cute_kernels.ops.gemm import split_k_view
+
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(13, 96, generator=gen, dtype=torch.float64)
+    b = torch.randn(40, 96, generator=gen, dtype=torch.float64).t().contiguous().t()  # N-major
+    for splits in (1, 2, 3, 4):
+        va, vb = split_k_view(a, splits), split_k_view(b, splits)
+        assert va.shape == (13, 96 // splits, splits)
+        assert va.data_ptr() == a.data_ptr() and vb.data_ptr() == b.data_ptr()  # views
+        parts = torch.einsum("mks,nks->mns", va, vb)
+        torch.testing.assert_close(parts.sum(-1), a @ b.t())
+        ks, last = 96 // splits, splits - 1
+        torch.testing.assert_close(parts[..., last], a[:, ks * last:] @ b[:, ks * last:].t())
+
+
+@pytest.mark.parametrize("swap", [False, True])
+def test_workspace_views_compute_the_product(swap):
+    """The workspace views of a split launch, played out in torch: slice s of the kernel's
+    A and B views multiplied into slice s of its C view, then the reduce's (M, N, splits)
+    view summed over slices, is a @ b^T (swapped: C is C^T, column-major)."""
+    from cute_kernels.ops.gemm import WorkspaceViews
+
+    gen = torch.Generator().manual_seed(1)
+    a = torch.randn(13, 96, generator=gen, dtype=torch.float64)
+    b = torch.randn(40, 96, generator=gen, dtype=torch.float64)
+    views = WorkspaceViews.make(a, b, swap, 3)
+    lhs, rhs = (b, a) if swap else (a, b)
+    ws = torch.full((3 * 13 * 40,), float("nan"), dtype=torch.float64)
+    ws = ws.as_strided(*views.reduce)
+    c = ws.as_strided(*views.ws)
+    va, vb = lhs.as_strided(*views.lhs), rhs.as_strided(*views.rhs)
+    for s in range(3):
+        c[..., s] = va[..., s] @ vb[..., s].t()
+    torch.testing.assert_close(ws.sum(-1), a @ b.t())

@@ -126,6 +126,8 @@ def test_gemm_rejects():
         ck.linear(torch.zeros(2, 3, 64, dtype=bf), b, out=torch.zeros(6, 64, dtype=bf))
     with pytest.raises(ValueError, match="w must be 2-D"):
         ck.linear(a, torch.zeros(2, 64, 64, dtype=bf))
+    with pytest.raises(ValueError, match=r"out.stride\(0\) must be a multiple of 8 elements"):
+        ck.gemm(a, b, out=torch.zeros(64, 68, dtype=torch.float32)[:, :64])
 
 
 def test_dtype_lists_read_as_english():

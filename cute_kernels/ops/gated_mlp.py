@@ -177,7 +177,7 @@ def _gated_mlp_up(x: torch.Tensor, w_packed: torch.Tensor, bias: torch.Tensor | 
         out.copy_(gate(pre[0::2], pre[1::2], activation).expand_as(out))
         return out
     bias_dtype = bias.dtype if bias is not None else None
-    tile, cluster_m, ctas, drift = gemm.schedule(x2, w_packed)
+    tile, cluster_m, ctas, drift = gemm.schedule(x2, w_packed, skinny=False)[:4]
     key = ("gated_mlp_up", x.dtype, out_dtype, a_major, b_major, activation, bias_dtype, drift)
     kernel = kernel_for(x.device, key, lambda path, target: make_build(
         path, x.dtype, out_dtype, a_major, b_major, activation, bias_dtype, cluster_m, tile,

@@ -145,6 +145,7 @@ class KernelCache:
 
     def __init__(self):
         self._mem: dict[tuple, Callable] = {}
+        self._owners: list = []  # DSL objects whose bare functions _mem holds
         self._lock = threading.Lock()
         self.stats = {"memory_hits": 0, "disk_hits": 0, "compiles": 0, "compile_s": 0.0}
 
@@ -157,9 +158,24 @@ class KernelCache:
         with self._lock:
             fn = self._mem.get(key)
             if fn is None:
-                fn = self._load_or_compile(key, make_build, target)
+                fn = self._positional(self._load_or_compile(key, make_build, target))
                 self._mem[key] = fn
         return fn
+
+    def _positional(self, fn) -> Callable:
+        """The bare TVM-FFI function under a kernel the DSL compiled or loaded: ops pass every
+        argument positionally (``KernelParams.call_args``), so the DSL's keyword wrapper
+        (two Python frames, several µs per launch) is not needed. The DSL object is kept
+        alive with it (it owns the code the function runs)."""
+        bare = getattr(fn, "__tvm_ffi_object__", None)
+        args = getattr(fn, "execution_args", None)
+        if bare is None or args is None or args.has_pointer_address_arg_specs:
+            return fn
+        function = bare()
+        if function is None:
+            return fn
+        self._owners.append(fn)
+        return function
 
     def _compile(self, make_build, target):
         t0 = time.perf_counter()

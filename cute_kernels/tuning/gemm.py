@@ -1,4 +1,20 @@
-"""GEMM tiles, clusters and launch schedule (Hopper; the Ampere kernel has one fixed tile)."""
+"""GEMM tiles, clusters and launch schedule (Hopper; the Ampere kernel has one fixed tile).
+
+Big problems run one CTA tile per work unit, the tile chosen by speed x last-wave occupancy.
+Problems with fewer tiles than SMs, and skinny ones (decoding: M of 1-64 tokens against a
+weight of thousands of rows), get two more choices:
+
+* **swap-AB**: for M <= ``SWAP_MAX_M`` the kernel computes C^T = W X^T, so the weight's N
+  rows fill the 128-row WGMMA tile and the few tokens become a narrow N tile of 16-64
+  (``SWAP_TILES_N``) instead of 128 mostly empty rows;
+* **split-K**: K is cut into ``splits`` equal slices that run as the batch dim of the same
+  persistent kernel (operand views with a K-slice stride, no copy), each writing fp32
+  partials; one small kernel (``SplitKReduce``) sums them in split order (deterministic),
+  applies the bias and activation, and writes the output (transposing when swapped).
+
+A split launch goes through the fp32 workspace and the reduce kernel; a swapped, unsplit one
+writes C^T column-major straight into the row-major output (the bias added along its rows).
+"""
 
 from __future__ import annotations
 
@@ -8,8 +24,16 @@ from ..kernels.common.tile_scheduler import cluster_tiles, persistent_grid
 from ..kernels.gemm.tiles import DEFAULT_CLUSTER_M, DEFAULT_TILE
 
 #: tiles the op chooses between, with their throughput relative to the default when every SM
-#: is busy (H100, perf/gemm_tuning.py: 128x192 and 128x128 reach 0.97x and 0.90x of 128x256)
-TILE_SPEEDS = {DEFAULT_TILE: 1.0, (128, 192, 64): 0.97, (128, 128, 64): 0.90}
+#: is busy (H100, perf/gemm_tuning.py: 128x192 and 128x128 reach 0.97x and 0.90x of 128x256;
+#: perf/gemm_skinny.py: 128x224 wins where its 64 columns-tiles of a 14336-wide N fill the last
+#: wave, 155.8 against 167.0 us for 128x192 at 1024 x 14336 x 4096, and 128x64 runs at about
+#: 0.55x but gives a 1024^3 problem 128 CTAs: 7.8 against 9.3 us for 128x128). 128x224 is
+#: listed at 0.96, below its measured speed, so it replaces 128x256 only where the last wave
+#: gains more than 3%: many-wave problems (8192^3) keep the measured default.
+TILE_SPEEDS = {DEFAULT_TILE: 1.0, (128, 224, 64): 0.96, (128, 192, 64): 0.97,
+               (128, 128, 64): 0.90, (128, 64, 64): 0.55}
+#: the gated GEMM's tiles (its epilogue pairs columns in the wgmma C layout of these widths)
+GATED_TILE_SPEEDS = {t: TILE_SPEEDS[t] for t in (DEFAULT_TILE, (128, 192, 64), (128, 128, 64))}
 
 #: the wave drift limiter (GemmSm90 ``drift_slack=0``) is on from this many waves of cluster
 #: tiles and this many k-tiles per tile: there the clusters that share A / B panels in L2
@@ -19,13 +43,65 @@ DRIFT_MIN_WAVES = 16
 DRIFT_MIN_K_TILES = 128
 
 
+#: swap-AB for M up to this many rows. Above it the unswapped kernel's 128-row tile is at
+#: least a quarter full, and the weight-streaming kernel is memory-bound either way: at
+#: 64 x 28672 x 8192 the unswapped 128 x 256 tiles (one wave of 112) ran 175.6 us, the
+#: swapped 128 x 64 ones (two waves of 224 tiles) 193.7 (H100, perf/gemm_skinny.py)
+SWAP_MAX_M = 32
+#: the N tiles (token columns) of a swapped launch: the smallest that holds M
+SWAP_TILES_N = (16, 32)
+#: a swapped tile keeps more k-tiles in flight (each stage is 18-24 KiB): streaming the weight
+#: at HBM speed from one SM needs several in flight (Little's law)
+SWAP_MAX_STAGES = 8
+#: split-K: at most this many slices, each at least this many K elements (a slice writes a
+#: 128 x tile_n fp32 partial; shorter slices spend more on partials than they gain)
+SPLIT_MAX = 16
+SPLIT_MIN_K = 512
+#: a swapped launch streams the weight from HBM: this many CTAs already reach the bandwidth
+#: (1 x 4096 x 14336: 64 CTAs 45.2 us, 128 CTAs 46.1, cuBLAS 44.7; 13 x 14336 x 4096 unsplit
+#: on 112 CTAs 46.4, split 2 / 4 ways 48.1 / 50.4; H100, perf/gemm_skinny.py), so it splits
+#: only as far as needed to have them
+STREAM_CTAS = 64
+#: the score a split pays per extra slice (the reduce's work and launch), in units of wave
+#: efficiency: 4 slices that fill 97% of the SMs beat 8 that fill 97% too. The partials'
+#: memory traffic is charged on top (``split_score``).
+SPLIT_PENALTY = 0.01
+
+
 class GemmSchedule(NamedTuple):
     """How one Hopper GEMM launch runs."""
 
-    tile: tuple[int, int, int]  # CTA tile (M, N, K)
+    tile: tuple[int, int, int]  # CTA tile (M, N, K), in the launch's (possibly swapped) rows
     cluster_m: int  # CTAs per cluster along M
     ctas: int  # persistent CTAs launched
     drift: bool  # wave drift limiter on
+    swap: bool = False  # C^T = B A^T: the weight's rows are the tile's M
+    splits: int = 1  # K slices (batch dim of the launch), summed by SplitKReduce
+    max_stages: int | None = None  # pipeline depth cap (None: the kernel's default)
+
+    @property
+    def skinny(self) -> bool:
+        """Whether the launch is swapped or split (the op's skinny route)."""
+        return self.swap or self.splits > 1
+
+    @property
+    def via_workspace(self) -> bool:
+        """Whether the launch writes fp32 partials that SplitKReduce finishes."""
+        return self.splits > 1
+
+    def describe(self) -> str:
+        """One line for logs and the CLI."""
+        parts = [f"tile {self.tile[0]}x{self.tile[1]}x{self.tile[2]}",
+                 f"cluster {self.cluster_m}x1", f"{self.ctas} CTAs"]
+        if self.swap:
+            parts.append("swap-AB")
+        if self.splits > 1:
+            parts.append(f"split-K {self.splits}")
+        if self.via_workspace:
+            parts.append("fp32 workspace + reduce")
+        if self.drift:
+            parts.append("drift limiter")
+        return ", ".join(parts)
 
 
 def wave_efficiency(units: int, slots: int) -> float:
@@ -45,7 +121,25 @@ def pick_tile(m: int, n: int, batch: int, sms: int, speeds: dict, cluster_m: int
     return max(speeds, key=score)
 
 
-def schedule(m: int, n: int, k: int, batch: int, sms: int) -> GemmSchedule:
+def split_options(k: int) -> list[int]:
+    """The K slice counts a launch may use: equal slices of a multiple of 8 elements (TMA's
+    16-byte stride rule for the slice stride), each at least ``SPLIT_MIN_K`` long."""
+    return [s for s in range(1, SPLIT_MAX + 1)
+            if s == 1 or (k % (8 * s) == 0 and k // s >= SPLIT_MIN_K)]
+
+
+def split_score(units: int, rows: int, cols: int, k: int, slots: int, splits: int) -> float:
+    """Wave efficiency of ``units`` tiles cut into ``splits`` K slices, over the memory
+    traffic the split adds (the fp32 partials, ``rows`` x ``cols`` padded to 8, written and
+    read back once per slice, against the operands' bytes), less ``SPLIT_PENALTY`` per extra
+    slice."""
+    partial_bytes = 8 * splits * rows * -(-cols // 8) * 8 if splits > 1 else 0
+    return (wave_efficiency(units * splits, slots) / (1 + partial_bytes / ((rows + cols) * k * 2))
+            - SPLIT_PENALTY * (splits - 1))
+
+
+def schedule(m: int, n: int, k: int, batch: int, sms: int, *,
+             skinny: bool = True) -> GemmSchedule:
     """The Hopper launch of an (M, N, K) x batch GEMM on ``sms`` SMs (the Ampere kernel
     ignores it).
 
@@ -53,12 +147,39 @@ def schedule(m: int, n: int, k: int, batch: int, sms: int) -> GemmSchedule:
     every CTA with an idle one); the tile with the best speed x last-wave occupancy
     (``TILE_SPEEDS``); one CTA per SM in whole clusters, never more than the work; the drift
     limiter for many waves of long-K tiles (``DRIFT_MIN_WAVES``).
+
+    ``skinny=False`` is the gated GEMM's schedule: its own tiles (``GATED_TILE_SPEEDS``),
+    never swapped or split (its epilogue pairs C's own columns). With ``skinny``, an
+    unbatched problem may also be swapped (M <= ``SWAP_MAX_M``) and split along K: a swapped
+    launch is split until it has ``STREAM_CTAS`` CTAs (it is memory-bound), an
+    unswapped one only when its tiles leave SMs idle in a single wave.
     """
+    if skinny and batch == 1 and m <= SWAP_MAX_M:
+        tile = (DEFAULT_TILE[0], next(t for t in SWAP_TILES_N if t >= m), DEFAULT_TILE[2])
+        units = cluster_tiles(n, m, 1, tile, 1)
+        splits = next((s for s in split_options(k) if units * s >= min(STREAM_CTAS, sms)),
+                      max(split_options(k)))
+        ctas = persistent_grid(units * splits, sms)
+        return GemmSchedule(tile, 1, ctas, False, swap=True, splits=splits,
+                            max_stages=SWAP_MAX_STAGES)
     cluster_m = DEFAULT_CLUSTER_M if m > DEFAULT_TILE[0] else 1
-    tile = pick_tile(m, n, batch, sms, TILE_SPEEDS, cluster_m)
+    tile = pick_tile(m, n, batch, sms, TILE_SPEEDS if skinny else GATED_TILE_SPEEDS, cluster_m)
     units = cluster_tiles(m, n, batch, tile, cluster_m)
     ctas = persistent_grid(units * cluster_m, sms, cluster_size=cluster_m)
     waves = -(-units // (ctas // cluster_m))
     k_tiles = -(-k // tile[2])
     drift = waves >= DRIFT_MIN_WAVES and k_tiles >= DRIFT_MIN_K_TILES
+    slots = max(1, sms // cluster_m)
+    if skinny and batch == 1 and units < slots and len(split_options(k)) > 1:
+        # fewer tiles than SMs: the tile and the split are chosen together
+        def score(option):
+            t, s = option
+            u = cluster_tiles(m, n, batch, t, cluster_m)
+            return (TILE_SPEEDS[t] * split_score(u, m, n, k, slots, s), -s)
+
+        tile, splits = max(((t, s) for t in TILE_SPEEDS for s in split_options(k)), key=score)
+        units = cluster_tiles(m, n, batch, tile, cluster_m)
+        if splits > 1:
+            ctas = persistent_grid(units * splits * cluster_m, sms, cluster_size=cluster_m)
+            return GemmSchedule(tile, cluster_m, ctas, False, splits=splits)
     return GemmSchedule(tile, cluster_m, ctas, drift)

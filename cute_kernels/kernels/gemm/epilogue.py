@@ -49,12 +49,18 @@ def activate(x: Float32, activation: cutlass.Constexpr) -> Float32:
 
 @dataclass(frozen=True)
 class Epilogue:
-    """bias (a length-N vector added per column) then an optional activation."""
+    """bias (a length-N vector added per column) then an optional activation.
+
+    ``bias_dim`` 0 adds the bias per row instead: a swap-AB GEMM computes C^T, whose rows are
+    the output's columns."""
 
     bias: bool = False
     activation: str | None = None
+    bias_dim: int = 1
 
     def __post_init__(self):
+        if self.bias_dim not in (0, 1):
+            raise ValueError(f"bias_dim must be 0 (rows) or 1 (columns), got {self.bias_dim}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
 
@@ -65,12 +71,13 @@ class Epilogue:
     @cute.jit
     def visit(self, tRrAcc: cute.Tensor, tRcAcc: cute.Tensor, n_limit, mBias):
         """Rewrite the fp32 fragment ``tRrAcc`` in place; ``tRcAcc`` holds each element's
-        (m, n) in the output; ``mBias`` is the bias vector (ignored without ``bias``)."""
+        (m, n) in the output; ``mBias`` is the bias vector (ignored without ``bias``), indexed
+        by the coordinate of dim ``bias_dim`` below ``n_limit``."""
         with python_unrolled():
             for i in cutlass.range_constexpr(cute.size(tRrAcc)):
                 v = tRrAcc[i]
                 if cutlass.const_expr(self.bias):
-                    n = tRcAcc[i][1]
+                    n = tRcAcc[i][self.bias_dim]
                     if n < n_limit:
                         v = v + Float32(mBias[n])
                 if cutlass.const_expr(self.activation is not None):

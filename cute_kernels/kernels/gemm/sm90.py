@@ -1,7 +1,8 @@
 """Hopper-path GEMM: warp-specialized, persistent, TMA + WGMMA, TMA-store epilogue.
 
 ``C[m, n, l] = epilogue(sum_k A[m, k, l] * B[n, k, l])`` with A (M, K, L), B (N, K, L) in
-either major, fp32 accumulation, C (M, N, L) row-major (bf16, fp16 or fp32).
+either major, fp32 accumulation, C (M, N, L) row-major or column-major (bf16, fp16 or fp32;
+column-major is how a swap-AB launch writes C^T into a row-major output).
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ class GemmSm90:
         self.gated = gated
         self.epilogue = epilogue or Epilogue()
         self.tile = tile
-        self.epi_tile = (tile[0], epi_n)
+        self.epi_tile = (tile[0], min(epi_n, tile[1]))  # narrow (swap-AB) tiles: one subtile
         self.epi_stages = epi_stages
         self.max_stages = max_stages
         self.group_m = group_m
@@ -396,7 +397,7 @@ class GemmSm90:
         is_store_warp, store_pipe = epi.is_store_warp, epi.store_pipe
         if cutlass.const_expr(not self.epilogue.is_identity):
             tCcC = frag.thr_mma.partition_C(cute.local_tile(epi.cC, (bm, bn), (tm, tn)))
-            self.epilogue.visit(acc, tCcC, mC.shape[1], epi.mBias)
+            self.epilogue.visit(acc, tCcC, mC.shape[self.epilogue.bias_dim], epi.mBias)
         gC_epi = cute.zipped_divide(epi.gC[(None, None, tm, tn, tl)], self.epi_tile)
         tCsC, tCgC = cpasync.tma_partition(tma_c, 0, cute.make_layout(1),
                                            cute.group_modes(sC, 0, 2), gC_epi)

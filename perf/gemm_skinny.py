@@ -1,0 +1,201 @@
+"""Small and skinny GEMMs (issue 17's sweep): ``linear`` vs cuBLAS, interleaved in one run.
+
+    python perf/gemm_skinny.py [--quick] [--variants] [--out perf/results]
+
+Sweep: M in {1, 8, 13, 64, 128, 512, 1024} against N x K in {14336 x 4096, 4096 x 14336,
+28672 x 8192}, the squares 1024^3-4096^3 and 3000 x 5000 x 3072 (bf16, x (M, K) @ w (N, K)^T,
+``out=`` given, as a server calls it). Ours is the op's default schedule (printed: tile, swap-AB,
+split-K). ``--variants`` also times, for M <= 128, forced schedules: the default's swap choice with
+1/2/4/8 K slices, and the plain (unswapped, unsplit) kernel, beside cuBLAS in the same loop.
+``--graphs`` times every contender also inside a CUDA graph (GPU time without host cost). Host
+µs/call (no sync, plan cached) is printed for both. Writes JSON + a PNG of the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import time
+from functools import partial
+
+import torch
+
+import cute_kernels as ck
+import cute_kernels.ops.gemm as gemm_ops
+import cute_kernels.tuning.gemm as gemm_tuning
+from cute_kernels.bench import (
+    bench_interleaved,
+    device_name,
+    format_table,
+    input_sets_needed,
+    plot_lines,
+    save_results,
+)
+
+NK = ((14336, 4096), (4096, 14336), (28672, 8192))
+SWEEP = ([(m, n, k) for n, k in NK for m in (1, 8, 13, 64, 128, 512, 1024)]
+         + [(s, s, s) for s in (1024, 2048, 3072, 4096)] + [(3000, 5000, 3072)])
+QUICK = [(13, 14336, 4096), (1, 4096, 14336), (64, 28672, 8192), (128, 4096, 14336),
+         (1024, 14336, 4096), (1024, 1024, 1024), (2048, 2048, 2048)]
+
+
+def forced_plan(x, w, **fields):
+    """The plan ``linear(x, w)`` would make under a schedule with ``fields`` replaced
+    (``skinny=False``: the unswapped, unsplit schedule)."""
+    real = gemm_tuning.schedule
+
+    def schedule(m, n, k, batch, sms, skinny=True):
+        if fields.get("skinny", True) is False:
+            return real(m, n, k, batch, sms, skinny=False)
+        base = real(m, n, k, batch, sms)
+        s = base._replace(**fields)
+        rows, cols = (n, m) if s.swap else (m, n)
+        tiles_m = -(-rows // s.tile[0])
+        units = -(-tiles_m // s.cluster_m) * -(-cols // s.tile[1])
+        ctas = min(sms // s.cluster_m, units * s.splits) * s.cluster_m
+        return s._replace(ctas=ctas, drift=False)
+
+    gemm_tuning.schedule = schedule
+    try:
+        return gemm_ops._plan(x, w, None, None, x.dtype, None, "x", "w")
+    finally:
+        gemm_tuning.schedule = real
+
+
+def run_plan(plan, x, w, out):
+    return gemm_ops.launch(plan, x, w, None, out)
+
+
+def graph_us(fn, sets, inner: int = 20, reps: int = 15) -> float:
+    """GPU µs per call: ``inner`` calls over the rotating sets captured in one CUDA graph,
+    replayed ``reps`` times (median), so no host cost is in the number."""
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn(sets[0])  # warm the caching allocator on the capture stream
+        torch.cuda.synchronize()
+        with torch.cuda.graph(graph, stream=stream):
+            for i in range(inner):
+                fn(sets[i % len(sets)])
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / inner)
+    return sorted(times)[len(times) // 2]
+
+
+def host_us(fn, calls: int = 200) -> float:
+    for _ in range(10):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    host = (time.perf_counter() - t0) / calls * 1e6
+    torch.cuda.synchronize()
+    return host
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--variants", action="store_true")
+    ap.add_argument("--graphs", action="store_true")
+    ap.add_argument("--tiles", default="",
+                    help="unswapped tiles to force as variants, e.g. 128x224x64,128x64x64")
+    ap.add_argument("--shapes", default="", help="MxNxK,... instead of the sweep")
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--out", default="perf/results")
+    args = ap.parse_args()
+    shapes = QUICK if args.quick else SWEEP
+    if args.shapes:
+        shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    tiles = [tuple(int(v) for v in t.split("x")) for t in args.tiles.split(",") if t]
+    rows, table, variant_table = [], [], []
+    for m, n, k in shapes:
+        sets = [((torch.randn(m, k, device="cuda") / 4).bfloat16(),
+                 (torch.randn(n, k, device="cuda") / 4).bfloat16())
+                for _ in range(input_sets_needed(2 * (m * k + n * k + m * n)))]
+        out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+        contenders = {"cute": lambda s, out=out: ck.linear(s[0], s[1], out=out),
+                      "cuBLAS": lambda s, out=out: torch.matmul(s[0], s[1].t(), out=out)}
+        variants = {}
+        if m > gemm_tuning.SWAP_MAX_M:
+            for tile in tiles:
+                variants[f"tile {'x'.join(map(str, tile))}"] = forced_plan(
+                    sets[0][0], sets[0][1], tile=tile, splits=1, swap=False, max_stages=None)
+        if args.variants and m <= 128:
+            x0, w0 = sets[0]
+            swapped = m <= gemm_tuning.SWAP_MAX_M
+            variants["plain"] = forced_plan(x0, w0, skinny=False)
+            base = gemm_ops.schedule(x0, w0)
+            for splits in (1, 2, 4, 8):
+                if splits in gemm_tuning.split_options(k) and (swapped or splits > 1):
+                    name = f"{'swap ' if swapped else ''}s{splits}"
+                    variants[name] = forced_plan(x0, w0, splits=splits)
+                    if swapped and splits <= 2:  # 128-deep k-tiles: half the stage turns
+                        variants[name + " k128"] = forced_plan(
+                            x0, w0, splits=splits, tile=(*base.tile[:2], 128), max_stages=6)
+        for name, plan in variants.items():
+            contenders[name] = lambda s, plan=plan, out=out: run_plan(plan, s[0], s[1], out)
+        t = bench_interleaved(contenders, sets, rounds=args.rounds)
+        # correctness of every contender on the last set (fp32 reference)
+        x, w = sets[0]
+        ref = x.float() @ w.float().t()
+        for name, fn in contenders.items():
+            out.fill_(float("nan"))
+            fn(sets[0])
+            err = ((out.float() - ref).norm() / ref.norm()).item()
+            assert err < 2e-2, f"{m}x{n}x{k} {name}: rel err {err:.3g}"
+        desc = gemm_ops.schedule(x, w).describe()
+        flops = 2.0 * m * n * k
+        ours, theirs = t["cute"].median_ms, t["cuBLAS"].median_ms
+        small = theirs < 0.2  # host time matters (and is measurable without a deep queue)
+        h_ours = host_us(partial(ck.linear, x, w, out=out)) if small else float("nan")
+        h_cublas = host_us(partial(torch.matmul, x, w.t(), out=out)) if small else float("nan")
+        row = [f"{m}x{n}x{k}", ours * 1e3, theirs * 1e3, theirs / ours, flops / ours / 1e9,
+               h_ours, h_cublas]
+        if args.graphs:
+            g_ours, g_cublas = graph_us(contenders["cute"], sets), graph_us(contenders["cuBLAS"],
+                                                                            sets)
+            row += [g_ours, g_cublas, g_cublas / g_ours]
+            for name in variants:
+                t[name].graph_us = graph_us(contenders[name], sets)
+        table.append(row + [desc])
+        rows.append({"shape": (m, n, k), "timings": t, "schedule": desc})
+        if variants:
+            variant_table.append([f"{m}x{n}x{k}", f"cuBLAS {theirs * 1e3:.1f}"]
+                                 + [f"| {name} {t[name].median_ms * 1e3:.1f} "
+                                    f"({theirs / t[name].median_ms:.2f}x)"
+                                    + (f" graph {t[name].graph_us:.1f}" if args.graphs else "")
+                                    for name in variants])
+    commit = os.environ.get("CK_COMMIT", "unknown")
+    print(f"{device_name()} | commit {commit} | {datetime.date.today()}\n")
+    graph_cols = ["graph us", "cuBLAS graph us", "graph ratio"] if args.graphs else []
+    print(format_table(["MxNxK", "ours us", "cuBLAS us", "ratio", "TFLOP/s", "host us",
+                        "cuBLAS host us", *graph_cols, "schedule"], table))
+    if variant_table:
+        print("\nforced schedules (us, ratio to cuBLAS):")
+        for row in variant_table:
+            print("  ".join(str(c) for c in row))
+    ratios = [r[3] for r in table]
+    print(f"\nmin ratio {min(ratios):.3f} at {table[ratios.index(min(ratios))][0]}; "
+          f"shapes >= 0.95x: {sum(r >= 0.95 for r in ratios)}/{len(ratios)}")
+    save_results(args.out, "gemm_skinny", {"device": device_name(), "commit": commit,
+                                           "date": str(datetime.date.today()), "rows": table,
+                                           "variants": variant_table, "timings": rows})
+    plot_lines(f"{args.out}/gemm_skinny.png", f"small / skinny GEMM on {device_name()}",
+               [r[0] for r in table], {"ours / cuBLAS": ratios}, "speed ratio",
+               hline=("0.95", 0.95))
+
+
+if __name__ == "__main__":
+    main()

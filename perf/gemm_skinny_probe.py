@@ -1,0 +1,47 @@
+"""A few skinny GEMM launches for compute-sanitizer (memcheck, racecheck): the default swap-AB
+/ split-K schedules on decode shapes and forced ones on residue shapes, each checked against
+an fp32 reference.
+
+    compute-sanitizer --tool memcheck python perf/gemm_skinny_probe.py
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+import cute_kernels as ck
+
+sys.path.insert(0, "perf")
+from gemm_skinny import forced_plan, run_plan  # noqa: E402
+
+
+def check(out, x, w, bias=None, what=""):
+    ref = x.float() @ w.float().t() + (bias.float() if bias is not None else 0)
+    err = ((out.float() - ref).norm() / ref.norm()).item()
+    assert err < 2e-2, f"{what}: rel err {err:.3g}"
+    print(f"{what}: rel err {err:.2e}")
+
+
+def main() -> None:
+    gen = torch.Generator(device="cuda").manual_seed(0)
+
+    def rand(*shape):
+        return (torch.randn(*shape, device="cuda", generator=gen) / 4).bfloat16()
+
+    for m, n, k in ((1, 4096, 14336), (13, 2048, 4096), (128, 1024, 8192)):
+        x, w, b = rand(m, k), rand(n, k), rand(n)
+        check(ck.linear(x, w, b), x, w, b, f"default {m}x{n}x{k}")
+    for m, n, k, fields in ((7, 1000, 264, dict(splits=3)),
+                            (29, 776, 1000, dict(splits=5, tile=(128, 32, 64))),
+                            (1, 520, 136, dict(splits=1))):
+        x, w = rand(m, k), rand(n, k)
+        out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+        check(run_plan(forced_plan(x, w, **fields), x, w, out), x, w, None,
+              f"forced {fields} {m}x{n}x{k}")
+    torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    main()
