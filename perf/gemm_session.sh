@@ -2,6 +2,8 @@
 # Device calls for the small / skinny GEMM schedules (issue 17): GPU tests, sanitizer probes
 # and the sweep against cuBLAS, each step time-boxed (logs in $OUT, one per step). Usage:
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/gemm_session.sh first
+#   source .whl/setup-gpu-env.sh .whl . && bash perf/gemm_session.sh checks
+#   source .whl/setup-gpu-env.sh .whl . && bash perf/gemm_session.sh ops
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/gemm_session.sh sweep
 # Prints a summary last.
 set -u -o pipefail
@@ -10,19 +12,25 @@ source "$(dirname "$0")/session_lib.sh"
 PART=${1:-first}
 if [ "$PART" = first ]; then
   step probe 120 python perf/gemm_skinny_probe.py
-  step skinny-quick 240 python perf/gemm_skinny.py --quick --variants --graphs --rounds 10 \
-    --out "$OUT"
   step gemm-gpu-tests 200 python -m pytest -q --tb=short -p no:logging tests/test_gemm_gpu.py \
     -k "skinny or forced or strided_out or hopper"
+  step skinny-quick 240 python perf/gemm_skinny.py --quick --variants --graphs --rounds 10 \
+    --out "$OUT"
   step memcheck 120 "${SANITIZE[@]}" --tool memcheck python perf/gemm_skinny_probe.py
+fi
+if [ "$PART" = checks ]; then  # every GEMM-family GPU test (both paths), sanitizers, the sweep
+  step gemm-gpu-tests 300 python -m pytest -q --tb=short -p no:logging tests/test_gemm_gpu.py \
+    tests/test_gated_mlp_gpu.py tests/test_dispatch_gpu.py
+  step memcheck 90 "${SANITIZE[@]}" --tool memcheck python perf/gemm_skinny_probe.py
+  step racecheck 90 "${SANITIZE[@]}" --tool racecheck python perf/gemm_skinny_probe.py
+  step sweep 200 python perf/gemm_skinny.py --graphs --rounds 10 --out "$OUT"
+fi
+if [ "$PART" = ops ]; then  # every other op's GPU tests (all launch through the same bridge)
+  step op-gpu-tests 560 python -m pytest -q -x --tb=short -p no:logging -m gpu tests \
+    --ignore=tests/test_gemm_gpu.py --ignore=tests/test_gated_mlp_gpu.py \
+    --ignore=tests/test_dispatch_gpu.py
 fi
 if [ "$PART" = sweep ]; then
   step skinny-sweep 500 python perf/gemm_skinny.py --variants --graphs --out "$OUT"
-fi
-if [ "$PART" = checks ]; then
-  step gemm-gpu-tests 300 python -m pytest -q --tb=short -p no:logging tests/test_gemm_gpu.py \
-    tests/test_gated_mlp_gpu.py tests/test_dispatch_gpu.py
-  step memcheck 100 "${SANITIZE[@]}" --tool memcheck python perf/gemm_skinny_probe.py
-  step racecheck 100 "${SANITIZE[@]}" --tool racecheck python perf/gemm_skinny_probe.py
 fi
 echo; echo "=== summary"; printf '%s\n' "${summary[@]}"

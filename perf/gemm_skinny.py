@@ -112,6 +112,8 @@ def main() -> None:
     ap.add_argument("--tiles", default="",
                     help="unswapped tiles to force as variants, e.g. 128x224x64,128x64x64")
     ap.add_argument("--shapes", default="", help="MxNxK,... instead of the sweep")
+    ap.add_argument("--kvariants", default="128:6",
+                    help="swapped variants as k-tile:max-stages,... (with --variants)")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--out", default="perf/results")
     args = ap.parse_args()
@@ -119,6 +121,7 @@ def main() -> None:
     if args.shapes:
         shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     tiles = [tuple(int(v) for v in t.split("x")) for t in args.tiles.split(",") if t]
+    kvariants = [tuple(int(v) for v in t.split(":")) for t in args.kvariants.split(",") if t]
     rows, table, variant_table = [], [], []
     for m, n, k in shapes:
         sets = [((torch.randn(m, k, device="cuda") / 4).bfloat16(),
@@ -141,9 +144,11 @@ def main() -> None:
                 if splits in gemm_tuning.split_options(k) and (swapped or splits > 1):
                     name = f"{'swap ' if swapped else ''}s{splits}"
                     variants[name] = forced_plan(x0, w0, splits=splits)
-                    if swapped and splits <= 2:  # 128-deep k-tiles: half the stage turns
-                        variants[name + " k128"] = forced_plan(
-                            x0, w0, splits=splits, tile=(*base.tile[:2], 128), max_stages=6)
+                    if swapped and splits == base.splits:  # deeper k-tiles / more stages
+                        for bk, stages in kvariants:
+                            variants[f"{name} k{bk}x{stages}"] = forced_plan(
+                                x0, w0, splits=splits, tile=(*base.tile[:2], bk),
+                                max_stages=stages)
         for name, plan in variants.items():
             contenders[name] = lambda s, plan=plan, out=out: run_plan(plan, s[0], s[1], out)
         t = bench_interleaved(contenders, sets, rounds=args.rounds)

@@ -298,7 +298,7 @@ def test_drift_limiter_schedule(monkeypatch):
 
 
 @pytest.mark.parametrize("tile, a_major, b_major, c_form, out_dtype", [
-    ((128, 16, 64), "k", "k", "transposed", "bfloat16"),  # swap-AB straight into out
+    ((128, 16, 128), "k", "k", "transposed", "bfloat16"),  # swap-AB straight into out
     ((128, 32, 64), "m", "n", "transposed", "float32"),  # swap-AB + split-K workspace
     ((128, 128, 64), "k", "n", "workspace", "float32")])  # split-K workspace
 def test_gemm_skinny_tiles_ptx(tile, a_major, b_major, c_form, out_dtype):

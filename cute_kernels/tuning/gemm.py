@@ -50,9 +50,12 @@ DRIFT_MIN_K_TILES = 128
 SWAP_MAX_M = 32
 #: the N tiles (token columns) of a swapped launch: the smallest that holds M
 SWAP_TILES_N = (16, 32)
-#: a swapped tile keeps more k-tiles in flight (each stage is 18-24 KiB): streaming the weight
-#: at HBM speed from one SM needs several in flight (Little's law)
-SWAP_MAX_STAGES = 8
+#: a swapped tile reads 128-deep k-tiles (256 contiguous bytes of each weight row per box
+#: pair; 37 KiB stages, 6 in flight): against 64-deep ones with 8 stages, 44.2 vs 45.2 us at
+#: 1 x 14336 x 4096 and 164.0 vs 167.3 at 13 x 28672 x 8192 (H100, perf/gemm_skinny.py;
+#: 256-deep with 3 stages measured the same as 128)
+SWAP_K_TILE = 128
+SWAP_MAX_STAGES = 6
 #: split-K: at most this many slices, each at least this many K elements (a slice writes a
 #: 128 x tile_n fp32 partial; shorter slices spend more on partials than they gain)
 SPLIT_MAX = 16
@@ -62,6 +65,10 @@ SPLIT_MIN_K = 512
 #: on 112 CTAs 46.4, split 2 / 4 ways 48.1 / 50.4; H100, perf/gemm_skinny.py), so it splits
 #: only as far as needed to have them
 STREAM_CTAS = 64
+#: an unswapped launch is split only when its best tile leaves more than half the SMs idle:
+#: at 64 x 14336 x 4096, 112 unsplit 128x128 tiles ran 46.4 us, 64 128x224 tiles split twice
+#: 61.2 (cuBLAS 44.4; H100, perf/gemm_skinny.py)
+SPLIT_BELOW_EFFICIENCY = 0.5
 #: the score a split pays per extra slice (the reduce's work and launch), in units of wave
 #: efficiency: 4 slices that fill 97% of the SMs beat 8 that fill 97% too. The partials'
 #: memory traffic is charged on top (``split_score``).
@@ -155,7 +162,7 @@ def schedule(m: int, n: int, k: int, batch: int, sms: int, *,
     unswapped one only when its tiles leave SMs idle in a single wave.
     """
     if skinny and batch == 1 and m <= SWAP_MAX_M:
-        tile = (DEFAULT_TILE[0], next(t for t in SWAP_TILES_N if t >= m), DEFAULT_TILE[2])
+        tile = (DEFAULT_TILE[0], next(t for t in SWAP_TILES_N if t >= m), SWAP_K_TILE)
         units = cluster_tiles(n, m, 1, tile, 1)
         splits = next((s for s in split_options(k) if units * s >= min(STREAM_CTAS, sms)),
                       max(split_options(k)))
@@ -170,7 +177,8 @@ def schedule(m: int, n: int, k: int, batch: int, sms: int, *,
     k_tiles = -(-k // tile[2])
     drift = waves >= DRIFT_MIN_WAVES and k_tiles >= DRIFT_MIN_K_TILES
     slots = max(1, sms // cluster_m)
-    if skinny and batch == 1 and units < slots and len(split_options(k)) > 1:
+    if (skinny and batch == 1 and wave_efficiency(units, slots) < SPLIT_BELOW_EFFICIENCY
+            and len(split_options(k)) > 1):
         # fewer tiles than SMs: the tile and the split are chosen together
         def score(option):
             t, s = option
