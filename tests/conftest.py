@@ -40,8 +40,8 @@ def forced_drift_limiter(monkeypatch):
     launches, schedules = [], []
     real_schedule, real_counter = gemm_ops.schedule, gemm_ops.drift_counter
 
-    def schedule(a, b_nk):
-        plan = real_schedule(a, b_nk)
+    def schedule(a, b_nk, **kwargs):
+        plan = real_schedule(a, b_nk, **kwargs)
         batch = a.shape[0] if a.dim() == 3 else 1
         schedules.append(cluster_tiles(a.shape[-2], b_nk.shape[-2], batch, plan.tile,
                                        plan.cluster_m))
