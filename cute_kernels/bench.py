@@ -43,6 +43,22 @@ def l2_bytes(device=None) -> int:
     return int(getattr(props, "L2_cache_size", 50 * 2**20))
 
 
+def host_us(fn: Callable[[], object], calls: int = 20, warmup: int = 0) -> float:
+    """Host microseconds per call of ``fn`` (no sync inside the timed calls: what the Python
+    side and the launches cost the CPU; the GPU idles when this exceeds its work)."""
+    import time
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return elapsed / calls * 1e6
+
+
 def input_sets_needed(bytes_per_set: int, device=None) -> int:
     """How many distinct input sets make a rotation bigger than twice the L2."""
     return max(2, math.ceil(2 * l2_bytes(device) / max(1, bytes_per_set)) + 1)

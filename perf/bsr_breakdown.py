@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections import defaultdict
 
 import torch
+
+from cute_kernels.bench import host_us
 
 D = 128
 CALLS = 5
@@ -42,18 +43,6 @@ def kernel_times(fn) -> dict[str, float]:
         if ev.device_type == torch.autograd.DeviceType.CUDA and us:
             per[ev.name] += us / 1e3 / CALLS
     return dict(per)
-
-
-def host_us(fn, calls: int = 20) -> float:
-    """Host microseconds per call of ``fn`` (no sync inside the timed calls: what the Python
-    side and the launches cost the CPU; the GPU idles when this exceeds its work)."""
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    elapsed = time.perf_counter() - start
-    torch.cuda.synchronize()
-    return elapsed / calls * 1e6
 
 
 def spmm_in_index_order(p, v):

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import time
 from functools import partial
 
 import torch
@@ -28,6 +27,7 @@ from cute_kernels.bench import (
     bench_interleaved,
     device_name,
     format_table,
+    host_us,
     input_sets_needed,
     plot_lines,
     save_results,
@@ -92,18 +92,6 @@ def graph_us(fn, sets, inner: int = 20, reps: int = 15) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def host_us(fn, calls: int = 200) -> float:
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    host = (time.perf_counter() - t0) / calls * 1e6
-    torch.cuda.synchronize()
-    return host
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
@@ -164,8 +152,10 @@ def main() -> None:
         flops = 2.0 * m * n * k
         ours, theirs = t["cute"].median_ms, t["cuBLAS"].median_ms
         small = theirs < 0.2  # host time matters (and is measurable without a deep queue)
-        h_ours = host_us(partial(ck.linear, x, w, out=out)) if small else float("nan")
-        h_cublas = host_us(partial(torch.matmul, x, w.t(), out=out)) if small else float("nan")
+        h_ours = (host_us(partial(ck.linear, x, w, out=out), 200, warmup=10) if small
+                  else float("nan"))
+        h_cublas = (host_us(partial(torch.matmul, x, w.t(), out=out), 200, warmup=10) if small
+                    else float("nan"))
         row = [f"{m}x{n}x{k}", ours * 1e3, theirs * 1e3, theirs / ours, flops / ours / 1e9,
                h_ours, h_cublas]
         if args.graphs:
