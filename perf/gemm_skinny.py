@@ -98,7 +98,8 @@ def main() -> None:
     ap.add_argument("--variants", action="store_true")
     ap.add_argument("--graphs", action="store_true")
     ap.add_argument("--tiles", default="",
-                    help="unswapped tiles to force as variants, e.g. 128x224x64,128x64x64")
+                    help="unswapped tiles (and K slices) to force as variants, e.g. "
+                    "128x224x64,64x128x64s4")
     ap.add_argument("--shapes", default="", help="MxNxK,... instead of the sweep")
     ap.add_argument("--kvariants", default="128:6",
                     help="swapped variants as k-tile:max-stages,... (with --variants)")
@@ -108,7 +109,9 @@ def main() -> None:
     shapes = QUICK if args.quick else SWEEP
     if args.shapes:
         shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
-    tiles = [tuple(int(v) for v in t.split("x")) for t in args.tiles.split(",") if t]
+    # "MxNxK" or "MxNxKsS" (S K slices)
+    tiles = [(tuple(int(v) for v in t.split("s")[0].split("x")),
+              int(t.split("s")[1]) if "s" in t else 1) for t in args.tiles.split(",") if t]
     kvariants = [tuple(int(v) for v in t.split(":")) for t in args.kvariants.split(",") if t]
     rows, table, variant_table = [], [], []
     for m, n, k in shapes:
@@ -120,9 +123,11 @@ def main() -> None:
                       "cuBLAS": lambda s, out=out: torch.matmul(s[0], s[1].t(), out=out)}
         variants = {}
         if m > gemm_tuning.SWAP_MAX_M:
-            for tile in tiles:
-                variants[f"tile {'x'.join(map(str, tile))}"] = forced_plan(
-                    sets[0][0], sets[0][1], tile=tile, splits=1, swap=False, max_stages=None)
+            for tile, splits in tiles:
+                if splits in gemm_tuning.split_options(k):
+                    variants[f"tile {'x'.join(map(str, tile))} s{splits}"] = forced_plan(
+                        sets[0][0], sets[0][1], tile=tile, splits=splits, swap=False,
+                        max_stages=None)
         if args.variants and m <= 128:
             x0, w0 = sets[0]
             swapped = m <= gemm_tuning.SWAP_MAX_M

@@ -30,7 +30,7 @@ def main() -> None:
     def rand(*shape):
         return (torch.randn(*shape, device="cuda", generator=gen) / 4).bfloat16()
 
-    for m, n, k in ((1, 4096, 14336), (13, 2048, 4096), (128, 1024, 8192)):
+    for m, n, k in ((1, 4096, 14336), (13, 2048, 4096), (128, 1024, 8192), (48, 1000, 512)):
         x, w, b = rand(m, k), rand(n, k), rand(n)
         check(ck.linear(x, w, b), x, w, b, f"default {m}x{n}x{k}")
     for m, n, k, fields in ((7, 1000, 264, dict(splits=3)),

@@ -129,7 +129,8 @@ HOPPER_ONLY = pytest.mark.skipif("hopper" not in PATHS, reason="needs a Hopper (
 
 @HOPPER_ONLY
 @pytest.mark.parametrize("tile", [(128, 192, 64), (128, 128, 64), (128, 256, 64),
-                                  (128, 224, 64), (128, 64, 64)])
+                                  (128, 224, 64), (128, 64, 64), (64, 128, 64),
+                                  (64, 256, 64)])
 @pytest.mark.parametrize("m, n, k, a_major, b_major", [(333, 520, 136, "k", "n"),
                                                        (1000, 776, 1000, "m", "k"),
                                                        (128, 392, 64, "k", "n")])
@@ -177,14 +178,15 @@ DECODE_SHAPES = [(m, n, k) for m in (1, 7, 13, 32) for n, k in ((14336, 4096), (
 
 @HOPPER_ONLY
 @pytest.mark.parametrize("m, n, k", DECODE_SHAPES + [(64, 4096, 14336), (128, 4096, 14336),
-                                                     (333, 1024, 4096)])
+                                                     (333, 1024, 4096), (48, 14336, 4096)])
 def test_skinny_shapes_default_schedule(m, n, k):
-    """Decode shapes take the swap-AB / split-K schedule by themselves (asserted), and match
-    the reference; M = 333 splits unswapped with 2x1 clusters and an idle half cluster."""
+    """Decode shapes take a swap-AB / split-K / 64-row-tile schedule by themselves (asserted),
+    and match the reference; M = 333 splits unswapped with 2x1 clusters and an idle half
+    cluster; M = 48 runs 64-row tiles."""
     from cute_kernels.ops.gemm import schedule
 
     x, w = rand(m, k), rand(n, k)
-    assert schedule(x, w).skinny, (m, n, k)
+    assert schedule(x, w) != schedule(x, w, skinny=False), (m, n, k)  # not the plain one
     bias = rand(n)
     out = torch.full((m, n), POISON, dtype=torch.bfloat16, device="cuda")
     ck.linear(x, w, bias, out=out, epilogue="gelu_tanh")

@@ -61,9 +61,13 @@ def test_skinny_schedules():
             assert s.swap and s.cluster_m == 1, (m, n, k, s)
             assert s.tile[1] >= m and s.tile[1] in (16, 32)
             assert k % (8 * s.splits) == 0
-    # 64 tokens fill half of the unswapped 128-row tile: not swapped, split when few tiles
+    # 33-64 tokens: unswapped 64-row tiles (one consumer warpgroup), split when few tiles
     assert not schedule(64, 28672, 8192, 1, 132).skinny
+    assert schedule(64, 28672, 8192, 1, 132).tile == (64, 128, 64)
+    assert schedule(48, 14336, 4096, 1, 132).tile[0] == 64
     assert schedule(64, 4096, 14336, 1, 132).splits > 1
+    assert schedule(65, 4096, 4096, 1, 132).tile[0] == 128
+    assert schedule(64, 14336, 4096, 1, 132, skinny=False).tile[0] == 128  # gated: 128 rows
     # 32 row tiles of a 4096-row weight: split 2 ways, 64 CTAs stream it at HBM speed
     assert schedule(1, 4096, 14336, 1, 132).splits == 2
     assert schedule(1, 4096, 14336, 1, 132).ctas == 64

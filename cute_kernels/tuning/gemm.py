@@ -2,10 +2,11 @@
 
 Big problems run one CTA tile per work unit, the tile chosen by speed x last-wave occupancy.
 Problems with fewer tiles than SMs, and skinny ones (decoding: M of 1-64 tokens against a
-weight of thousands of rows), get two more choices:
+weight of thousands of rows), get more choices: 64-row tiles (one consumer warpgroup) for
+M of 33-64 (``HALF_TILE_SPEEDS``), and
 
 * **swap-AB**: for M <= ``SWAP_MAX_M`` the kernel computes C^T = W X^T, so the weight's N
-  rows fill the 128-row WGMMA tile and the few tokens become a narrow N tile of 16-64
+  rows fill the 128-row WGMMA tile and the few tokens become a narrow N tile of 16 or 32
   (``SWAP_TILES_N``) instead of 128 mostly empty rows;
 * **split-K**: K is cut into ``splits`` equal slices that run as the batch dim of the same
   persistent kernel (operand views with a K-slice stride, no copy), each writing fp32
@@ -32,6 +33,11 @@ from ..kernels.gemm.tiles import DEFAULT_CLUSTER_M, DEFAULT_TILE
 #: gains more than 3%: many-wave problems (8192^3) keep the measured default.
 TILE_SPEEDS = {DEFAULT_TILE: 1.0, (128, 224, 64): 0.96, (128, 192, 64): 0.97,
                (128, 128, 64): 0.90, (128, 64, 64): 0.55}
+#: tiles for 33-64 rows of M (unswapped): one consumer warpgroup on a 64-row tile instead of
+#: a half-empty 128-row one. 64 x 14336 x 4096: 64x128 44.7 us, 128x128 49.7, cuBLAS 45.3;
+#: 64 x 28672 x 8192: 163.5 / 183.9 / 170.1; 48 x 14336 x 4096: 44.0 / 51.1 / 44.1 (GPU
+#: time, H100, perf/gemm_skinny.py --tiles)
+HALF_TILE_SPEEDS = {(64, 128, 64): 1.0, (64, 256, 64): 0.97}
 #: the gated GEMM's tiles (its epilogue pairs columns in the wgmma C layout of these widths)
 GATED_TILE_SPEEDS = {t: TILE_SPEEDS[t] for t in (DEFAULT_TILE, (128, 192, 64), (128, 128, 64))}
 
@@ -170,7 +176,8 @@ def schedule(m: int, n: int, k: int, batch: int, sms: int, *,
         return GemmSchedule(tile, 1, ctas, False, swap=True, splits=splits,
                             max_stages=SWAP_MAX_STAGES)
     cluster_m = DEFAULT_CLUSTER_M if m > DEFAULT_TILE[0] else 1
-    tile = pick_tile(m, n, batch, sms, TILE_SPEEDS if skinny else GATED_TILE_SPEEDS, cluster_m)
+    speeds = GATED_TILE_SPEEDS if not skinny else HALF_TILE_SPEEDS if m <= 64 else TILE_SPEEDS
+    tile = pick_tile(m, n, batch, sms, speeds, cluster_m)
     units = cluster_tiles(m, n, batch, tile, cluster_m)
     ctas = persistent_grid(units * cluster_m, sms, cluster_size=cluster_m)
     waves = -(-units // (ctas // cluster_m))
@@ -183,9 +190,9 @@ def schedule(m: int, n: int, k: int, batch: int, sms: int, *,
         def score(option):
             t, s = option
             u = cluster_tiles(m, n, batch, t, cluster_m)
-            return (TILE_SPEEDS[t] * split_score(u, m, n, k, slots, s), -s)
+            return (speeds[t] * split_score(u, m, n, k, slots, s), -s)
 
-        tile, splits = max(((t, s) for t in TILE_SPEEDS for s in split_options(k)), key=score)
+        tile, splits = max(((t, s) for t in speeds for s in split_options(k)), key=score)
         units = cluster_tiles(m, n, batch, tile, cluster_m)
         if splits > 1:
             ctas = persistent_grid(units * splits * cluster_m, sms, cluster_size=cluster_m)

@@ -101,7 +101,10 @@ class GemmSm90:
         self.epi_stages = epi_stages
         self.max_stages = max_stages
         self.group_m = group_m
-        self.consumer_wgs = 2
+        # one consumer warpgroup per 64 rows of the tile (a 64-row tile: one consumer)
+        if tile[0] % 64 or not 64 <= tile[0] <= 128:
+            raise ValueError(f"tile M must be 64 or 128, got {tile[0]}")
+        self.consumer_wgs = tile[0] // 64
         self.threads = 128 * (1 + self.consumer_wgs)
         self.producer_regs, self.consumer_regs = 40, 232
 
