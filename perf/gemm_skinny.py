@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import os
 from functools import partial
 
 import torch
@@ -25,6 +24,7 @@ import cute_kernels.ops.gemm as gemm_ops
 import cute_kernels.tuning.gemm as gemm_tuning
 from cute_kernels.bench import (
     bench_interleaved,
+    commit_id,
     device_name,
     format_table,
     host_us,
@@ -177,7 +177,7 @@ def main() -> None:
                                     f"({theirs / t[name].median_ms:.2f}x)"
                                     + (f" graph {t[name].graph_us:.1f}" if args.graphs else "")
                                     for name in variants])
-    commit = os.environ.get("CK_COMMIT", "unknown")
+    commit = commit_id()
     print(f"{device_name()} | commit {commit} | {datetime.date.today()}\n")
     graph_cols = ["graph us", "cuBLAS graph us", "graph ratio"] if args.graphs else []
     print(format_table(["MxNxK", "ours us", "cuBLAS us", "ratio", "TFLOP/s", "host us",

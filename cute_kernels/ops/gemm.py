@@ -226,8 +226,7 @@ _MAX_PLANS = 4096
 def _gemm_nk(a, b_nk, bias, out_dtype, epilogue, out=None, *, names=("a", "b")):
     """The direct route: ``act(a @ b_nk^T + bias)`` into ``out`` (or a new tensor); ``names``
     are the operands' names in error messages."""
-    sig = (tensor_meta(a), tensor_meta(b_nk), tensor_meta(bias), tensor_meta(out), out_dtype,
-           epilogue, forced_path())
+    sig = _plan_key(a, b_nk, bias, out, out_dtype, epilogue)
     plan = _PLANS.get(sig)
     if plan is None:
         plan = _plan(a, b_nk, bias, out, out_dtype, epilogue, *names)
@@ -236,13 +235,20 @@ def _gemm_nk(a, b_nk, bias, out_dtype, epilogue, out=None, *, names=("a", "b")):
         if len(_PLANS) >= _MAX_PLANS:
             _PLANS.clear()
         _PLANS[sig] = plan
-    if out is None:
-        out = torch.empty(plan.shape, dtype=plan.out_dtype, device=a.device)
     return launch(plan, a, b_nk, bias, out)
 
 
-def launch(plan: GemmPlan, a, b_nk, bias, out):
-    """Run a validated plan on these operands (of the metadata it was made for)."""
+def _plan_key(a, b_nk, bias, out, out_dtype, epilogue) -> tuple:
+    """What a plan is cached on (``_PLANS``)."""
+    return (tensor_meta(a), tensor_meta(b_nk), tensor_meta(bias), tensor_meta(out), out_dtype,
+            epilogue, forced_path())
+
+
+def launch(plan: GemmPlan, a, b_nk, bias, out=None):
+    """Run a validated plan on these operands (of the metadata it was made for), into
+    ``out`` or a new tensor."""
+    if out is None:
+        out = torch.empty(plan.shape, dtype=plan.out_dtype, device=a.device)
     if plan.reduce is not None:
         return _via_workspace(a, b_nk, bias, out, plan)
     if plan.swap:  # C^T = b_nk a^T, written column-major straight into out
@@ -309,11 +315,11 @@ def _via_workspace(a, b_nk, bias, out, plan: GemmPlan):
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
-def _cached_plan(a, b_nk, bias, out, out_dtype, epilogue):
-    """The plan an earlier eager call with the same metadata made, when this call would take
-    the direct route too (plain tensors, no gradient to record, not tracing), else None:
-    a repeat call then skips the argument checks and the route (µs that a decode-sized
-    GEMM cannot hide). 2-D operands only."""
+def _launch_cached(a, b_nk, bias, out, out_dtype, epilogue):
+    """A repeat eager call launched straight from the plan an earlier call with the same
+    metadata made, skipping the argument checks and the route (µs that a decode-sized GEMM
+    cannot hide); None when there is no such plan or this call would not take the direct
+    route (not plain tensors, a gradient to record, tracing). 2-D operands only."""
     if (type(a) not in _PLAIN or type(b_nk) not in _PLAIN or a.dim() != 2
             or (bias is not None and type(bias) not in _PLAIN)
             or (out is not None and type(out) not in _PLAIN)):
@@ -324,8 +330,8 @@ def _cached_plan(a, b_nk, bias, out, out_dtype, epilogue):
     if torch.compiler.is_compiling():
         return None
     out_dtype = out_dtype or (out.dtype if out is not None else a.dtype)
-    return _PLANS.get((tensor_meta(a), tensor_meta(b_nk), tensor_meta(bias), tensor_meta(out),
-                       out_dtype, epilogue, forced_path()))
+    plan = _PLANS.get(_plan_key(a, b_nk, bias, out, out_dtype, epilogue))
+    return None if plan is None else launch(plan, a, b_nk, bias, out)
 
 
 def _plan(a, b_nk, bias, out, out_dtype, epilogue, a_name, b_name) -> GemmPlan:
@@ -504,12 +510,9 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
             sm_90).
     """
     if type(b) in _PLAIN and b.dim() == 2:
-        b_nk = b.t()
-        plan = _cached_plan(a, b_nk, bias, out, out_dtype, epilogue)
-        if plan is not None:  # a repeat eager call: straight to the launch
-            if out is None:
-                out = torch.empty(plan.shape, dtype=plan.out_dtype, device=a.device)
-            return launch(plan, a, b_nk, bias, out)
+        y = _launch_cached(a, b.t(), bias, out, out_dtype, epilogue)
+        if y is not None:
+            return y
     check_tensor("b", b, dtypes=IN_DTYPES, on_cuda=False)
     if b.dim() < 2:
         raise ValueError(f"b must be 2-D or 3-D, got shape {tuple(b.shape)}")
@@ -545,11 +548,9 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, *
             device``).
         UnsupportedGPUError: a GPU without a kernel path.
     """
-    plan = _cached_plan(x, w, bias, out, out_dtype, epilogue)
-    if plan is not None:  # a repeat eager call: straight to the launch
-        if out is None:
-            out = torch.empty(plan.shape, dtype=plan.out_dtype, device=x.device)
-        return launch(plan, x, w, bias, out)
+    y = _launch_cached(x, w, bias, out, out_dtype, epilogue)
+    if y is not None:
+        return y
     check_tensor("x", x, dtypes=IN_DTYPES, min_ndim=1, on_cuda=False)
     check_tensor("w", w, dtypes=IN_DTYPES, ndim=2, on_cuda=False)
     flat = x.dim() == 2  # the common case needs no views (each costs µs of host time)

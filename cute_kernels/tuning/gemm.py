@@ -97,11 +97,6 @@ class GemmSchedule(NamedTuple):
         """Whether the launch is swapped or split (the op's skinny route)."""
         return self.swap or self.splits > 1
 
-    @property
-    def via_workspace(self) -> bool:
-        """Whether the launch writes fp32 partials that SplitKReduce finishes."""
-        return self.splits > 1
-
     def describe(self) -> str:
         """One line for logs and the CLI."""
         parts = [f"tile {self.tile[0]}x{self.tile[1]}x{self.tile[2]}",
@@ -110,7 +105,7 @@ class GemmSchedule(NamedTuple):
             parts.append("swap-AB")
         if self.splits > 1:
             parts.append(f"split-K {self.splits}")
-        if self.via_workspace:
+        if self.splits > 1:
             parts.append("fp32 workspace + reduce")
         if self.drift:
             parts.append("drift limiter")
