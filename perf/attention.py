@@ -1,6 +1,7 @@
 """Flash attention forward vs SDPA (cuDNN and flash backends) and FlexAttention, one run.
 
     python perf/attention.py [--path hopper|ampere] [--quick] [--out perf/results]
+        [--d 128] [--s 1024,2048] [--no-flex]
 
 TFLOP/s = 4 * B * H * S_q * S_kv * D / time, halved for causal. Shapes: D = 64 / 128, S = 1k..32k
 (B * S = 32k tokens, H * D = 2048), causal and not, and the video-diffusion shape B = 1, H = 24,
@@ -28,17 +29,21 @@ from cute_kernels.bench import (
 )
 
 
-def shapes(quick: bool):
+def shapes(quick: bool, dims=(64, 128), lengths=None):
+    """(B, H, S, D, causal) rows; ``dims`` / ``lengths`` keep a subset (the video shape only
+    when every length is run)."""
     out = []
-    for d in (64, 128):
-        for s in ((4096, 16384) if quick else (1024, 2048, 4096, 8192, 16384, 32768)):
+    for d in dims:
+        default = (4096, 16384) if quick else (1024, 2048, 4096, 8192, 16384, 32768)
+        for s in lengths or default:
             for causal in (False, True):
                 out.append((max(1, 32768 // s), 2048 // d, s, d, causal))
-    out.append((1, 24, 118784 if not quick else 32768, 128, False))
+    if 128 in dims and lengths is None:
+        out.append((1, 24, 118784 if not quick else 32768, 128, False))
     return out
 
 
-def contenders(path, causal):
+def contenders(path, causal, flex_on=True):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
@@ -70,7 +75,8 @@ def contenders(path, causal):
 
     extra = {} if causal else {"cute-colsum": ours_colsum}
     return {"cute": ours, **extra, "SDPA-cuDNN": sdpa(SDPBackend.CUDNN_ATTENTION),
-            "SDPA-flash": sdpa(SDPBackend.FLASH_ATTENTION), "FlexAttention": flex_run}
+            "SDPA-flash": sdpa(SDPBackend.FLASH_ATTENTION),
+            **({"FlexAttention": flex_run} if flex_on else {})}
 
 
 def main() -> None:
@@ -78,15 +84,21 @@ def main() -> None:
     ap.add_argument("--path", choices=["hopper", "ampere"], default=None)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default="perf/results")
+    ap.add_argument("--d", default="64,128", help="head dims, comma-separated")
+    ap.add_argument("--s", default=None, help="sequence lengths, comma-separated")
+    ap.add_argument("--no-flex", action="store_true", help="leave FlexAttention out (its "
+                    "compile per shape dominates a short run)")
     args = ap.parse_args()
+    dims = tuple(int(x) for x in args.d.split(","))
+    lengths = tuple(int(x) for x in args.s.split(",")) if args.s else None
     rows = []
-    for b, h, s, d, causal in shapes(args.quick):
+    for b, h, s, d, causal in shapes(args.quick, dims, lengths):
         per_set = 3 * b * h * s * d * 2
         sets = [tuple(torch.randn(b, h, s, d, device="cuda").bfloat16() for _ in range(3))
                 for _ in range(input_sets_needed(per_set))]
         if not causal:  # the column-sum variant's prev_lse: this step's own lse
             sets = [(*st, ck.attention(*st, return_lse=True)[1]) for st in sets]
-        fns = contenders(args.path, causal)
+        fns = contenders(args.path, causal, not args.no_flex)
         for name in list(fns):  # a backend that cannot run this shape is left out, not fatal
             try:
                 fns[name](sets[0])
@@ -119,6 +131,9 @@ def main() -> None:
     print(format_table(["shape", "ms", "TFLOP/s", "cuDNN", "flash", "Flex",
                         "vs cuDNN", "vs flash", "colsum/plain"], table))
     stem = f"attention_{args.path or 'native'}"
+    if args.d != "64,128" or args.s:  # a subset run: its own files
+        stem += f"_d{args.d.replace(',', '-')}" + (f"_s{args.s.replace(',', '-')}" if args.s
+                                                    else "")
     save_results(args.out, stem, {"device": device_name(), "commit": commit, "rows": table,
                                   "timings": rows, "date": str(datetime.date.today())})
     plot_lines(f"{args.out}/{stem}.png", f"attention forward ({args.path or 'native'}) on "

@@ -251,21 +251,42 @@ def test_differentiable_ops_record_autograd_on_meta():
         ck.linear(x, w, out=torch.empty(2, 5, 96, dtype=BF, device="meta"))
 
 
-def test_attention_validation_is_cached_on_metadata_only(monkeypatch):
-    """attention re-validates only when the tensors' metadata or the scale change; a call
-    that fails validation is never cached."""
+def test_attention_plan_is_cached_on_metadata_only(monkeypatch):
+    """attention validates and plans only when the tensors' metadata, the scale or the
+    splits change; a call that fails validation is never cached; a cached call still checks
+    ``out`` against the inputs' memory (the one check that reads data pointers)."""
+    from typing import NamedTuple
+
     from cute_kernels.ops import attention as att
 
-    calls = []
+    calls, runs = [], []
     real = att.validate_attention
     monkeypatch.setattr(att, "validate_attention", lambda *a: calls.append(a[3]) or real(*a))
-    monkeypatch.setattr(att, "_VALIDATED", {})
+    monkeypatch.setattr(att, "_check_device_args", lambda **kw: None)  # CPU tensors here
+    monkeypatch.setattr(att, "_PLANS", {})
+
+    class FakePlan(NamedTuple):
+        scale: float
+
+        def run(self, q, k, v, o):
+            runs.append(self.scale)
+            return o, None
+
+    monkeypatch.setattr(att, "make_plan", lambda q, k, causal, scale, splits: FakePlan(scale))
     q = torch.randn(1, 2, 8, 64).bfloat16()
-    assert att.validated_scale(q, q, q) == att.validated_scale(q.clone(), q, q) == 0.125
-    assert len(calls) == 1  # same metadata (another tensor): cached
-    assert att.validated_scale(q, q, q, 0.5) == 0.5 and len(calls) == 2
+    ck.attention(q, q, q)
+    ck.attention(q.clone(), q, q)  # same metadata, another tensor: the cached plan
+    assert calls == [None] and runs == [0.125, 0.125]
+    ck.attention(q, q, q, scale=0.5)
+    ck.attention(q, q, q, causal=True)
+    assert calls == [None, 0.5, None] and runs[2:] == [0.5, 0.125]
     strided = torch.randn(1, 2, 64, 8).bfloat16().transpose(-1, -2)  # head dim not unit-stride
     for _ in range(2):
         with pytest.raises(ValueError, match="unit-stride last"):
-            att.validated_scale(strided, strided, strided)
-    assert len(calls) == 4
+            ck.attention(strided, strided, strided)
+    assert len(calls) == 5
+    out = torch.empty_like(q)
+    ck.attention(q, q, q, out=out)
+    for _ in range(2):  # q as out: same metadata as the cached call, still refused
+        with pytest.raises(ValueError, match="out"):
+            ck.attention(q, q, q, out=q)

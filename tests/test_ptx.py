@@ -111,12 +111,20 @@ def test_attention_ptx(path, target, families, head_dim, causal):
     assert ptx.count("ex2.approx") >= 64
     if path == "ampere":  # O leaves the swizzled smem in 16-byte vectors (an element swizzle
         assert "ld.shared.v4" in ptx  # applied to byte addresses misaligned it: 8-byte loads)
-    # the causal D = 128 Hopper default (softmax/MMA overlap) spills: ptxas 13.0 (V13.0.88)
-    # reports 20 bytes of spill stores (28 of loads); 32 leaves headroom for other ptxas
-    # versions. It stays the default because it measured 1.22x faster than the sequential loop,
-    # which does not spill (causal D = 128: 4.46 -> 3.66 ms, perf/RESULTS.md).
-    _assert_no_spills(ptx, target, allowed=32 if (path, head_dim, causal) == ("hopper", 128, True)
-                      else 0)
+    _assert_no_spills(ptx, target, allowed=attention_spill_allowance(path, head_dim, causal))
+
+
+def attention_spill_allowance(path: str, head_dim: int, causal: bool) -> int:
+    """Spill-store bytes the default plain attention builds may have (0 for the others).
+    The causal D = 128 Hopper default (softmax/MMA overlap): ptxas 13.0 (V13.0.88) reports 20
+    bytes (28 of loads); it stays the default because it measured 1.22x faster than the
+    sequential loop, which does not spill (causal D = 128: 4.46 -> 3.66 ms, perf/RESULTS.md).
+    The Ampere D = 128 default (4 warps of 32 rows): 160-184 bytes at 255 registers (sm_80 /
+    sm_90a), 1.3x faster than the spill-free 8 warps (tuning/attention.py ampere_config).
+    Each allowance leaves headroom for other ptxas versions; more is a regression."""
+    if path == "ampere":
+        return 256 if head_dim == 128 else 0
+    return 32 if head_dim == 128 and causal else 0
 
 
 def _assert_no_spills(ptx: str, target: str, allowed: int = 0) -> None:

@@ -127,3 +127,22 @@ def test_workspace_views_compute_the_product(swap):
     for s in range(3):
         c[..., s] = va[..., s] @ vb[..., s].t()
     torch.testing.assert_close(ws.sum(-1), a @ b.t())
+
+
+@pytest.mark.parametrize("n_m, n_h, n_b", [(8, 16, 8), (3, 5, 7), (33, 2, 3), (1, 4, 4),
+                                           (200, 3, 1), (128, 1, 1), (129, 2, 2)])
+def test_longest_first_walk_is_a_permutation_longest_first_per_chunk(n_m, n_h, n_b):
+    """The causal attention grid's ``longest_first`` walk: every (m, h, b) tile exactly once,
+    and inside each chunk of heads the query tiles never get longer along the launch order."""
+    from cute_kernels.kernels.attention.sm90 import (
+        LONGEST_FIRST_CHUNK_TILES,
+        longest_first_coords,
+    )
+
+    walk = [longest_first_coords(r, n_m, n_h, n_b) for r in range(n_m * n_h * n_b)]
+    assert sorted(walk) == sorted(itertools.product(range(n_m), range(n_h), range(n_b)))
+    chunk = max(LONGEST_FIRST_CHUNK_TILES // n_m, 1) * n_m
+    for start in range(0, len(walk), chunk):
+        ms = [m for m, _, _ in walk[start:start + chunk]]
+        assert ms == sorted(ms, reverse=True)
+        assert ms[0] == n_m - 1

@@ -17,11 +17,12 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+from typing import NamedTuple
 
 import torch
 
 from ..kernels.attention.tiles import HOPPER_DEFAULT_TILE, colsum_spans_ctas
-from ..runtime.arch import HOPPER, device_target, sm_count
+from ..runtime.arch import HOPPER, device_target, forced_path, sm_count
 from ..runtime.bridge import kernel_for
 from ..runtime.validate import (
     check_cuda,
@@ -31,36 +32,12 @@ from ..runtime.validate import (
     check_tensor,
     tensor_meta,
 )
-from ..tuning.attention import hopper_config
+from ..tuning.attention import ampere_config, hopper_config
 from .dispatch import KernelOp
 
 IN_DTYPES = (torch.bfloat16, torch.float16)
 HEAD_DIMS = (64, 128)
 COLSUM_GROUPS = (128, 192)
-
-
-#: (q, k, v metadata, scale) -> the softmax scale, for calls that passed validate_attention:
-#: its result depends on the tensors' metadata only, and re-checking it costs more than
-#: launching a small kernel (as GEMM's plan cache, ops/gemm.py)
-_VALIDATED: dict = {}
-_MAX_VALIDATED = 4096
-
-
-def validated_scale(q, k, v, scale=None) -> float:
-    """:func:`validate_attention` behind a cache keyed on plain tensors' metadata (not while
-    torch.compile traces: there the checks run on the fake tensors every time)."""
-    plain = (type(q) is torch.Tensor and type(k) is torch.Tensor and type(v) is torch.Tensor
-             and not torch.compiler.is_compiling())
-    if not plain or not (scale is None or type(scale) is float):
-        return validate_attention(q, k, v, scale)
-    key = (tensor_meta(q), tensor_meta(k), tensor_meta(v), scale)
-    known = _VALIDATED.get(key)
-    if known is None:
-        known = validate_attention(q, k, v, scale)
-        if len(_VALIDATED) >= _MAX_VALIDATED:
-            _VALIDATED.clear()
-        _VALIDATED[key] = known
-    return known
 
 
 def validate_attention(q, k, v, scale=None) -> float:
@@ -208,12 +185,15 @@ def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = Fal
     if path == "hopper":
         from ..kernels.attention.sm90 import AttentionSm90
 
-        cfg = hopper_config(head_dim, causal, colsum, group) if config is None else config
+        cfg = (hopper_config(head_dim, causal, colsum, group, split_kv) if config is None
+               else config)
         kernel = AttentionSm90(head_dim, causal, **cfg, **({"split_kv": True} if split_kv else {}))
     else:
         from ..kernels.attention.sm80 import AttentionSm80
 
-        kernel = AttentionSm80(head_dim, causal, colsum=colsum, group=group,
+        # the column-sum variant keeps the kernel's default warps (its sums' registers)
+        cfg = {} if colsum else ampere_config(head_dim)
+        kernel = AttentionSm80(head_dim, causal, colsum=colsum, group=group, **cfg,
                                **({"split_kv": True} if split_kv else {}))
     prev_lse, colsums = (f32(3), f32(4)) if colsum else (None, None)
     return Build(kernel, launch_args(
@@ -267,28 +247,132 @@ def _attention(q, k, v, causal: bool = False, scale: float | None = None,
     """The direct route, after ``validate_attention``: (o, lse) from the path's kernel;
     ``scale`` None is 1 / sqrt(D); ``config``: Hopper kernel overrides (tests, tuning).
     o takes q's memory layout (``empty_like``) unless ``out`` is given. ``num_splits`` > 1:
-    split-KV (:func:`_attention_split`)."""
-    if config is None and packs_query_heads(q.shape[1], k.shape[1], q.shape[2], causal):
-        return _attention_packed_heads(q, k, v, causal, scale, num_splits, out)
-    if num_splits > 1:
-        return _attention_split(q, k, v, causal, scale, num_splits, out, config)
+    split-KV (:class:`AttentionPlan`)."""
     _check_device_args(q=q, k=k, v=v, **({"out": out} if out is not None else {}))
+    o = _output(q, k, v, out)  # checked before anything launches
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    if config is not None:  # tests and tuning: never cached
+        return make_plan(q, k, causal, scale, num_splits, config).run(q, k, v, o)
+    key = _plan_key(q, k, v, causal, scale, num_splits, out)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = make_plan(q, k, causal, scale, num_splits)
+        if key is not None:
+            _remember(key, plan)
+    return plan.run(q, k, v, o)
+
+
+class AttentionPlan(NamedTuple):
+    """What one attention call launches, worked out once per shape (:func:`make_plan`):
+    repeat eager calls with the same metadata run it straight (:func:`attention`), so a
+    decode step pays a few µs of Python instead of the checks and decisions again.
+
+    * ``pack``: GQA query heads packed into shared tiles (:func:`packs_query_heads`): q
+      (B, H, S_q, D) runs as (B, H_kv, (H / H_kv) S_q, D), row ``j S_q + s`` of KV head g
+      being query head ``g (H / H_kv) + j``'s row s (a view of a contiguous q, else a copy),
+      through the same kernels without GQA; o and lse are viewed back. K and V are read once
+      per KV head instead of once per query head.
+    * ``splits`` > 1: split-KV (flash-decoding): the key blocks of every query tile are cut
+      into that many ranges (at most one per 128 keys), each CTA writes its partial (O in q's
+      dtype, lse) into a workspace with ``splits x B`` batch entries, and the partials are
+      combined in float32 (the ``SplitCombine`` kernel, or ``combine_splits`` in torch with
+      ``SPLIT_COMBINE_KERNEL_ON`` off): lse = logsumexp over splits, O = sum of
+      exp(lse_s - lse) O_s (a split that saw no key weighs nothing). For few query tiles and
+      long keys (decoding), where one CTA per tile leaves most SMs idle.
+    * ``order``, ``ctas``: a persistent Hopper kernel's tile order and grid (``config``).
+    """
+
+    kernel: object  # the compiled attention kernel (TVM-FFI function)
+    scale: float
+    pack: tuple | None  # (B, H_kv, (H / H_kv) S_q, D) when query heads are packed
+    splits: int
+    order: torch.Tensor | None = None
+    ctas: int | None = None
+
+    def run(self, q, k, v, o):
+        """(o, lse) for q, k, v of the plan's metadata, o written into ``o`` (checked)."""
+        if self.pack is None:
+            return self._launch(q, k, v, o)
+        b, h, s_q, d = q.shape
+        # the kernels write o in place where it has the packed shape as a view (a contiguous
+        # out; a fresh o when q itself was viewed), else through one copy
+        inner = _packed_view(o, self.pack)
+        o_packed, lse = self._launch(q.reshape(self.pack), k, v,
+                                     inner if inner is not None else o.new_empty(self.pack))
+        if inner is None:
+            o.copy_(o_packed.view(b, h, s_q, d))
+        return o, lse.view(b, h, s_q)
+
+    def _launch(self, q, k, v, o):
+        b, h, s_q, d = q.shape
+        n = self.splits
+        lse = torch.empty(b, h, s_q, dtype=torch.float32, device=q.device)
+        o_out, lse_out = o, lse
+        if n > 1:  # the partials' workspace: n x B batch entries
+            o_out = torch.empty(n * b, h, s_q, d, dtype=q.dtype, device=q.device)
+            lse_out = torch.empty(n * b, h, s_q, dtype=torch.float32, device=q.device)
+        self.kernel(*attention_params().call_args(
+            mQ=q, mK=k, mV=v, mO=o_out, mLSE=lse_out, mPrevLSE=None, mColsum=None,
+            mIndices=None, mCounts=None, scale=self.scale, out_scale=None,
+            mTileOrder=self.order, num_ctas=self.ctas))
+        if n == 1:
+            return o, lse
+        if SPLIT_COMBINE_KERNEL_ON:
+            combine_kernel(o_out, lse_out, o, lse)
+            return o, lse
+        o_comb, lse = combine_splits(o_out.view(n, b, h, s_q, d), lse_out.view(n, b, h, s_q))
+        return o.copy_(o_comb), lse
+
+
+def make_plan(q, k, causal: bool, scale: float, num_splits: int,
+              config: dict | None = None) -> AttentionPlan:
+    """The :class:`AttentionPlan` of validated operands (the kernel compiled or found)."""
     b, h, s_q, d = q.shape
-    o = _output(q, k, v, out)
-    lse = torch.empty(b, h, s_q, dtype=torch.float32, device=q.device)
-    key = ("attention", q.dtype, d, bool(causal))
+    h_kv, s_kv = k.shape[1], k.shape[2]
+    pack = None
+    if config is None and packs_query_heads(h, h_kv, s_q, causal):
+        pack, causal = (b, h_kv, (h // h_kv) * s_q, d), False
+    n = max(1, min(num_splits, -(-s_kv // 128)))
+    key = ("attention", q.dtype, d, bool(causal), *(("split",) if n > 1 else ()))
     kernel = kernel_for(q.device, key, lambda path, target: make_build(
-        path, q.dtype, d, bool(causal), config=config), hopper_key=_config_key(config))
+        path, q.dtype, d, bool(causal), config=config, split_kv=n > 1),
+        hopper_key=_config_key(config))
     order, ctas = None, None
-    if config is not None and config.get("persistent") and device_target(q.device)[0] == HOPPER:
-        order, ctas = dense_tile_order(b, h, s_q, k.shape[2], bool(causal),
+    if (n == 1 and config is not None and config.get("persistent")
+            and device_target(q.device)[0] == HOPPER):
+        order, ctas = dense_tile_order(b, h, s_q, s_kv, bool(causal),
                                        config.get("block_m") or HOPPER_DEFAULT_TILE[0],
                                        q.device)
-    kernel(*attention_params().call_args(
-        mQ=q, mK=k, mV=v, mO=o, mLSE=lse, mPrevLSE=None, mColsum=None, mIndices=None,
-        mCounts=None, scale=1.0 / math.sqrt(d) if scale is None else scale, out_scale=None,
-        mTileOrder=order, num_ctas=ctas))
-    return o, lse
+    return AttentionPlan(kernel, float(scale), pack, n, order, ctas)
+
+
+#: Plans of eager calls by the call's metadata (:func:`_plan_key`): ``attention`` runs a hit
+#: without its checks; ``_attention`` fills it (under the resolved scale and splits)
+_PLANS: dict = {}
+_MAX_PLANS = 4096
+
+
+def _plan_key(q, k, v, causal, scale, num_splits, out):
+    """The plan cache's key, or None for a call that does not take the eager direct route
+    (not plain tensors, a gradient to record, tracing) or whose arguments are not plain
+    Python values: everything ``attention``'s checks read, so a hit needs none of them."""
+    if (type(q) is not torch.Tensor or type(k) is not torch.Tensor
+            or type(v) is not torch.Tensor or (out is not None and type(out) is not torch.Tensor)
+            or type(causal) is not bool or not (scale is None or type(scale) is float)
+            or not (num_splits is None or type(num_splits) is int)):
+        return None
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return None
+    if torch.compiler.is_compiling() or q.is_meta:
+        return None
+    return (tensor_meta(q), tensor_meta(k), tensor_meta(v), tensor_meta(out), causal, scale,
+            num_splits, forced_path())
+
+
+def _remember(key, plan: AttentionPlan) -> None:
+    if len(_PLANS) >= _MAX_PLANS:
+        _PLANS.clear()
+    _PLANS[key] = plan
 
 
 def _output(q, k, v, out):
@@ -319,26 +403,6 @@ def packs_query_heads(h: int, h_kv: int, s_q: int, causal: bool) -> bool:
     return h_kv < h and s_q < PACK_BELOW_ROWS and (not causal or s_q == 1)
 
 
-def _attention_packed_heads(q, k, v, causal, scale, num_splits: int, out):
-    """GQA packing (:func:`packs_query_heads`): q (B, H, S_q, D) as (B, H_kv, (H / H_kv) S_q,
-    D), row ``j S_q + s`` of KV head g being query head ``g (H / H_kv) + j``'s row s (a view
-    of a contiguous q, else a copy), through the same kernels without GQA; o and lse are
-    viewed back. K and V are read once per KV head instead of once per query head."""
-    b, h, s_q, d = q.shape
-    h_kv = k.shape[1]
-    _check_device_args(q=q, k=k, v=v, **({"out": out} if out is not None else {}))
-    o = _output(q, k, v, out)
-    rows = (h // h_kv) * s_q
-    packed = q.reshape(b, h_kv, rows, d)
-    # the kernels write o in place where it has the packed shape as a view (a contiguous out;
-    # a fresh o when q itself was viewed), else through one copy
-    inner_out = _packed_view(o, (b, h_kv, rows, d))
-    o_packed, lse = _attention(packed, k, v, False, scale, num_splits, inner_out)
-    if inner_out is None:
-        o.copy_(o_packed.view(b, h, s_q, d))
-    return o, lse.view(b, h, s_q)
-
-
 def _packed_view(o: torch.Tensor, shape) -> torch.Tensor | None:
     """``o`` viewed as ``shape`` (the packed heads' rows), or None where no view exists."""
     try:
@@ -367,36 +431,6 @@ def dense_tile_order(b: int, h: int, s_q: int, s_kv: int, causal: bool, block_m:
             _TILE_ORDERS.clear()
         _TILE_ORDERS[key] = hit
     return hit
-
-
-def _attention_split(q, k, v, causal, scale, num_splits: int, out, config):
-    """Split-KV (flash-decoding): the key blocks of every query tile are cut into
-    ``num_splits`` ranges (at most one per 128 keys), each CTA writes its partial
-    (O in q's dtype, lse) into a workspace with ``num_splits x B`` batch entries, and the
-    partials are combined in float32 (the ``SplitCombine`` kernel, or ``combine_splits`` in
-    torch with ``SPLIT_COMBINE_KERNEL_ON`` off): lse = logsumexp over splits,
-    O = sum of exp(lse_s - lse) O_s (a split that saw no key weighs nothing). For few query
-    tiles and long keys (decoding), where one CTA per tile leaves most SMs idle."""
-    _check_device_args(q=q, k=k, v=v, **({"out": out} if out is not None else {}))
-    b, h, s_q, d = q.shape
-    o = _output(q, k, v, out)  # checked before anything launches
-    n = max(1, min(num_splits, -(-k.shape[2] // 128)))
-    o_parts = torch.empty(n * b, h, s_q, d, dtype=q.dtype, device=q.device)
-    lse_parts = torch.empty(n * b, h, s_q, dtype=torch.float32, device=q.device)
-    key = ("attention", q.dtype, d, bool(causal), "split")
-    kernel = kernel_for(q.device, key, lambda path, target: make_build(
-        path, q.dtype, d, bool(causal), config=config, split_kv=True),
-        hopper_key=_config_key(config))
-    kernel(*attention_params().call_args(
-        mQ=q, mK=k, mV=v, mO=o_parts, mLSE=lse_parts, mPrevLSE=None, mColsum=None,
-        mIndices=None, mCounts=None, scale=1.0 / math.sqrt(d) if scale is None else scale,
-        out_scale=None))
-    if SPLIT_COMBINE_KERNEL_ON:
-        lse = torch.empty(b, h, s_q, dtype=torch.float32, device=q.device)
-        combine_kernel(o_parts, lse_parts, o, lse)
-        return o, lse
-    o_comb, lse = combine_splits(o_parts.view(n, b, h, s_q, d), lse_parts.view(n, b, h, s_q))
-    return o.copy_(o_comb), lse
 
 
 #: Whether split-KV combines with the kernel (kernels/attention/split_combine.py, one launch)
@@ -507,14 +541,26 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
             anywhere).
         UnsupportedGPUError: a GPU without a kernel path.
     """
-    scale = validated_scale(q, k, v, scale)
+    key = _plan_key(q, k, v, causal, scale, num_splits, out)
+    plan = _PLANS.get(key) if key is not None else None
+    if plan is not None:  # a repeat eager call: its metadata passed every check before
+        o = torch.empty_like(q) if out is None else out
+        if out is not None:  # the one check that reads the data pointers
+            check_no_overlap("out", out, q, k, v)
+        o, lse = plan.run(q, k, v, o)
+        return (o, lse) if return_lse else o
+    checked_scale = validate_attention(q, k, v, scale)
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     if num_splits is None:
         splits = _auto_splits(q, k, causal)
     else:
         splits = check_int("num_splits", num_splits, min_value=1)
-    o, lse = _ATTENTION(q, k, v, causal, scale, splits, out=out)
+    o, lse = _ATTENTION(q, k, v, causal, checked_scale, splits, out=out)
+    if key is not None:  # the direct route planned it under the resolved scale and splits
+        plan = _PLANS.get(_plan_key(q, k, v, causal, checked_scale, splits, out))
+        if plan is not None:
+            _remember(key, plan)
     return (o, lse) if return_lse else o
 
 

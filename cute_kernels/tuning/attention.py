@@ -1,10 +1,10 @@
-"""Attention kernel configurations per problem class (Hopper; the Ampere kernel has one)."""
+"""Attention kernel configurations per problem class, for both paths (perf/RESULTS.md)."""
 
 from __future__ import annotations
 
 
 def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
-                  group: int = 192) -> dict:
+                  group: int = 192, split_kv: bool = False) -> dict:
     """AttentionSm90 keyword arguments per problem class, from perf/attention_tuning.py on an
     H100 (perf/RESULTS.md): D = 128 -> 128 x 128 tiles with softmax/MMA overlap; D = 64 ->
     192 x 128 on three consumer warpgroups (the softmax's exp2 is the bottleneck there; a
@@ -14,15 +14,31 @@ def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
     (``colsum_method="mma"``), inside the 128 x 128 overlapped schedule, an 8-deep sums ring
     and two writer warps (3-4% faster at S = 16k and 32k than 4 and one). D = 64: sums by
     mma.sync on P transposed in registers (``"mma_sync"``), issued just before O += P V, in the
-    192-row tile: 1.11x the plain time against 1.32x for shuffle sums (perf/RESULTS.md)."""
+    192-row tile: 1.11x the plain time against 1.32x for shuffle sums (perf/RESULTS.md).
+    Causal D = 128 (one CTA per query tile) walks the tiles ``longest_first``: 2-6% faster
+    at S = 1k-16k (B8 H16 S2048: 0.307 against 0.326 ms); at D = 64 it measured 1% slower
+    (B16 H32 S2048), so D = 64 keeps the launch order. The split-KV grid keeps its order."""
     if colsum:
         if head_dim == 64:
             return dict(block_m=192, colsum=True, group=group, colsum_method="mma_sync")
         return dict(hopper_config(head_dim, False), colsum=True, group=group, colsum_stages=8,
                     colsum_writers=2)
     if head_dim == 128:
-        return dict(overlap=True)
+        return dict(overlap=True, longest_first=True) if causal and not split_kv else dict(
+            overlap=True)
     return dict() if causal else dict(block_m=192)
+
+
+def ampere_config(head_dim: int) -> dict:
+    """AttentionSm80 keyword arguments of plain (dense, causal, split-KV) attention. D = 128:
+    128 x 64 tiles on 4 warps (32 query rows per warp, FlashAttention-2's choice for
+    sm80/sm90), although ptxas spills 160 bytes at 255 registers: every K and V fragment a
+    warp reads from smem then feeds two 16-row MMAs instead of one. Against 8 warps of 16
+    rows (no spills, 186 registers), forced on an H100 against SDPA-flash: B2 H16 S8192
+    0.989x against 0.757x, B8 H16 S2048 0.989x / 0.760x, B2 H16 S16384 causal 1.043x /
+    0.741x; 128 x 32 tiles on 4 warps (no spills) 0.95-0.96x. D = 64: the kernel's default
+    (4 warps, 128 x 64)."""
+    return dict(warps=4) if head_dim == 128 else dict()
 
 
 def hopper_gather_config(head_dim: int, group: int) -> dict:

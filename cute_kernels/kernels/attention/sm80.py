@@ -53,8 +53,9 @@ class GatherRows(NamedTuple):
 
 
 class AttentionSm80:
-    """One CTA per (``block_m``-query block, head, batch); 4 warps (D = 64) or 8 (D = 128; at
-    most ``block_m / 16``), each owning 16-row slices of the query block.
+    """One CTA per (``block_m``-query block, head, batch); ``warps`` warps (default 4 at D = 64,
+    8 at D = 128, at most ``block_m / 16``; plain attention runs 4 at both: ops/attention.py),
+    each owning ``block_m / warps`` rows of the query block in 16-row slices.
 
     Warp roles: all warps load (cp.async) and compute (mma.sync); S = Q K^T and O += P V both
     partitioned by one tiled mma (warps x 1).
@@ -155,9 +156,10 @@ class AttentionSm80:
             if colsum or gather or block_sparse or accumulate:
                 raise ValueError("split_kv applies to plain (dense or causal) attention")
             self.key_blocks = SplitKeyBlocks(self.key_blocks)
-        # D = 128 with 4 warps needs > 255 registers per thread (O alone is 128 fp32): 8 warps
-        # halve every per-thread fragment. The gather gives every warp one 16-row slice (its
-        # index registers took D = 64 with 32-row warps to 254 registers)
+        # The default here is the spill-free one; plain attention passes its tuned count
+        # (tuning/attention.py ampere_config: at D = 128, 4 warps of 32 rows spill 160 bytes
+        # yet run 1.3x faster than these 8 warps of 16 rows). The gather gives every warp one
+        # 16-row slice (its index registers took D = 64 with 32-row warps to 254 registers)
         self.warps = warps or (block_m // 16 if gather
                                else min(4 if head_dim <= 64 else 8, block_m // 16))
         self.threads = 32 * self.warps

@@ -44,6 +44,8 @@ from .tiles import HOPPER_DEFAULT_TILE, colsum_spans_ctas
 #: consumer warpgroups -> (producer, consumer) registers per thread (setmaxnreg)
 REGISTERS = {2: (40, 232), 3: (32, 160)}
 PRODUCER_WARPGROUP = 0
+#: tiles per chunk of the ``longest_first`` walk: about one wave of one-CTA-per-SM tiles
+LONGEST_FIRST_CHUNK_TILES = 128
 TMA_WARP = 0  # the producer warp that issues every load
 STORE_WARP = 4  # the first consumer warp, which issues the epilogue's TMA store
 
@@ -150,6 +152,10 @@ class AttentionSm90:
     its Q stage once the TMA store has read O out of it, meant to hide the per-tile launch, Q
     load, pipeline fill and epilogue of short rows (block-sparse, causal). GPU tests pass, but
     it measured 4-19% slower than one CTA per tile on an H100 (perf/RESULTS.md).
+    Tile order (``longest_first``, the causal D = 128 default: tuning/attention.py): the
+    one-CTA-per-tile grid is walked in chunks of about a wave of tiles
+    (``longest_first_coords``), each chunk's heads' last query tiles (the most key blocks)
+    first, so the short diagonal tiles fill the chunk's tail while the K/V it reads stays in L2.
     Split-KV variant (``split_kv``, decoding; GPU tests pass on an H100): the grid's z is
     split x B + batch; ``SplitKeyBlocks`` gives each CTA one range of the tile's key blocks,
     and O and lse (n_splits x B batch entries) hold the partials the op combines.
@@ -163,7 +169,7 @@ class AttentionSm90:
                  gather_prefetch: bool = True, gather_hoist: bool = True,
                  gather_entry_keys: int = 1,
                  block_sparse: bool = False, mask=None, split_kv: bool = False,
-                 persistent: bool = False):
+                 persistent: bool = False, longest_first: bool = False):
         self.head_dim, self.causal, self.stages, self.colsum = head_dim, causal, stages, colsum
         # overlap: the softmax of S(n) runs while O += P(n + 1) V(n + 1) is on the tensor cores
         # (intra-warpgroup pipelining)
@@ -266,6 +272,14 @@ class AttentionSm90:
                              "kernels without pingpong")
         if gather_entry_keys != 1 and not gather:
             raise ValueError("gather_entry_keys applies to the gather variant (gather=True)")
+        # longest_first (causal): the one-CTA-per-tile grid is walked in chunks of about a
+        # wave of tiles (LONGEST_FIRST_CHUNK_TILES), a chunk's heads' longest query tiles
+        # first, so the short diagonal tiles fill each chunk's tail and the K/V a chunk reads
+        # (a few heads') stays in L2
+        if longest_first and (not causal or persistent or split_kv or colsum or gather
+                              or block_sparse):
+            raise ValueError("longest_first applies to the causal one-CTA-per-tile kernel")
+        self.longest_first = longest_first
         self.kv_loader = (GatherKVLoader(self.block_n, head_dim, NamedBarrier.GATHER_INDICES,
                                          hoist_swizzle=gather_hoist,
                                          entry_keys=gather_entry_keys)
@@ -392,6 +406,8 @@ class AttentionSm90:
         BN = self.block_n
         tidx, _, _ = cute.arch.thread_idx()
         m_block, head, batch = cute.arch.block_idx()
+        if cutlass.const_expr(self.longest_first):
+            m_block, head, batch = longest_first_tile(m_block, head, batch)
         out_batch = batch
         split, n_splits = Int32(0), Int32(1)
         if cutlass.const_expr(self.split_kv):
@@ -882,3 +898,26 @@ class AttentionSm90:
                 cute.arch.cp_async_bulk_commit_group()
                 cute.arch.cp_async_bulk_wait_group(0, read=True)
         store_lse(lse, thr_pv, mLSE, batch, head, m_block, (BM, D), s_q, ctid)
+
+
+@cute.jit
+def longest_first_tile(x: Int32, y: Int32, z: Int32):
+    """(m_block, head, batch) of CTA (x, y, z) of the (M, H, B) grid in the ``longest_first``
+    walk (:func:`longest_first_coords` of its launch rank, x fastest: the order the hardware
+    hands CTAs out in)."""
+    n_m, n_h, n_b = cute.arch.grid_dim()
+    return longest_first_coords(x + n_m * (y + n_h * z), n_m, n_h, n_b)
+
+
+def longest_first_coords(rank, n_m, n_h, n_b):
+    """(m_block, head, batch) of launch rank ``rank`` of an (M, H, B) grid: the ranks take
+    chunks of ``LONGEST_FIRST_CHUNK_TILES // M`` (b, h) heads (at least one), and inside a
+    chunk the query tiles from the last (the most causal key blocks) down to 0, head after
+    head. Plain arithmetic (Python ints or DSL integers: tests/test_attention.py checks it is
+    a permutation)."""
+    chunk_heads = cutlass.max(LONGEST_FIRST_CHUNK_TILES // n_m, 1)
+    first = rank // (chunk_heads * n_m) * chunk_heads
+    heads_here = cutlass.min(chunk_heads, n_h * n_b - first)
+    within = rank - first * n_m
+    bh = first + within % heads_here
+    return n_m - 1 - within // heads_here, bh % n_h, bh // n_h

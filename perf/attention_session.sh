@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Device calls for issue 17's attention items, each step time-boxed (logs in $OUT, one per
+# step); prints a summary last. Usage:
+#   source .whl/setup-gpu-env.sh .whl . && bash perf/attention_session.sh tune
+#   source .whl/setup-gpu-env.sh .whl . && bash perf/attention_session.sh checks
+# tune: configurations side by side (perf/attention_tuning.py): the Ampere path at D = 128
+# against SDPA-flash, D = 64 at S = 4k and short causal D = 128 against SDPA-cuDNN.
+set -u -o pipefail
+export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-attn}
+source "$(dirname "$0")/session_lib.sh"
+PART=${1:-tune}
+TUNE="python perf/attention_tuning.py --rounds 10"
+if [ "$PART" = tune ]; then
+  AMP="[dict(), dict(warps=4), dict(block_n=32, warps=4), dict(block_m=64, warps=4), \
+dict(block_m=256, block_n=32, warps=8), dict(block_m=64, block_n=128, warps=4)]"
+  step ampere-d128-s8k 150 $TUNE --path ampere --shape 2,16,8192,128 --configs "$AMP"
+  step ampere-d128-s2k 100 $TUNE --path ampere --shape 8,16,2048,128 --configs "$AMP"
+  step d64-s4k 120 $TUNE --shape 8,32,4096,64 --configs "[dict(block_m=192), \
+dict(block_m=192, block_n=96), dict(block_m=192, stages=3), dict(block_m=192, block_n=160), \
+dict()]"
+  CAUSAL="[dict(overlap=True), dict(overlap=True, longest_first=True), \
+dict(overlap=True, block_n=64), dict(overlap=True, block_n=64, longest_first=True), dict()]"
+  step causal-1k 100 $TUNE --causal --shape 8,16,1024,128 --configs "$CAUSAL"
+  step causal-2k 100 $TUNE --causal --shape 8,16,2048,128 --configs "$CAUSAL"
+fi
+if [ "$PART" = tune2 ]; then  # the Ampere path (compiled for the GPU), longest_first at large S
+  AMP="[dict(), dict(warps=4), dict(block_n=32, warps=4), dict(block_m=64, warps=4), \
+dict(block_m=256, block_n=32, warps=8), dict(block_m=64, block_n=128, warps=4)]"
+  step ampere-d128-s8k 150 $TUNE --path ampere --shape 2,16,8192,128 --configs "$AMP"
+  step ampere-d128-s2k 100 $TUNE --path ampere --shape 8,16,2048,128 --configs "$AMP"
+  step ampere-d128-s16k-causal 150 $TUNE --path ampere --causal --shape 2,16,16384,128 \
+    --configs "$AMP"
+  LF="[dict(overlap=True), dict(overlap=True, longest_first=True)]"
+  step causal-4k 100 $TUNE --causal --shape 8,16,4096,128 --configs "$LF"
+  step causal-16k 100 $TUNE --causal --shape 2,16,16384,128 --configs "$LF"
+  step causal-d64-2k 100 $TUNE --causal --shape 16,32,2048,64 --configs "[dict(), \
+dict(longest_first=True)]"
+fi
+if [ "$PART" = checks ]; then  # GPU tests of both paths, sanitizers on the new builds
+  step attention-gpu-tests 330 python -m pytest -q --tb=short -p no:logging \
+    tests/test_attention_gpu.py tests/test_dispatch_gpu.py
+  # the Ampere D = 128 4-warp build (dense, causal, split-KV decode) and longest_first
+  for p in "ampere 1000 1000 4 2 128 1" "ampere 333 4097 4 2 128 0" "ampere 1 20000 32 8 128 0" \
+           "hopper 1000 1000 4 2 128 1" "hopper 4097 4097 2 2 128 1"; do
+    step "memcheck-${p// /-}" 60 "${SANITIZE[@]}" --tool memcheck python perf/attention_probe.py $p
+  done
+  step racecheck-ampere 90 "${SANITIZE[@]}" --tool racecheck python perf/attention_probe.py \
+    ampere 300 1000 2 2 128 1
+  step racecheck-hopper 90 "${SANITIZE[@]}" --tool racecheck python perf/attention_probe.py \
+    hopper 1000 1000 2 2 128 1
+fi
+if [ "$PART" = perf ]; then  # the issue's bars, side by side (perf/RESULTS.md)
+  step ampere-d128 200 python perf/attention.py --path ampere --d 128 \
+    --s 2048,4096,8192,16384 --no-flex --out "$OUT"
+  step hopper-d128-short 120 python perf/attention.py --d 128 --s 1024,2048,4096 --no-flex \
+    --out "$OUT"
+  step decode 200 python perf/decode.py --quick --out "$OUT"
+fi
+for f in "$OUT"/*.log; do echo "--- $f"; grep -A12 "^hopper\|^ampere" "$f"; done
+echo; echo "=== summary"; printf '%s\n' "${summary[@]}"
