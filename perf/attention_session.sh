@@ -36,18 +36,46 @@ dict(block_m=256, block_n=32, warps=8), dict(block_m=64, block_n=128, warps=4)]"
   step causal-d64-2k 100 $TUNE --causal --shape 16,32,2048,64 --configs "[dict(), \
 dict(longest_first=True)]"
 fi
+if [ "$PART" = ab ]; then  # longest_first at the perf table's short causal shapes
+  LF="[dict(overlap=True), dict(overlap=True, longest_first=True)]"
+  step causal-1k-b32 100 $TUNE --causal --shape 32,16,1024,128 --configs "$LF"
+  step causal-2k-b16 100 $TUNE --causal --shape 16,16,2048,128 --configs "$LF"
+  step causal-1k-b8 100 $TUNE --causal --shape 8,16,1024,128 --configs "$LF"
+fi
+if [ "$PART" = prof ]; then  # short sequences: where the per-tile time goes (ncu), vs cuDNN
+  NCU=(ncu --nvtx --nvtx-include "profile/" --section SpeedOfLight --section WarpStateStats \
+       --section ComputeWorkloadAnalysis --section LaunchStats --section Occupancy)
+  step prof-ours-causal-1k 150 "${NCU[@]}" python perf/attention_profile.py 8,16,1024,128 \
+    "dict(causal=True, overlap=True, longest_first=True)"
+  step prof-cudnn-causal-1k 150 "${NCU[@]}" python perf/attention_profile.py 8,16,1024,128 \
+    "dict(causal=True, sdpa='cudnn')"
+  step prof-ours-1k 150 "${NCU[@]}" python perf/attention_profile.py 32,16,1024,128 \
+    "dict(overlap=True)"
+  step prof-cudnn-1k 150 "${NCU[@]}" python perf/attention_profile.py 32,16,1024,128 \
+    "dict(sdpa='cudnn')"
+  for f in "$OUT"/prof-*.log; do echo "--- $f"; grep -E "^\s+(Duration|Compute \(SM\)|Memory Throughput|L2 Cache Throughput|DRAM Throughput|Executed Ipc Active|Issue Slots Busy|SM Busy|Registers Per|Shared Memory Config|Dynamic Shared|Threads|Grid Size|Block Size|Achieved Occupancy|Waves Per SM|Warp Cycles Per Issued|Avg. Active Threads)" "$f" | head -24; grep -E "^\s+  *[A-Z].*kernel|void|cudnn|Kernel" "$f" | head -3; done
+fi
+if [ "$PART" = decode ]; then  # decode's query tile: 128 vs 64 rows
+  step decode-tiles-graphs 200 python perf/decode_tiles.py --graphs
+  step decode-tiles-eager 150 python perf/decode_tiles.py --s-kv 4096,65536 --batch 1,16
+  for f in "$OUT"/decode-tiles-*.log; do echo "--- $f"; tail -12 "$f"; done
+fi
 if [ "$PART" = checks ]; then  # GPU tests of both paths, sanitizers on the new builds
   step attention-gpu-tests 330 python -m pytest -q --tb=short -p no:logging \
     tests/test_attention_gpu.py tests/test_dispatch_gpu.py
   # the Ampere D = 128 4-warp build (dense, causal, split-KV decode) and longest_first
   for p in "ampere 1000 1000 4 2 128 1" "ampere 333 4097 4 2 128 0" "ampere 1 20000 32 8 128 0" \
-           "hopper 1000 1000 4 2 128 1" "hopper 4097 4097 2 2 128 1"; do
+           "hopper 1000 1000 4 2 128 1" "hopper 4097 4097 2 2 128 1" \
+           "hopper 1 20000 32 8 128 0" "hopper 40 1000 4 2 64 1"; do
     step "memcheck-${p// /-}" 60 "${SANITIZE[@]}" --tool memcheck python perf/attention_probe.py $p
   done
   step racecheck-ampere 90 "${SANITIZE[@]}" --tool racecheck python perf/attention_probe.py \
     ampere 300 1000 2 2 128 1
   step racecheck-hopper 90 "${SANITIZE[@]}" --tool racecheck python perf/attention_probe.py \
     hopper 1000 1000 2 2 128 1
+  step racecheck-hopper-short 90 "${SANITIZE[@]}" --tool racecheck \
+    python perf/attention_probe.py hopper 8 5000 32 8 128 0
+  [ "${DECODE:-0}" = 1 ] && step decode 200 python perf/decode.py --quick --out "$OUT"
 fi
 if [ "$PART" = perf ]; then  # the issue's bars, side by side (perf/RESULTS.md)
   step ampere-d128 200 python perf/attention.py --path ampere --d 128 \

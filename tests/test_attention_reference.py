@@ -268,3 +268,25 @@ def test_packing_rule():
     assert not packs_query_heads(8, 8, 1, False)      # no GQA
     assert not packs_query_heads(32, 8, 128, False)   # a full tile per head already
     assert not packs_query_heads(32, 8, 8, True)      # causal rows would take the wrong diagonal
+
+
+@pytest.mark.parametrize("h, h_kv, s_q, causal, short", [(32, 8, 1, False, True),
+                                                         (32, 8, 16, False, True),
+                                                         (32, 8, 17, False, False),
+                                                         (4, 4, 64, True, True),
+                                                         (4, 4, 65, False, False),
+                                                         (32, 8, 8, True, True)])
+def test_plans_take_the_64_row_tile_for_at_most_64_query_rows(monkeypatch, h, h_kv, s_q, causal,
+                                                               short):
+    """make_plan keys (and builds) the Hopper kernel's 64-row tile where a tile holds at most
+    64 query rows after GQA packing; the Ampere path shares one kernel (a Hopper-only key)."""
+    from cute_kernels.ops import attention as att
+
+    seen = []
+    monkeypatch.setattr(att, "kernel_for",
+                        lambda device, key, make, hopper_key=(): seen.append(hopper_key))
+    q = torch.empty(2, h, s_q, 128, dtype=torch.bfloat16)
+    k = torch.empty(2, h_kv, 5000, 128, dtype=torch.bfloat16)
+    att.make_plan(q, k, causal, 0.1, 1)
+    assert seen == [("short_query",) if short else ()]
+    assert att.hopper_config(128, causal, short_query=True)["block_m"] == 64

@@ -355,3 +355,21 @@ def test_split_reduce_ptx(target, out_dtype, activation, bias_dtype):
     assert "st.global.v4" in ptx
     assert ("ex2.approx" in ptx or "tanh.approx" in ptx) == (activation is not None)
     _assert_no_spills(ptx, target)
+
+
+@pytest.mark.parametrize("head_dim, causal, split_kv", [(128, False, True), (128, True, False),
+                                                        (64, False, False)])
+def test_short_query_attention_ptx(head_dim, causal, split_kv):
+    """At most 64 query rows (decoding): the Hopper kernel's 64-row tile, one consumer
+    warpgroup that keeps the launch's registers (no setmaxnreg) and spills nothing."""
+    import torch
+
+    from cute_kernels.ops.attention import make_build
+    from cute_kernels.runtime.compile import compile_ptx
+
+    build = make_build("hopper", torch.bfloat16, head_dim, causal, split_kv=split_kv,
+                       short_query=True)
+    assert build.fn.block_m == 64 and build.fn.threads == 256
+    ptx = compile_ptx(build, "sm_90a")
+    assert "wgmma.mma_async" in ptx and "setmaxnreg" not in ptx
+    _assert_no_spills(ptx, "sm_90a")

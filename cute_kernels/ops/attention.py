@@ -164,12 +164,14 @@ def _hopper_colsum_atomic(head_dim: int, group: int, config_key: tuple) -> bool:
 
 
 def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = False,
-               group: int = 192, config: dict | None = None, split_kv: bool = False):
+               group: int = 192, config: dict | None = None, split_kv: bool = False,
+               short_query: bool = False):
     """The attention kernel of ``path`` against symbolic (B, H, S, D) tensors (unit-stride head
     dim, other strides multiples of 8 elements), a compact fp32 lse and, for the column-sum
     variant, compact fp32 prev_lse (B, H, S_q) and colsum (B, H, G, S_kv). ``config``
     overrides the Hopper kernel's keyword arguments (tuning and tests); ``split_kv``: the
-    split-KV variant (o and lse with n_splits x B batch entries)."""
+    split-KV variant (o and lse with n_splits x B batch entries); ``short_query``: the Hopper
+    tile for at most 64 query rows (``hopper_config``)."""
     import cutlass
 
     from ..runtime.bridge import fake_bhsd, fake_compact
@@ -185,8 +187,8 @@ def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = Fal
     if path == "hopper":
         from ..kernels.attention.sm90 import AttentionSm90
 
-        cfg = (hopper_config(head_dim, causal, colsum, group, split_kv) if config is None
-               else config)
+        cfg = (hopper_config(head_dim, causal, colsum, group, split_kv, short_query)
+               if config is None else config)
         kernel = AttentionSm90(head_dim, causal, **cfg, **({"split_kv": True} if split_kv else {}))
     else:
         from ..kernels.attention.sm80 import AttentionSm80
@@ -333,10 +335,12 @@ def make_plan(q, k, causal: bool, scale: float, num_splits: int,
     if config is None and packs_query_heads(h, h_kv, s_q, causal):
         pack, causal = (b, h_kv, (h // h_kv) * s_q, d), False
     n = max(1, min(num_splits, -(-s_kv // 128)))
+    # at most 64 query rows per tile (decoding): the Hopper kernel's 64-row tile
+    short = config is None and (pack[2] if pack else s_q) <= SHORT_QUERY_ROWS
     key = ("attention", q.dtype, d, bool(causal), *(("split",) if n > 1 else ()))
     kernel = kernel_for(q.device, key, lambda path, target: make_build(
-        path, q.dtype, d, bool(causal), config=config, split_kv=n > 1),
-        hopper_key=_config_key(config))
+        path, q.dtype, d, bool(causal), config=config, split_kv=n > 1, short_query=short),
+        hopper_key=_config_key(config) + (("short_query",) if short else ()))
     order, ctas = None, None
     if (n == 1 and config is not None and config.get("persistent")
             and device_target(q.device)[0] == HOPPER):
@@ -388,6 +392,9 @@ def _output(q, k, v, out):
     check_no_overlap("out", out, q, k, v)
     return out
 
+
+#: Query rows (after GQA packing) up to which the Hopper path runs 64-row tiles
+SHORT_QUERY_ROWS = 64
 
 #: Query rows per tile below which GQA query heads are packed into shared tiles (the Hopper
 #: tile's 128 rows; the Ampere kernel's 64- or 128-row tiles are no larger)

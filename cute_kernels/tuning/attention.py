@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
-                  group: int = 192, split_kv: bool = False) -> dict:
+                  group: int = 192, split_kv: bool = False, short_query: bool = False) -> dict:
     """AttentionSm90 keyword arguments per problem class, from perf/attention_tuning.py on an
     H100 (perf/RESULTS.md): D = 128 -> 128 x 128 tiles with softmax/MMA overlap; D = 64 ->
     192 x 128 on three consumer warpgroups (the softmax's exp2 is the bottleneck there; a
@@ -17,12 +17,19 @@ def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
     192-row tile: 1.11x the plain time against 1.32x for shuffle sums (perf/RESULTS.md).
     Causal D = 128 (one CTA per query tile) walks the tiles ``longest_first``: 2-6% faster
     at S = 1k-16k (B8 H16 S2048: 0.307 against 0.326 ms); at D = 64 it measured 1% slower
-    (B16 H32 S2048), so D = 64 keeps the launch order. The split-KV grid keeps its order."""
+    (B16 H32 S2048), so D = 64 keeps the launch order. The split-KV grid keeps its order.
+    ``short_query`` (at most 64 query rows per tile: decoding, GQA heads packed): 64-row tiles
+    on one consumer warpgroup, whose MMAs no longer share the tensor cores with a second
+    warpgroup's padding rows (H100, perf/decode_tiles.py, CUDA graphs, H 32 / H_kv 8: B1 S_q 1
+    S_kv 4k split 8 ways 17.2 against 20.3 us, B1 S_kv 64k 99.2 against 100.5 us, B16 S_kv 4k
+    92.2 against 94.2 us)."""
     if colsum:
         if head_dim == 64:
             return dict(block_m=192, colsum=True, group=group, colsum_method="mma_sync")
         return dict(hopper_config(head_dim, False), colsum=True, group=group, colsum_stages=8,
                     colsum_writers=2)
+    if short_query:  # one query tile per head: no tile order to choose
+        return dict(overlap=True, block_m=64) if head_dim == 128 else dict(block_m=64)
     if head_dim == 128:
         return dict(overlap=True, longest_first=True) if causal and not split_kv else dict(
             overlap=True)

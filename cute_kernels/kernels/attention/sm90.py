@@ -42,7 +42,7 @@ from .online_softmax import (
 from .tiles import HOPPER_DEFAULT_TILE, colsum_spans_ctas
 
 #: consumer warpgroups -> (producer, consumer) registers per thread (setmaxnreg)
-REGISTERS = {2: (40, 232), 3: (32, 160)}
+REGISTERS = {1: None, 2: (40, 232), 3: (32, 160)}  # None: no reallocation
 PRODUCER_WARPGROUP = 0
 #: tiles per chunk of the ``longest_first`` walk: about one wave of one-CTA-per-SM tiles
 LONGEST_FIRST_CHUNK_TILES = 128
@@ -101,7 +101,8 @@ class AttentionSm90:
     warpgroups (``setmaxnreg`` up) run ``mma`` and own 64 query rows each: S = Q K^T by WGMMA
     from smem, online softmax in registers (exp2, scale folded), P kept in registers as the A
     operand of O += P V (WGMMA, V an MN-major smem operand), then ``epilogue``.
-    Tiles: ``block_m`` = 64 x consumers (128: registers 40 / 232; 192: 32 / 160) by
+    Tiles: ``block_m`` = 64 x consumers (64: one consumer warpgroup and no register
+    reallocation, for decoding's few query rows; 128: registers 40 / 232; 192: 32 / 160) by
     ``block_n`` keys. Schedules per consumer: sequential (S, softmax, P V), ``overlap`` (S(n)
     and P(n + 1) V(n + 1) in flight together) or sequential with ``pingpong`` (consumers issue
     Q K^T in turn, ``NamedBarrier.PINGPONG`` + consumer).
@@ -180,7 +181,11 @@ class AttentionSm90:
         self.block_m = block_m or HOPPER_DEFAULT_TILE[0]
         self.block_n = block_n or HOPPER_DEFAULT_TILE[1]
         if self.block_m // 64 not in REGISTERS or self.block_m % 64:
-            raise ValueError(f"block_m must be 128 or 192, got {self.block_m}")
+            raise ValueError(f"block_m must be 64, 128 or 192, got {self.block_m}")
+        # 64 rows (one consumer warpgroup): decoding's few packed query rows, where a second
+        # warpgroup's MMAs would run on padding and halve the tensor cores' share for the rest
+        if self.block_m == 64 and (colsum or gather or pingpong or block_sparse or persistent):
+            raise ValueError("block_m 64 applies to plain (dense, causal, split-KV) attention")
         if self.block_n % 16 or not 32 <= self.block_n <= 256:
             raise ValueError(f"block_n must be a multiple of 16 in [32, 256], got "
                              f"{self.block_n}")
@@ -217,7 +222,9 @@ class AttentionSm90:
         # per warp and lane spread (shuffle sums)
         self.colsum_partials = {"mma": self.consumer_wgs, "mma_sync": self.consumer_wgs * 4}.get(
             colsum_method, self.consumer_wgs * 4 << (3 - colsum_rounds))
-        self.producer_regs, self.consumer_regs = REGISTERS[self.consumer_wgs]
+        # (producer, consumer) registers per thread after setmaxnreg; one consumer warpgroup
+        # (256 threads) already gets up to 255 each, so it reallocates nothing
+        self.registers = REGISTERS[self.consumer_wgs]
         self.threads = 128 * (1 + self.consumer_wgs)
         if self.smem_bytes() > SM90_SMEM_BYTES:
             raise ValueError(f"block {self.block_m} x {self.block_n} at head dim {head_dim} "
@@ -442,7 +449,7 @@ class AttentionSm90:
                                                 mFullIndices, mFullCounts, mDocIds, split,
                                                 n_splits)
             if wg == PRODUCER_WARPGROUP:
-                cute.arch.setmaxregister_decrease(self.producer_regs)
+                self._producer_registers()
                 if cutlass.const_expr(self.gather):
                     # every producer thread gathers; Q still comes by TMA from one warp
                     self.load_gathered(tma_q, tQ, tK, tV, sQ, sK, sV, storage, pipes, blocks,
@@ -454,10 +461,18 @@ class AttentionSm90:
                         self.sums.write(col_pipe, sCol, mColsum, blocks, s_kv, batch, head,
                                         m_block, tidx % 32, warp - 1)
             else:
-                cute.arch.setmaxregister_increase(self.consumer_regs)
+                self._consumer_registers()
                 self.mma(qk_mma, pv_mma, col_mma, sQ, sK, sV, storage, sP_layout, sF_layout,
                          sCol, pipes, blocks, tile, tma_o, tO, mLSE, mPrevLSE, s_q, scale_log2,
                          tidx, warp, out_scale)
+
+    def _producer_registers(self):
+        if cutlass.const_expr(self.registers is not None):
+            cute.arch.setmaxregister_decrease(self.registers[0])
+
+    def _consumer_registers(self):
+        if cutlass.const_expr(self.registers is not None):
+            cute.arch.setmaxregister_increase(self.registers[1])
 
     @cute.jit
     def _key_block_view(self, tile, s_q, s_kv, mIndices, mCounts, mFullIndices, mFullCounts,
@@ -492,12 +507,12 @@ class AttentionSm90:
         tiles = self._tile_walk(mTileOrder, s_q, mLSE)
         lists = (mIndices, mCounts, mFullIndices, mFullCounts, mDocIds)
         if wg == PRODUCER_WARPGROUP:
-            cute.arch.setmaxregister_decrease(self.producer_regs)
+            self._producer_registers()
             if warp == TMA_WARP:
                 self._persistent_load(tma_q, tQ, tma_k, tK, tma_v, tV, sQ, sK, sV, pipes,
                                       tiles, lists, s_q, s_kv, q_per_kv)
         else:
-            cute.arch.setmaxregister_increase(self.consumer_regs)
+            self._consumer_registers()
             self._persistent_mma(qk_mma, pv_mma, col_mma, sQ, sK, sV, storage, sP_layout,
                                  sF_layout, pipes, tiles, lists, tma_o, tO, mLSE, s_q, s_kv,
                                  q_per_kv, scale_log2, tidx, warp, out_scale)
@@ -913,7 +928,7 @@ def longest_first_coords(rank, n_m, n_h, n_b):
     """(m_block, head, batch) of launch rank ``rank`` of an (M, H, B) grid: the ranks take
     chunks of ``LONGEST_FIRST_CHUNK_TILES // M`` (b, h) heads (at least one), and inside a
     chunk the query tiles from the last (the most causal key blocks) down to 0, head after
-    head. Plain arithmetic (Python ints or DSL integers: tests/test_attention.py checks it is
+    head. Plain arithmetic (Python ints or DSL integers: tests/test_tile_scheduler.py checks it is
     a permutation)."""
     chunk_heads = cutlass.max(LONGEST_FIRST_CHUNK_TILES // n_m, 1)
     first = rank // (chunk_heads * n_m) * chunk_heads

@@ -1,0 +1,104 @@
+"""Decode attention's query tile on Hopper: 128 rows (two consumer warpgroups) against 64 (one),
+side by side with the fastest SDPA backend, one run.
+
+    python perf/decode_tiles.py [--graphs] [--s-q 1,8] [--s-kv 4096,65536] [--batch 1,16]
+                                [--splits 1,8,16] [--rounds N]
+
+A decode step packs the H / H_kv query heads of a KV head into one tile (4 x S_q rows here):
+at S_q 1 or 8 a 128-row tile's second consumer warpgroup multiplies padding, and the tensor
+cores it shares with the first are the SM's. Each contender is ``_attention`` on the packed
+query (B, H_kv, 4 S_q, D) with ``config=dict(overlap=True, block_m=M)`` and ``num_splits=n``;
+outputs are checked against the float32 reference. Shapes as perf/decode.py (H 32, H_kv 8,
+D 128, bf16, non-causal). ``--graphs`` times CUDA-graph replays (GPU time), else eager calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+from decode import (  # perf/ is the script's directory
+    DEVICE,
+    DTYPE,
+    H_KV,
+    TOLERANCE,
+    D,
+    H,
+    graphed,
+    label,
+    n_sets,
+    reference,
+    relative_error,
+    sdpa_contenders,
+    set_bytes,
+)
+
+from cute_kernels.bench import bench_interleaved, format_table, input_sets_needed
+from cute_kernels.ops.attention import _attention
+
+
+def ours(b: int, s_q: int, block_m: int, n: int):
+    rows = (H // H_KV) * s_q
+    config = dict(overlap=True, block_m=block_m)
+
+    def run(x):
+        o, _ = _attention(x[0].reshape(b, H_KV, rows, D), x[1], x[2], False, None, n, None,
+                          config)
+        return o.view(b, H, s_q, D)
+    return run
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ints = lambda s: [int(v) for v in s.split(",")]  # noqa: E731
+    ap.add_argument("--s-q", type=ints, default=[1, 8])
+    ap.add_argument("--s-kv", type=ints, default=[4096, 65536])
+    ap.add_argument("--batch", type=ints, default=[1, 16])
+    ap.add_argument("--splits", type=ints, default=[1, 8, 16])
+    ap.add_argument("--block-m", type=ints, default=[128, 64])
+    ap.add_argument("--graphs", action="store_true")
+    ap.add_argument("--rounds", type=int, default=10)
+    args = ap.parse_args()
+    rows = []
+    for s_q in args.s_q:
+        for s_kv in args.s_kv:
+            for b in args.batch:
+                per_set = set_bytes(b, s_q, s_kv)
+                sets = [(torch.randn(b, H, s_q, D, device=DEVICE, dtype=DTYPE),
+                         torch.randn(b, H_KV, s_kv, D, device=DEVICE, dtype=DTYPE),
+                         torch.randn(b, H_KV, s_kv, D, device=DEVICE, dtype=DTYPE))
+                        for _ in range(n_sets(per_set, input_sets_needed(per_set)))]
+                ref = reference(*sets[0], False)
+                fns = sdpa_contenders(False, s_q, s_kv)
+                splits = [n for n in args.splits if n == 1 or n <= s_kv // 512]
+                fns.update({f"M{m} n={n}": ours(b, s_q, m, n) for m in args.block_m
+                            for n in splits})
+                for name in list(fns):
+                    try:
+                        err = relative_error(fns[name](sets[0]), ref)
+                    except Exception as exc:  # noqa: BLE001 (a backend that refuses the shape)
+                        print(f"  skip {name}: {str(exc).splitlines()[0][:120]}")
+                        del fns[name]
+                        continue
+                    if not err <= TOLERANCE:
+                        raise SystemExit(f"{name} at {label(b, s_q, s_kv)}: error {err:.3g}")
+                del ref
+                if args.graphs:
+                    fns = graphed(fns, sets)
+                t = bench_interleaved(fns, sets, rounds=args.rounds, warmup=2)
+                ms = {n: v.median_ms for n, v in t.items()}
+                sdpa = min(v for n, v in ms.items() if n.startswith("SDPA"))
+                best = {m: min((ms[f"M{m} n={n}"], n) for n in splits) for m in args.block_m}
+                rows.append([label(b, s_q, s_kv), sdpa,
+                             *(f"{best[m][0]:.4f} (n={best[m][1]})" for m in args.block_m),
+                             *(sdpa / best[m][0] for m in args.block_m)])
+                del sets
+                torch.cuda.empty_cache()
+    print(f"decode tiles ({'CUDA graphs' if args.graphs else 'eager'}), ms; ratio = fastest "
+          f"SDPA / ours")
+    print(format_table(["shape", "SDPA ms", *(f"M{m} best" for m in args.block_m),
+                        *(f"M{m} x SDPA" for m in args.block_m)], rows))
+
+
+if __name__ == "__main__":
+    main()
