@@ -290,3 +290,30 @@ def test_plans_take_the_64_row_tile_for_at_most_64_query_rows(monkeypatch, h, h_
     att.make_plan(q, k, causal, 0.1, 1)
     assert seen == [("short_query",) if short else ()]
     assert att.hopper_config(128, causal, short_query=True)["block_m"] == 64
+
+
+@pytest.mark.parametrize("s_q, s_kv, causal, d, persistent", [(1000, 2048, False, 128, True),
+                                                              (65, 300, False, 128, True),
+                                                              (1000, 2049, False, 128, False),
+                                                              (1000, 1000, True, 128, False),
+                                                              (1000, 1000, False, 64, False),
+                                                              (64, 1000, False, 128, False)])
+def test_plans_run_short_keys_persistent(monkeypatch, s_q, s_kv, causal, d, persistent):
+    """Non-causal D = 128 with at most PERSISTENT_MAX_KEYS keys takes the Hopper kernel's
+    persistent schedule (its own key, a tile order and one CTA per SM); nothing else does."""
+    from cute_kernels.ops import attention as att
+
+    seen = []
+    monkeypatch.setattr(att, "kernel_for",
+                        lambda device, key, make, hopper_key=(): seen.append(hopper_key))
+    monkeypatch.setattr(att, "device_target", lambda device: ("hopper", "sm_90a"))
+    monkeypatch.setattr(att, "sm_count", lambda device: 132)
+    q = torch.empty(2, 4, s_q, d, dtype=torch.bfloat16)
+    k = torch.empty(2, 4, s_kv, d, dtype=torch.bfloat16)
+    plan = att.make_plan(q, k, causal, 0.1, 1)
+    assert ("persistent" in seen[0]) == persistent
+    assert (plan.order is not None) == persistent
+    if persistent:
+        tiles = 2 * 4 * -(-s_q // 128)
+        assert sorted(plan.order.tolist()) == list(range(tiles))
+        assert plan.ctas == min(tiles, 132)

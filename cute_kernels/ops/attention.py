@@ -165,13 +165,14 @@ def _hopper_colsum_atomic(head_dim: int, group: int, config_key: tuple) -> bool:
 
 def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = False,
                group: int = 192, config: dict | None = None, split_kv: bool = False,
-               short_query: bool = False):
+               short_query: bool = False, persistent: bool = False):
     """The attention kernel of ``path`` against symbolic (B, H, S, D) tensors (unit-stride head
     dim, other strides multiples of 8 elements), a compact fp32 lse and, for the column-sum
     variant, compact fp32 prev_lse (B, H, S_q) and colsum (B, H, G, S_kv). ``config``
     overrides the Hopper kernel's keyword arguments (tuning and tests); ``split_kv``: the
     split-KV variant (o and lse with n_splits x B batch entries); ``short_query``: the Hopper
-    tile for at most 64 query rows (``hopper_config``)."""
+    tile for at most 64 query rows (``hopper_config``); ``persistent``: the Hopper kernel's
+    persistent schedule on its default tile (``PERSISTENT_MAX_KEYS``)."""
     import cutlass
 
     from ..runtime.bridge import fake_bhsd, fake_compact
@@ -189,6 +190,8 @@ def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = Fal
 
         cfg = (hopper_config(head_dim, causal, colsum, group, split_kv, short_query)
                if config is None else config)
+        if persistent:
+            cfg = dict(cfg, persistent=True)
         kernel = AttentionSm90(head_dim, causal, **cfg, **({"split_kv": True} if split_kv else {}))
     else:
         from ..kernels.attention.sm80 import AttentionSm80
@@ -337,15 +340,22 @@ def make_plan(q, k, causal: bool, scale: float, num_splits: int,
     n = max(1, min(num_splits, -(-s_kv // 128)))
     # at most 64 query rows per tile (decoding): the Hopper kernel's 64-row tile
     short = config is None and (pack[2] if pack else s_q) <= SHORT_QUERY_ROWS
+    # few key blocks per tile (non-causal D = 128, S_kv <= PERSISTENT_MAX_KEYS): the
+    # persistent schedule, whose producer loads the next tile's Q and K/V during this one
+    persistent = (config is None and pack is None and not short and not causal and n == 1
+                  and d == 128 and s_kv <= PERSISTENT_MAX_KEYS
+                  and device_target(q.device)[0] == HOPPER)
     key = ("attention", q.dtype, d, bool(causal), *(("split",) if n > 1 else ()))
     kernel = kernel_for(q.device, key, lambda path, target: make_build(
-        path, q.dtype, d, bool(causal), config=config, split_kv=n > 1, short_query=short),
-        hopper_key=_config_key(config) + (("short_query",) if short else ()))
+        path, q.dtype, d, bool(causal), config=config, split_kv=n > 1, short_query=short,
+        persistent=persistent),
+        hopper_key=_config_key(config) + (("short_query",) if short else ())
+        + (("persistent",) if persistent else ()))
     order, ctas = None, None
-    if (n == 1 and config is not None and config.get("persistent")
-            and device_target(q.device)[0] == HOPPER):
+    if persistent or (n == 1 and config is not None and config.get("persistent")
+                      and device_target(q.device)[0] == HOPPER):
         order, ctas = dense_tile_order(b, h, s_q, s_kv, bool(causal),
-                                       config.get("block_m") or HOPPER_DEFAULT_TILE[0],
+                                       (config or {}).get("block_m") or HOPPER_DEFAULT_TILE[0],
                                        q.device)
     return AttentionPlan(kernel, float(scale), pack, n, order, ctas)
 
@@ -395,6 +405,10 @@ def _output(q, k, v, out):
 
 #: Query rows (after GQA packing) up to which the Hopper path runs 64-row tiles
 SHORT_QUERY_ROWS = 64
+#: Keys up to which non-causal D = 128 runs the Hopper kernel's persistent schedule (H100,
+#: B x H x S = 512 x 1024: 0.475 against 0.500 ms one CTA per tile; 256 x 2048: 0.938 / 0.950;
+#: 128 x 4096: the same; perf/RESULTS.md "Short sequences and D = 64")
+PERSISTENT_MAX_KEYS = 2048
 
 #: Query rows per tile below which GQA query heads are packed into shared tiles (the Hopper
 #: tile's 128 rows; the Ampere kernel's 64- or 128-row tiles are no larger)
