@@ -8,7 +8,8 @@ A decode step packs the H / H_kv query heads of a KV head into one tile (4 x S_q
 at S_q 1 or 8 a 128-row tile's second consumer warpgroup multiplies padding, and the tensor
 cores it shares with the first are the SM's. Each contender is ``_attention`` on the packed
 query (B, H_kv, 4 S_q, D) with ``config=dict(overlap=True, block_m=M)`` and ``num_splits=n``;
-outputs are checked against the float32 reference. Shapes as perf/decode.py (H 32, H_kv 8,
+outputs are checked against the float32 reference; ``--stages`` adds deeper K/V rings for the
+64-row tile. Shapes as perf/decode.py (H 32, H_kv 8,
 D 128, bf16, non-causal). ``--graphs`` times CUDA-graph replays (GPU time), else eager calls.
 """
 
@@ -37,15 +38,19 @@ from cute_kernels.bench import bench_interleaved, format_table, input_sets_neede
 from cute_kernels.ops.attention import _attention
 
 
-def ours(b: int, s_q: int, block_m: int, n: int):
+def ours(b: int, s_q: int, block_m: int, n: int, stages: int = 2):
     rows = (H // H_KV) * s_q
-    config = dict(overlap=True, block_m=block_m)
+    config = dict(overlap=True, block_m=block_m, stages=stages)
 
     def run(x):
         o, _ = _attention(x[0].reshape(b, H_KV, rows, D), x[1], x[2], False, None, n, None,
                           config)
         return o.view(b, H, s_q, D)
     return run
+
+
+def vname(m: int, stages: int, n: int | None = None) -> str:
+    return f"M{m}" + (f"s{stages}" if stages != 2 else "") + (f" n={n}" if n else "")
 
 
 def main() -> None:
@@ -56,6 +61,8 @@ def main() -> None:
     ap.add_argument("--batch", type=ints, default=[1, 16])
     ap.add_argument("--splits", type=ints, default=[1, 8, 16])
     ap.add_argument("--block-m", type=ints, default=[128, 64])
+    ap.add_argument("--stages", type=ints, default=[2], help="K/V stages (64-row tiles only "
+                    "beyond 2: the 128-row tile's smem holds 2)")
     ap.add_argument("--graphs", action="store_true")
     ap.add_argument("--rounds", type=int, default=10)
     args = ap.parse_args()
@@ -71,7 +78,9 @@ def main() -> None:
                 ref = reference(*sets[0], False)
                 fns = sdpa_contenders(False, s_q, s_kv)
                 splits = [n for n in args.splits if n == 1 or n <= s_kv // 512]
-                fns.update({f"M{m} n={n}": ours(b, s_q, m, n) for m in args.block_m
+                variants = [(m, st) for m in args.block_m for st in args.stages
+                            if st == 2 or m == 64]
+                fns.update({vname(m, st, n): ours(b, s_q, m, n, st) for m, st in variants
                             for n in splits})
                 for name in list(fns):
                     try:
@@ -88,16 +97,17 @@ def main() -> None:
                 t = bench_interleaved(fns, sets, rounds=args.rounds, warmup=2)
                 ms = {n: v.median_ms for n, v in t.items()}
                 sdpa = min(v for n, v in ms.items() if n.startswith("SDPA"))
-                best = {m: min((ms[f"M{m} n={n}"], n) for n in splits) for m in args.block_m}
+                best = {v: min((ms[vname(*v, n)], n) for n in splits) for v in variants}
                 rows.append([label(b, s_q, s_kv), sdpa,
-                             *(f"{best[m][0]:.4f} (n={best[m][1]})" for m in args.block_m),
-                             *(sdpa / best[m][0] for m in args.block_m)])
+                             *(f"{best[v][0]:.4f} (n={best[v][1]})" for v in variants),
+                             *(sdpa / best[v][0] for v in variants)])
                 del sets
                 torch.cuda.empty_cache()
     print(f"decode tiles ({'CUDA graphs' if args.graphs else 'eager'}), ms; ratio = fastest "
           f"SDPA / ours")
-    print(format_table(["shape", "SDPA ms", *(f"M{m} best" for m in args.block_m),
-                        *(f"M{m} x SDPA" for m in args.block_m)], rows))
+    names = [vname(m, st) for m, st in variants]
+    print(format_table(["shape", "SDPA ms", *(f"{v} best" for v in names),
+                        *(f"{v} x SDPA" for v in names)], rows))
 
 
 if __name__ == "__main__":
