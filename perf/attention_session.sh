@@ -3,18 +3,17 @@
 # step); prints a summary last. Usage:
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/attention_session.sh tune
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/attention_session.sh checks
-# tune: configurations side by side (perf/attention_tuning.py): the Ampere path at D = 128
-# against SDPA-flash, D = 64 at S = 4k and short causal D = 128 against SDPA-cuDNN.
+# tune / tune2: configurations side by side (perf/attention_tuning.py): D = 64 at S = 4k and
+# short causal D = 128 against SDPA-cuDNN; the Ampere path at D = 128 against SDPA-flash.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-attn}
 source "$(dirname "$0")/session_lib.sh"
 PART=${1:-tune}
 TUNE="python perf/attention_tuning.py --rounds 10"
-if [ "$PART" = tune ]; then
-  AMP="[dict(), dict(warps=4), dict(block_n=32, warps=4), dict(block_m=64, warps=4), \
+# the Ampere kernel's tile / warp configurations (AttentionSm80 keyword arguments)
+AMP="[dict(), dict(warps=4), dict(block_n=32, warps=4), dict(block_m=64, warps=4), \
 dict(block_m=256, block_n=32, warps=8), dict(block_m=64, block_n=128, warps=4)]"
-  step ampere-d128-s8k 150 $TUNE --path ampere --shape 2,16,8192,128 --configs "$AMP"
-  step ampere-d128-s2k 100 $TUNE --path ampere --shape 8,16,2048,128 --configs "$AMP"
+if [ "$PART" = tune ]; then  # Hopper: D = 64 at S = 4k, short causal D = 128
   step d64-s4k 120 $TUNE --shape 8,32,4096,64 --configs "[dict(block_m=192), \
 dict(block_m=192, block_n=96), dict(block_m=192, stages=3), dict(block_m=192, block_n=160), \
 dict()]"
@@ -24,8 +23,6 @@ dict(overlap=True, block_n=64), dict(overlap=True, block_n=64, longest_first=Tru
   step causal-2k 100 $TUNE --causal --shape 8,16,2048,128 --configs "$CAUSAL"
 fi
 if [ "$PART" = tune2 ]; then  # the Ampere path (compiled for the GPU), longest_first at large S
-  AMP="[dict(), dict(warps=4), dict(block_n=32, warps=4), dict(block_m=64, warps=4), \
-dict(block_m=256, block_n=32, warps=8), dict(block_m=64, block_n=128, warps=4)]"
   step ampere-d128-s8k 150 $TUNE --path ampere --shape 2,16,8192,128 --configs "$AMP"
   step ampere-d128-s2k 100 $TUNE --path ampere --shape 8,16,2048,128 --configs "$AMP"
   step ampere-d128-s16k-causal 150 $TUNE --path ampere --causal --shape 2,16,16384,128 \

@@ -32,8 +32,13 @@ from ..runtime.validate import (
     check_tensor,
     tensor_meta,
 )
-from ..tuning.attention import ampere_config, hopper_config
-from .dispatch import KernelOp
+from ..tuning.attention import (
+    PERSISTENT_MAX_KEYS,
+    SHORT_QUERY_ROWS,
+    ampere_config,
+    hopper_config,
+)
+from .dispatch import KernelOp, plain_eager
 
 IN_DTYPES = (torch.bfloat16, torch.float16)
 HEAD_DIMS = (64, 128)
@@ -171,8 +176,8 @@ def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = Fal
     variant, compact fp32 prev_lse (B, H, S_q) and colsum (B, H, G, S_kv). ``config``
     overrides the Hopper kernel's keyword arguments (tuning and tests); ``split_kv``: the
     split-KV variant (o and lse with n_splits x B batch entries); ``short_query``: the Hopper
-    tile for at most 64 query rows (``hopper_config``); ``persistent``: the Hopper kernel's
-    persistent schedule on its default tile (``PERSISTENT_MAX_KEYS``)."""
+    tile for at most 64 query rows; ``persistent``: its persistent schedule (both
+    ``hopper_config``, chosen by ``make_plan``)."""
     import cutlass
 
     from ..runtime.bridge import fake_bhsd, fake_compact
@@ -188,10 +193,8 @@ def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = Fal
     if path == "hopper":
         from ..kernels.attention.sm90 import AttentionSm90
 
-        cfg = (hopper_config(head_dim, causal, colsum, group, split_kv, short_query)
+        cfg = (hopper_config(head_dim, causal, colsum, group, split_kv, short_query, persistent)
                if config is None else config)
-        if persistent:
-            cfg = dict(cfg, persistent=True)
         kernel = AttentionSm90(head_dim, causal, **cfg, **({"split_kv": True} if split_kv else {}))
     else:
         from ..kernels.attention.sm80 import AttentionSm80
@@ -284,7 +287,8 @@ class AttentionPlan(NamedTuple):
       ``SPLIT_COMBINE_KERNEL_ON`` off): lse = logsumexp over splits, O = sum of
       exp(lse_s - lse) O_s (a split that saw no key weighs nothing). For few query tiles and
       long keys (decoding), where one CTA per tile leaves most SMs idle.
-    * ``order``, ``ctas``: a persistent Hopper kernel's tile order and grid (``config``).
+    * ``order``, ``ctas``: a persistent Hopper kernel's tile order and grid (non-causal
+      D = 128 with at most ``PERSISTENT_MAX_KEYS`` keys, or a ``config`` that asks).
     """
 
     kernel: object  # the compiled attention kernel (TVM-FFI function)
@@ -368,16 +372,11 @@ _MAX_PLANS = 4096
 
 def _plan_key(q, k, v, causal, scale, num_splits, out):
     """The plan cache's key, or None for a call that does not take the eager direct route
-    (not plain tensors, a gradient to record, tracing) or whose arguments are not plain
-    Python values: everything ``attention``'s checks read, so a hit needs none of them."""
-    if (type(q) is not torch.Tensor or type(k) is not torch.Tensor
-            or type(v) is not torch.Tensor or (out is not None and type(out) is not torch.Tensor)
-            or type(causal) is not bool or not (scale is None or type(scale) is float)
-            or not (num_splits is None or type(num_splits) is int)):
-        return None
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return None
-    if torch.compiler.is_compiling() or q.is_meta:
+    (``plain_eager``) or whose arguments are not plain Python values: everything
+    ``attention``'s checks read, so a hit needs none of them."""
+    if (type(causal) is not bool or not (scale is None or type(scale) is float)
+            or not (num_splits is None or type(num_splits) is int)
+            or not plain_eager((q, k, v, out), (q, k, v))):
         return None
     return (tensor_meta(q), tensor_meta(k), tensor_meta(v), tensor_meta(out), causal, scale,
             num_splits, forced_path())
@@ -402,13 +401,6 @@ def _output(q, k, v, out):
     check_no_overlap("out", out, q, k, v)
     return out
 
-
-#: Query rows (after GQA packing) up to which the Hopper path runs 64-row tiles
-SHORT_QUERY_ROWS = 64
-#: Keys up to which non-causal D = 128 runs the Hopper kernel's persistent schedule (H100,
-#: B x H x S = 512 x 1024: 0.475 against 0.500 ms one CTA per tile; 256 x 2048: 0.938 / 0.950;
-#: 128 x 4096: the same; perf/RESULTS.md "Short sequences and D = 64")
-PERSISTENT_MAX_KEYS = 2048
 
 #: Query rows per tile below which GQA query heads are packed into shared tiles (the Hopper
 #: tile's 128 rows; the Ampere kernel's 64- or 128-row tiles are no larger)

@@ -39,6 +39,17 @@ def needs_grad(*tensors) -> bool:
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
+def plain_eager(tensors, tracked) -> bool:
+    """Whether an eager call on ``tensors`` (None entries allowed) may go straight to a plan
+    cached by an earlier call (the ops' fast paths, ops/gemm.py and ops/attention.py): plain
+    tensors (no subclass, not meta), no gradient to record on ``tracked``, not tracing; such
+    a call is one :meth:`KernelOp.route` sends "direct"."""
+    for t in tensors:
+        if t is not None and (type(t) not in _PLAIN or t.is_meta):
+            return False
+    return not needs_grad(*tracked) and not torch.compiler.is_compiling()
+
+
 def is_meta(t) -> bool:
     """Whether ``t`` is a tensor only torch's dispatcher can handle: a meta tensor or a tensor
     subclass (fake tensors of tracing, DTensor, ...)."""

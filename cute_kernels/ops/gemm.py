@@ -33,7 +33,7 @@ from ..runtime.validate import (
 from ..tuning import gemm as gemm_tuning
 from ..tuning.gemm import DEFAULT_CLUSTER_M, DEFAULT_TILE
 from .activations import activation, activation_and_grad
-from .dispatch import KernelOp
+from .dispatch import KernelOp, plain_eager
 
 #: ``logging.getLogger("cute_kernels.gemm").setLevel("DEBUG")`` prints each new plan's
 #: schedule (tile, swap-AB, split-K); ``cute-kernels schedule M N K`` prints it without a GPU
@@ -145,7 +145,7 @@ def gemm_build(kernel, dtype, out_dtype, a_major: str, b_major: str, bias_dtype,
 
     ``c_form``: "rows" (row-major C, N a multiple of 8), "workspace" (the split-K fp32
     workspace: row-major, any column count) or "transposed" (column-major C of any column
-    count: a swap-AB launch writing C^T straight into the row-major output)."""
+    count: a swap-AB launch writing C^T into its fp32 workspace)."""
     import cutlass
     from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_tensor
 
@@ -249,13 +249,8 @@ def launch(plan: GemmPlan, a, b_nk, bias, out=None):
     ``out`` or a new tensor."""
     if out is None:
         out = torch.empty(plan.shape, dtype=plan.out_dtype, device=a.device)
-    if plan.reduce is not None:
+    if plan.reduce is not None:  # swap-AB and split-K launches
         return _via_workspace(a, b_nk, bias, out, plan)
-    if plan.swap:  # C^T = b_nk a^T, written column-major straight into out
-        plan.kernel(*gemm_params().call_args(
-            mA=b_nk.unsqueeze(-1), mB=a.unsqueeze(-1), mC=out.t().unsqueeze(-1), mBias=bias,
-            num_ctas=plan.ctas, mSync=None))
-        return out
     plan.kernel(*gemm_params().call_args(
         mA=_as_mkl(a), mB=_as_mkl(b_nk), mC=_as_mkl(out), mBias=bias, num_ctas=plan.ctas,
         mSync=drift_counter(a.device, plan.drift)))
@@ -312,22 +307,12 @@ def _via_workspace(a, b_nk, bias, out, plan: GemmPlan):
     return out
 
 
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
-
-
 def _launch_cached(a, b_nk, bias, out, out_dtype, epilogue):
     """A repeat eager call launched straight from the plan an earlier call with the same
     metadata made, skipping the argument checks and the route (µs that a decode-sized GEMM
     cannot hide); None when there is no such plan or this call would not take the direct
-    route (not plain tensors, a gradient to record, tracing). 2-D operands only."""
-    if (type(a) not in _PLAIN or type(b_nk) not in _PLAIN or a.dim() != 2
-            or (bias is not None and type(bias) not in _PLAIN)
-            or (out is not None and type(out) not in _PLAIN)):
-        return None
-    if torch.is_grad_enabled() and (a.requires_grad or b_nk.requires_grad
-                                    or (bias is not None and bias.requires_grad)):
-        return None
-    if torch.compiler.is_compiling():
+    route (``plain_eager``). 2-D operands only."""
+    if not plain_eager((a, b_nk, bias, out), (a, b_nk, bias)) or a.dim() != 2:
         return None
     out_dtype = out_dtype or (out.dtype if out is not None else a.dtype)
     plan = _PLANS.get(_plan_key(a, b_nk, bias, out, out_dtype, epilogue))
@@ -384,10 +369,10 @@ def _flip(major: str) -> str:
     return {"k": "k", "m": "n", "n": "m"}[major]
 
 
-def _epilogue(bias: bool, activation, bias_dim: int = 1):
+def _epilogue(bias: bool, activation):
     from ..kernels.gemm.epilogue import Epilogue
 
-    return Epilogue(bias=bias, activation=activation, bias_dim=bias_dim)
+    return Epilogue(bias=bias, activation=activation)
 
 
 def _degenerate(a, bias, out, plan: GemmPlan, epilogue):
@@ -509,7 +494,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
         UnsupportedGPUError: a GPU without a kernel path (neither sm_80/86/87/89 nor
             sm_90).
     """
-    if type(b) in _PLAIN and b.dim() == 2:
+    if isinstance(b, torch.Tensor) and b.dim() == 2:  # _launch_cached checks the rest
         y = _launch_cached(a, b.t(), bias, out, out_dtype, epilogue)
         if y is not None:
             return y

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+#: Query rows (after GQA packing) up to which the Hopper path runs 64-row tiles
+#: (``short_query``; perf/RESULTS.md "64-row tiles and cached plans")
+SHORT_QUERY_ROWS = 64
+#: Keys up to which non-causal D = 128 runs the Hopper kernel's persistent schedule (H100,
+#: B x H x S = 512 x 1024: 0.475 against 0.500 ms one CTA per tile; 256 x 2048: 0.938 / 0.950;
+#: 128 x 4096: the same; perf/RESULTS.md "Short sequences and D = 64")
+PERSISTENT_MAX_KEYS = 2048
+
 
 def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
-                  group: int = 192, split_kv: bool = False, short_query: bool = False) -> dict:
+                  group: int = 192, split_kv: bool = False, short_query: bool = False,
+                  persistent: bool = False) -> dict:
     """AttentionSm90 keyword arguments per problem class, from perf/attention_tuning.py on an
     H100 (perf/RESULTS.md): D = 128 -> 128 x 128 tiles with softmax/MMA overlap; D = 64 ->
     192 x 128 on three consumer warpgroups (the softmax's exp2 is the bottleneck there; a
@@ -22,7 +31,9 @@ def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
     on one consumer warpgroup, whose MMAs no longer share the tensor cores with a second
     warpgroup's padding rows (H100, perf/decode_tiles.py, CUDA graphs, H 32 / H_kv 8: B1 S_q 1
     S_kv 4k split 8 ways 17.2 against 20.3 us, B1 S_kv 64k 99.2 against 100.5 us, B16 S_kv 4k
-    92.2 against 94.2 us)."""
+    92.2 against 94.2 us). ``persistent`` (non-causal D = 128, at most ``PERSISTENT_MAX_KEYS``
+    keys): the persistent schedule, its producer loading the next tile's Q and K/V during
+    this one."""
     if colsum:
         if head_dim == 64:
             return dict(block_m=192, colsum=True, group=group, colsum_method="mma_sync")
@@ -30,6 +41,8 @@ def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
                     colsum_writers=2)
     if short_query:  # one query tile per head: no tile order to choose
         return dict(overlap=True, block_m=64) if head_dim == 128 else dict(block_m=64)
+    if persistent:
+        return dict(overlap=True, persistent=True)
     if head_dim == 128:
         return dict(overlap=True, longest_first=True) if causal and not split_kv else dict(
             overlap=True)

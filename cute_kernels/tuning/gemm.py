@@ -13,8 +13,11 @@ M of 33-64 (``HALF_TILE_SPEEDS``), and
   partials; one small kernel (``SplitKReduce``) sums them in split order (deterministic),
   applies the bias and activation, and writes the output (transposing when swapped).
 
-A split launch goes through the fp32 workspace and the reduce kernel; a swapped, unsplit one
-writes C^T column-major straight into the row-major output (the bias added along its rows).
+Every swapped or split launch goes through the fp32 workspace and the reduce kernel (the
+bias and activation run there). The GEMM kernel can also store a swapped launch's C^T
+straight into the row-major output (``c_form="transposed"`` with a 16-bit C and
+``Epilogue(bias_dim=0)``; tests/test_ptx.py compiles it), which would save the reduce's
+launch; the op does not use it yet.
 """
 
 from __future__ import annotations
@@ -105,7 +108,7 @@ class GemmSchedule(NamedTuple):
             parts.append("swap-AB")
         if self.splits > 1:
             parts.append(f"split-K {self.splits}")
-        if self.splits > 1:
+        if self.skinny:
             parts.append("fp32 workspace + reduce")
         if self.drift:
             parts.append("drift limiter")

@@ -54,7 +54,8 @@ class GatherRows(NamedTuple):
 
 class AttentionSm80:
     """One CTA per (``block_m``-query block, head, batch); ``warps`` warps (default 4 at D = 64,
-    8 at D = 128, at most ``block_m / 16``; plain attention runs 4 at both: ops/attention.py),
+    8 at D = 128, at most ``block_m / 16``; plain attention runs 4 at both:
+    tuning/attention.py ``ampere_config``),
     each owning ``block_m / warps`` rows of the query block in 16-row slices.
 
     Warp roles: all warps load (cp.async) and compute (mma.sync); S = Q K^T and O += P V both

@@ -145,14 +145,15 @@ class AttentionSm90:
     blocks (``mIndices``/``mCounts``) then its full ones (``mFullIndices``/``mFullCounts``),
     one list entry read per visit; partial blocks get the element ``mask`` (``mask_mod.py``) in
     the softmax; loads, roles and pipelines are the dense kernel's.
-    Persistent schedule (``persistent``; dense kernels reach it through ``config``, no op uses
-    it by default): ``num_ctas`` CTAs (one per SM) walk the host's tile order ``mTileOrder``
-    (longest rows first), CTA c taking entries c, c + num_ctas, ...; every role carries its
-    pipeline states from tile to tile, so the producer loads the next tile's Q (two Q stages,
-    +32 KiB) and first K/V blocks while the consumers finish this one, and a consumer releases
-    its Q stage once the TMA store has read O out of it, meant to hide the per-tile launch, Q
-    load, pipeline fill and epilogue of short rows (block-sparse, causal). GPU tests pass, but
-    it measured 4-19% slower than one CTA per tile on an H100 (perf/RESULTS.md).
+    Persistent schedule (``persistent``; the op's default for non-causal D = 128 with at most
+    2,048 keys, tuning/attention.py): ``num_ctas`` CTAs (one per SM) walk the host's tile
+    order ``mTileOrder`` (causal: a head's longest rows first), CTA c taking entries c,
+    c + num_ctas, ...; every role carries its pipeline states from tile to tile, so the
+    producer loads the next tile's Q (two Q stages, +32 KiB) and first K/V blocks while the
+    consumers finish this one, and a consumer releases its Q stage once the TMA store has read
+    O out of it, hiding the per-tile launch, Q load and pipeline fill of short rows. On an H100
+    (perf/RESULTS.md): 5% faster at non-causal S = 1k; on causal and block-sparse tiles the
+    static round-robin balances worse than one CTA per tile (4-19% slower).
     Tile order (``longest_first``, the causal D = 128 default: tuning/attention.py): the
     one-CTA-per-tile grid is walked in chunks of about a wave of tiles
     (``longest_first_coords``), each chunk's heads' last query tiles (the most key blocks)

@@ -2,7 +2,7 @@
 
 ``C[m, n, l] = epilogue(sum_k A[m, k, l] * B[n, k, l])`` with A (M, K, L), B (N, K, L) in
 either major, fp32 accumulation, C (M, N, L) row-major or column-major (bf16, fp16 or fp32;
-column-major is how a swap-AB launch writes C^T into a row-major output).
+column-major is how a swap-AB launch writes C^T into its fp32 workspace).
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ class GemmSm90:
     ``wgmma.mma_async`` m64n{tile_n}k16 from 128B-swizzled smem, one WGMMA batch kept in
     flight, then ``epilogue_tile`` (``gated_epilogue_tile`` when gated); warp 4 issues the
     TMA stores. Named barrier ``Barrier.EPILOGUE`` syncs the consumer warpgroups.
-    C may be column-major (how a swap-AB launch writes C^T into a row-major output: the
-    epilogue's stmatrix transposes); ``tuning.gemm`` says when the op swaps or splits K.
+    C may be column-major (how a swap-AB launch writes C^T; a 16-bit C goes through a
+    transposing stmatrix); ``tuning.gemm`` says when the op swaps or splits K.
     Cluster: ``cluster_m`` (2) CTAs along M share each B tile: each loads half of it and TMA
     multicasts it to both, and every consumer warp releases a stage in both CTAs (empty
     barriers count the peer's warps). This halves B's L2->SM traffic and keeps the pair in
