@@ -4,7 +4,9 @@
         [--dtypes float32,bfloat16] [--share 0.07]
         [--configs "[dict(), dict(digit_bits=11), dict(digit_bits=11, hist_copies=8)]"]
 
-Each config is TopkRows keyword arguments (the default is the shipped kernel). Per shape and
+Each config is TopkRows keyword arguments (``dict()`` is what the op ships for the shape:
+tuning/topk.py's plan; ``candidates=0`` the plain radix select; a config with candidates
+samples at the plan's rank, and runs the radix select when the plan has none). Per shape and
 dtype: the median time of each config and of ``torch.topk(sorted=False)`` (cute_kernels/
 bench.py: interleaved, warm-up, input sets rotated over 2x the L2), the ratio, and whether
 each config's selected values equal torch.topk's as a multiset (exact top-k).
@@ -18,13 +20,13 @@ import sys
 import torch
 from gemm_tuning import parse_configs  # perf/ is the script's directory
 
-CONFIGS = ("[dict(), dict(digit_bits=11), dict(digit_bits=11, hist_copies=8), "
-           "dict(threads=1024), dict(digit_bits=11, threads=1024)]")
+CONFIGS = ("[dict(), dict(candidates=0), dict(candidates=16384), "
+           "dict(candidates=16384, threads=1024)]")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shapes", default="4104x32768,8192x16384")
+    ap.add_argument("--shapes", default="4104x32768,8192x16384,14856x118784")
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--share", type=float, default=0.07, help="k / N")
     ap.add_argument("--configs", default=CONFIGS)
@@ -36,6 +38,7 @@ def main() -> None:
     from cute_kernels.ops.topk import TOPK_KERNEL, make_build, vector_width
     from cute_kernels.runtime.compile import compile_build
     from cute_kernels.runtime.launch import kernel_params
+    from cute_kernels.tuning.topk import topk_plan
 
     configs = parse_configs(args.configs)
     params = kernel_params(TOPK_KERNEL)
@@ -50,12 +53,16 @@ def main() -> None:
             out = torch.empty(r, k, dtype=torch.int32, device="cuda")
             fns = {"torch.topk": lambda x, k=k: x.topk(k, dim=1, sorted=False)}
             exact = {}
+            plan = topk_plan(n, k)
             for i, cfg in enumerate(configs):
+                if not cfg:  # the shipped plan
+                    cfg = {"candidates": plan.candidates, "threads": plan.threads}
+                rank = plan.sample_rank if cfg.get("candidates") else 0
                 kern = compile_build(make_build(dtype, vec, **cfg), "sm_90a"
                                      if torch.cuda.get_device_capability() == (9, 0) else "sm_80")
 
-                def run(x, kern=kern, out=out, k=k):
-                    kern(*params.call_args(mScores=x, mIndices=out, k=k))
+                def run(x, kern=kern, out=out, k=k, rank=rank):
+                    kern(*params.call_args(mScores=x, mIndices=out, k=k, sample_rank=rank))
                     return out
 
                 fns[f"c{i}"] = run

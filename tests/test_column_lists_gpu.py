@@ -15,9 +15,10 @@ import cute_kernels as ck
 from cute_kernels.ops import column_sparse as cs
 from cute_kernels.ops.column_lists import (
     COLUMN_LISTS_KERNEL,
-    byte_width,
+    column_counts,
     column_lists,
     make_build,
+    word_loads,
 )
 from cute_kernels.ops.column_sparse import column_indices_reference
 
@@ -43,7 +44,8 @@ def packed_and_counts(mask):
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("r, n, density, multiple", [(7, 1000, 0.07, 1), (9, 4096, 0.3, 64),
                                                      (5, 118784, 0.07, 128), (3, 777, 0.5, 1),
-                                                     (4, 8, 0.5, 1), (6, 32768 + 128, 0.01, 64)])
+                                                     (4, 8, 0.5, 1), (6, 32768 + 128, 0.01, 64),
+                                                     (67, 20000, 0.9, 1), (10, 9000, 0.5, 4096)])
 def test_lists_match_the_reference(path, r, n, density, multiple):
     mask = random_mask(r, n, density)
     want, _ = column_indices_reference(mask, group=128, multiple_of=multiple)
@@ -63,11 +65,12 @@ def test_kernel_writes_every_entry(path):
         mask = random_mask(6, n, 0.1)
         want, _ = column_indices_reference(mask, group=128, multiple_of=256)
         packed, counts = packed_and_counts(mask)
-        vec = byte_width(packed)
+        words = word_loads(packed)
+        assert words == (n % 32 == 0)
         out = torch.full(tuple(want.shape), POISON, dtype=torch.int32, device="cuda")
         with ck.force_path(path):
-            kernel = kernel_for(packed.device, ("test-column-lists", vec),
-                                lambda p, t, vec=vec: make_build(vec))
+            kernel = kernel_for(packed.device, ("test-column-lists", words),
+                                lambda p, t, words=words: make_build("lists", words))
             kernel(*kernel_params(COLUMN_LISTS_KERNEL).call_args(
                 mPacked=packed, mCounts=counts, mIndices=out, n=n))
         torch.cuda.synchronize()
@@ -80,9 +83,26 @@ def test_strided_rows_take_byte_loads():
     wide = torch.zeros(8, 600, dtype=torch.uint8, device="cuda")
     wide[:, 3:515] = packed
     view = wide[:, 3:515]
-    assert byte_width(view) == 1
+    assert not word_loads(view)
     want, _ = column_indices_reference(mask, group=128)
     assert torch.equal(column_lists(view, counts, 4096, want.shape[1]), want.cuda())
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("r, n, multiple", [(7, 1000, 1), (9, 4096, 64), (5, 118784, 128),
+                                            (11, 777, 5), (1, 8, 3), (13, 32768 + 136, 64)])
+def test_counts_match_torch(path, r, n, multiple):
+    """ColumnCounts: each row's set bits, padded to ``multiple`` and capped at n, and the
+    largest padded count, into poisoned outputs; junk bits past n are ignored."""
+    mask = random_mask(r, n, 0.2)
+    packed, counts = packed_and_counts(mask)
+    if n % 8:
+        packed[:, -1] |= (0xFF << (n % 8)) & 0xFF
+    padded = ((counts + multiple - 1) // multiple * multiple).clamp(max=n)
+    with ck.force_path(path):
+        got_counts, got_padded, largest = column_counts(packed, n, multiple)
+    assert torch.equal(got_counts, counts) and torch.equal(got_padded, padded)
+    assert int(largest) == int(padded.max())
 
 
 @pytest.mark.parametrize("path", PATHS)

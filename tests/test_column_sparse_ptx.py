@@ -132,18 +132,35 @@ def test_packed_key_rows_group_of():
 
 
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
-@pytest.mark.parametrize("vec", [16, 1])
-def test_column_lists_kernel_ptx(vec, target):
-    """The column-lists kernel (kernels/column_lists.py): one packed-row load per tile (16
-    bytes when aligned), popc for the counts and the lowest-bit walk, int32 list stores, no
-    local memory or spills."""
+@pytest.mark.parametrize("words", [True, False])
+@pytest.mark.parametrize("kind", ["lists", "counts"])
+def test_column_lists_kernel_ptx(kind, words, target):
+    """The column-list kernels (kernels/column_lists.py), warp per row: ``prefetch`` chunk
+    loads per batch (32-bit words, or four bytes each), popc and shuffles; the lists kernel
+    loads the next batch ahead (a second batch of loads plus the row's count), stages each
+    chunk through shared memory (selected, then unselected: two compactions per chunk) and
+    stores int32; the counts kernel ends in one atomic max; no local memory or spills."""
+    from cute_kernels.kernels.column_lists import CHUNK_WORDS
     from cute_kernels.ops.column_lists import make_build as lists_build
     from cute_kernels.runtime.compile import compile_ptx
 
-    ptx = compile_ptx(lists_build(vec), target)
-    assert ptx.count("ld.global.v4" if vec == 16 else "ld.global.b8") == 1
-    assert "popc.b32" in ptx and "shfl.sync.up" in ptx
-    assert ptx.count("st.global.b32") == 2 * max(1, vec // 4)
+    build = lists_build(kind, words)
+    prefetch = build.fn.prefetch
+    ptx = compile_ptx(build, target)
+    loads = prefetch * (1 if words else 4) * (2 if kind == "lists" else 1)
+    assert ptx.count("ld.global.b32") == loads * words + (kind == "lists")
+    assert ptx.count("ld.global.b8") == loads * (not words)
+    assert "popc.b32" in ptx
+    if kind == "lists":
+        compactions = 2 * prefetch
+        assert ptx.count("shfl.sync.up") == 5 * compactions
+        assert ptx.count("st.shared.b32") == ptx.count("ld.shared.b32") == compactions
+        assert ptx.count("st.global.b32") == compactions
+    else:
+        assert ptx.count("shfl.sync.bfly") == 5  # the row's count, summed over lanes
+        assert ptx.count("atom.global") + ptx.count("red.global") == 1
+        assert ptx.count("st.global.b32") == 2
+    assert CHUNK_WORDS == 32  # one word per lane: the loads are 128-byte lines
     assert "ld.local" not in ptx and "st.local" not in ptx
     _assert_no_spills(ptx, target)
 
@@ -151,12 +168,20 @@ def test_column_lists_kernel_ptx(vec, target):
 def test_column_lists_rejects_bad_input():
     import torch
 
-    from cute_kernels.ops.column_lists import column_lists
+    from cute_kernels.ops.column_lists import column_counts, column_lists
 
     packed = torch.zeros(2, 4, dtype=torch.uint8)
+    with pytest.raises(ValueError, match="multiple_of"):
+        column_counts(packed, 32, 0)
+    with pytest.raises(TypeError, match="packed"):
+        column_counts(packed.float(), 32)
+    with pytest.raises(ValueError, match="CUDA"):
+        column_counts(packed, 32)
     counts = torch.zeros(2, dtype=torch.int32)
     with pytest.raises(ValueError, match=r"ceil\(n / 8\)"):
         column_lists(packed, counts, 40, 8)
+    with pytest.raises(ValueError, match="width"):
+        column_lists(packed, counts, 32, 33)
     with pytest.raises(TypeError, match="counts"):
         column_lists(packed, counts.long(), 32, 8)
     with pytest.raises(ValueError, match="CUDA"):

@@ -62,6 +62,13 @@ def column_lists(packed, counts, n, width):
     return full[..., :width].to(torch.int32)
 
 
+def column_counts(packed, n, multiple_of=1):
+    """The counts kernel's result, on the CPU: counts, padded counts, their maximum."""
+    counts = ref.unpack_mask(packed, n).sum(-1, dtype=torch.int32)
+    padded = ((counts + multiple_of - 1) // multiple_of * multiple_of).clamp(max=n)
+    return counts, padded, padded.max().reshape(1)
+
+
 def test_fails_fast_without_a_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(SystemExit, match="needs a CUDA GPU"):
@@ -86,6 +93,7 @@ def test_runs_end_to_end_on_a_tiny_size(monkeypatch, tmp_path, capsys):
         monkeypatch.setattr(csm, name, fn)
     monkeypatch.setattr(ck, "pack_mask", ref.pack_mask)
     monkeypatch.setattr(ops_lists, "column_lists", column_lists)
+    monkeypatch.setattr(ops_lists, "column_counts", column_counts)
     for name, value in (("DEVICE", "cpu"), ("H", 2), ("D", 64),
                         ("TOPK_EXTRA_SHAPES", ((4, 5000),))):  # N > 4096: the sampled path
         monkeypatch.setattr(script, name, value)

@@ -60,9 +60,12 @@ def test_topk_rows_matches_torch(path, dtype, r, n, k):
         check_top(rows, topk_rows(rows, k), k)
 
 
+@pytest.mark.parametrize("n", [5000, 20000])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_ties_nan_and_heavy_tails(dtype):
-    rows = fresh((16, 5000), dtype, heavy=True)
+def test_ties_nan_and_heavy_tails(dtype, n):
+    """n = 20000 takes the sampled candidates (k = 150 .. 350), with the fallback for the
+    constant row; k = 4999 is the radix select."""
+    rows = fresh((16, n), dtype, heavy=True)
     rows[:, 100:400] = rows[:, 100:101]  # long runs of one value: the tie rule decides
     rows[3, 17] = float("nan")
     rows[3, 4000] = float("nan")
@@ -97,21 +100,64 @@ def test_kernel_writes_exactly_k_entries(path):
         with ck.force_path(path):
             kernel = kernel_for(rows.device, ("test-topk", dtype, vec),
                                 lambda p, t, dtype=dtype, vec=vec: make_build(dtype, vec))
-            kernel(*kernel_params(TOPK_KERNEL).call_args(mScores=rows, mIndices=out, k=300))
+            kernel(*kernel_params(TOPK_KERNEL).call_args(mScores=rows, mIndices=out, k=300,
+                                                         sample_rank=0))
         torch.cuda.synchronize()
         check_top(rows, out[:, :300].contiguous(), 300)
         assert bool((out[:, 300:] == POISON).all())
 
 
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("dtype, buffer", [(torch.float32, 4096), (torch.bfloat16, 16384),
+                                           (torch.float16, 4096)])
+def test_sampled_candidates_and_their_fallback(path, dtype, buffer):
+    """The sampled-candidates kernel (kernels/topk.py steps 4-6) straight through, into a
+    poisoned list, at every kind of threshold: the planned sample rank (the candidates
+    hold the top k), rank 1 (the largest sample: too few candidates, the exact fallback),
+    the last rank (the smallest sample: more candidates than the buffer holds, the fallback
+    again) and 0 (no sample): the same exact lists each time. Row 2 is constant (every key
+    ties), row 3 has a run of ties across the k-th value, rows 4 and 5 are heavy-tailed and
+    a smooth random walk, row 6 has NaNs."""
+    from cute_kernels.runtime.bridge import kernel_for
+    from cute_kernels.runtime.launch import kernel_params
+    from cute_kernels.tuning.topk import SAMPLES, topk_plan
+
+    n, k = 24_000 if buffer == 4096 else 100_000, 1500
+    rows = fresh((9, n), dtype)
+    rows[2] = 0.5
+    kth = rows[3].float().topk(k).values[-1]
+    rows[3, 5000:5600] = kth.to(dtype)
+    rows[4] = fresh((n,), dtype, heavy=True)
+    rows[5] = fresh((n,), torch.float32).cumsum(0).to(dtype)
+    rows[6, ::997] = float("nan")
+    plan = topk_plan(n, k)
+    assert plan.candidates == buffer and 1 < plan.sample_rank < SAMPLES
+    vec = vector_width(rows)
+    with ck.force_path(path):
+        kernel = kernel_for(rows.device, ("test-topk-sampled", dtype, vec, buffer),
+                            lambda p, t: make_build(dtype, vec, candidates=buffer))
+    for rank in (plan.sample_rank, 1, SAMPLES, 0):
+        out = torch.full((9, k + 5), POISON, dtype=torch.int32, device="cuda")
+        kernel(*kernel_params(TOPK_KERNEL).call_args(mScores=rows, mIndices=out, k=k,
+                                                     sample_rank=rank))
+        torch.cuda.synchronize()
+        check_top(rows, out[:, :k].contiguous(), k)
+        assert bool((out[:, k:] == POISON).all()), rank
+        assert out[2].tolist()[:k] == list(range(k))
+
+
+@pytest.mark.parametrize("n", [1000, 30000])
 @pytest.mark.parametrize("share", [0.07, 0.2])
 @pytest.mark.parametrize("heavy", [False, True])
-def test_topk_indices_recall(share, heavy):
-    scores = fresh((4, 24, 1000), torch.float32, heavy=heavy)
-    k = round(share * 1000)
+def test_topk_indices_recall(share, heavy, n):
+    """n = 1000: the radix select; n = 30000: the sampled candidates."""
+    scores = fresh((4, 6, n), torch.float32, heavy=heavy)
+    k = round(share * n)
     indices, counts = topk_indices(scores, k)
-    assert indices.shape == (4, 24, k) and bool((counts == k).all())
+    assert indices.shape == (4, 6, k) and bool((counts == k).all())
     want = scores.topk(k, dim=-1).indices.sort(dim=-1).values
-    recall = (torch.isin(indices.view(-1, k).long(), want.view(-1, k)).float().mean(1))
+    chosen = torch.zeros(24, n, device="cuda").scatter_(1, want.view(-1, k), 1.0)
+    recall = chosen.gather(1, indices.view(-1, k).long()).mean(1)  # per row
     # exact (continuous scores have no ties): recall 1.0 in every row
     assert bool((recall == 1.0).all()), recall.min()
     padded, _ = topk_indices(scores, k, multiple_of=128)

@@ -78,3 +78,86 @@ def test_digit_options_are_checked():
         TopkRows(32, 4, digit_bits=12)
     with pytest.raises(ValueError, match="hist_copies"):
         TopkRows(32, 4, hist_copies=3)
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("dtype, vec, buffer", [(torch.float32, 4, 4096),
+                                                (torch.bfloat16, 8, 16384),
+                                                (torch.float16, 1, 4096)])
+def test_sampled_candidates_ptx(dtype, vec, buffer, target):
+    """The sampled-candidates build keeps the exact path (its passes + 1 row loads) and adds
+    one scalar load per sample per thread, the candidates' read (``unroll`` loads, and as
+    many prefetched), and one histogram atomic per pass for each of the two shared-memory
+    selects (the sample's and the candidates'); no local memory or spills."""
+    from test_ptx import _assert_no_spills  # tests/ is on pytest's path
+
+    from cute_kernels.runtime.compile import compile_ptx
+
+    build = make_build(dtype, vec, candidates=buffer)
+    kernel = build.fn
+    ptx = compile_ptx(build, target)
+    passes = 2 if dtype != torch.float32 else 4
+    if vec > 1:
+        assert ptx.count("ld.global.v4.b32") == passes + 1 + 2 * kernel.unroll
+        scalar = ptx.count("ld.global.b32" if dtype == torch.float32 else "ld.global.b16")
+        assert scalar == kernel.samples // kernel.threads
+    else:
+        assert ptx.count("ld.global.b16") == (passes + 1 + 2 * kernel.unroll
+                                              + kernel.samples // kernel.threads)
+    assert ptx.count("atom.shared.add") == passes * vec + 2 * passes
+    assert "ld.local" not in ptx and "st.local" not in ptx
+    _assert_no_spills(ptx, target)
+
+
+def test_sampled_candidates_plan():
+    """tuning/topk.py: the issue's shapes take the sampled candidates (the 4096-key buffer up
+    to ~35k columns at 7%, the 16,384-key one at 118,784), short rows and large k the radix
+    select; the threshold's rank is a few sigma above the sample's expected count."""
+    from cute_kernels.tuning.topk import EXACT, SAMPLES, topk_plan
+
+    assert topk_plan(32768, 2294).candidates == 4096
+    assert topk_plan(16384, 1147).candidates == 4096
+    big = topk_plan(118784, 8315)
+    assert big.candidates == 16384 and 0.07 * SAMPLES < big.sample_rank < 0.1 * SAMPLES
+    assert topk_plan(118784, 23757).candidates == 0  # 20%: ~30k candidates fit no buffer
+    assert topk_plan(4096, 300) == EXACT and topk_plan(50000, 50000) == EXACT
+    with pytest.raises(ValueError, match="candidates"):
+        from cute_kernels.kernels.topk import TopkRows
+
+        TopkRows(32, 4, candidates=1000)
+
+
+def emulate_sampled_count(x, k, plan):
+    """kernels/topk.py steps 4-5 in torch: the kernel's sample columns (stride + hashed
+    jitter), the ``sample_rank``-th largest sample as threshold, the keys at or above it."""
+    from cute_kernels.kernels.topk import SAMPLES
+
+    r, n = x.shape
+    span = n // SAMPLES
+    i = torch.arange(SAMPLES, dtype=torch.int64)
+    jitter = ((i * 2654435761) % (1 << 32) >> 8) % span
+    sample = x[:, i * span + jitter]
+    threshold = sample.topk(plan.sample_rank, dim=1).values[:, -1:]
+    return (x >= threshold).sum(1)
+
+
+@pytest.mark.parametrize("kind", ["normal", "heavy", "smooth", "periodic"])
+def test_sampled_threshold_holds_the_top_k(kind):
+    """The sampling plan on the host (the kernel's sample columns emulated): over 300 rows of
+    smooth, heavy-tailed, random-walk and periodic scores the candidates hold the top k and
+    fit the buffer in every row, so the exact fallback stays rare."""
+    from cute_kernels.tuning.topk import topk_plan
+
+    g = torch.Generator().manual_seed(11)
+    n, k = 32768, 2294
+    x = torch.randn(300, n, generator=g)
+    if kind == "heavy":
+        x = torch.exp(2 * x)
+    elif kind == "smooth":
+        x = x.cumsum(1)
+    elif kind == "periodic":  # a pattern whose period divides the sample stride
+        x = torch.sin(torch.arange(n) * (2 * torch.pi / 16)).expand(300, n) + 1e-3 * x
+    plan = topk_plan(n, k)
+    found = emulate_sampled_count(x, k, plan)
+    assert bool((found >= k).all()) and bool((found <= plan.candidates).all()), (
+        int(found.min()), int(found.max()))

@@ -26,11 +26,33 @@ and one last pass writes the selected columns in increasing order:
    to it (lowest columns first), in increasing column order. Exactly k columns, ties broken
    by column, deterministic.
 
+Sampled candidates (``candidates`` = C > 0; the op's default when the expected candidates
+fit): the radix select above reads the row ``passes + 1`` times. Instead, per row:
+
+4. **Sample.** ``samples`` keys at evenly spaced columns (hashed jitter within each stride, so
+   a periodic row does not alias), radix-selected in shared memory for the
+   ``sample_rank``-th largest, T. The op sets the rank a few standard deviations above
+   ``samples x k / N`` (the sampled keys above the true k-th largest are Binomial), so the
+   keys >= T hold the top k but for a ~3e-5 chance per row.
+5. **Candidates.** One read of the row in tiles of ``threads x unroll x vec`` columns (the next
+   tile's loads issued before this one is compacted): keys >= T and their columns are
+   appended to shared memory in column order (a block scan of the per-thread counts).
+6. **Select and write from shared memory.** If the candidates number at least k and fit in
+   C, the radix select of step 2 runs over them (the k-th largest of the row is among them,
+   and so is every key equal to it), and step 3's ordered write walks them instead of the
+   row. Else (the sample missed, or ties overflow C) the CTA runs steps 2-3 on the row: the
+   same lists either way, exact.
+
+So the row is read once from DRAM (the sample pulls at most its sectors into L2 first) instead
+of ``passes + 1`` times.
+
 Warp roles: none (every thread loads, histograms and writes; warp 0 also finds each pass's
 bin). One CTA per row (``threads`` threads); a row is read ``passes + 1`` times (from L2 after
-the first). Shared memory: ``warps x 256`` int32 histograms, 256 bin totals, the scan's warp
-totals (two buffers, so consecutive tiles need one barrier) and the chosen bin: 17.3 KiB at
-512 threads. Memory-bound SIMT code: the same kernel on the Hopper and Ampere paths.
+the first), or once with candidates. Shared memory: ``warps x 256`` int32 histograms, 256 bin
+totals, the scan's warp totals (two buffers, so consecutive tiles need one barrier) and the
+chosen bin: 17.3 KiB at 512 threads; with candidates also C x 8 bytes (key and column; the
+sample borrows the key array). Memory-bound SIMT code: the same kernel on the Hopper and
+Ampere paths.
 """
 
 from __future__ import annotations
@@ -42,6 +64,8 @@ from cutlass import Int32, Uint32
 from .common.block_scan import block_exclusive_scan
 
 DIGIT_BITS = 8
+#: keys sampled per row for the candidates' threshold (step 4)
+SAMPLES = 2048
 #: per-tile counts are packed into the two halves of a 32-bit word
 HALF = 16
 
@@ -53,7 +77,8 @@ class TopkRows:
     multiple; else 1). Module docstring: algorithm, roles, shared memory."""
 
     def __init__(self, key_bits: int, vec: int, threads: int = 512,
-                 digit_bits: int = DIGIT_BITS, hist_copies: int | None = None):
+                 digit_bits: int = DIGIT_BITS, hist_copies: int | None = None,
+                 candidates: int = 0, samples: int = SAMPLES, unroll: int | None = None):
         if key_bits not in (16, 32):
             raise ValueError(f"key_bits must be 16 or 32, got {key_bits}")
         if threads % 32 or not 256 <= threads <= 1024:
@@ -79,13 +104,25 @@ class TopkRows:
         if self.warps % self.hist_copies or (self.bins * self.hist_copies) % threads:
             raise ValueError(f"hist_copies must divide the {self.warps} warps, got "
                              f"{self.hist_copies}")
+        # sampled candidates (module docstring, steps 4-6): C keys and columns in smem
+        # 32 bytes per thread per tile of the candidates' read, twice in flight (prefetch)
+        unroll = unroll or (4 if vec == 1 else max(1, 256 // (vec * key_bits)))
+        if candidates and (candidates < samples or candidates % threads
+                           or samples % threads or threads * unroll * vec >= 1 << HALF):
+            raise ValueError(f"candidates must be 0 or a multiple of threads >= samples "
+                             f"({samples}, itself a multiple of threads), got {candidates}")
+        self.candidates, self.samples, self.unroll = candidates, samples, unroll
 
     @cute.jit
-    def __call__(self, mScores: cute.Tensor, mIndices: cute.Tensor, k: Int32, stream):
+    def __call__(self, mScores: cute.Tensor, mIndices: cute.Tensor, k: Int32,
+                 sample_rank: Int32, stream):
         """``mScores`` (R, N) 16- or 32-bit floats, unit column stride; ``mIndices`` (R, L)
-        int32 with L >= k; 1 <= k <= N (the op checks)."""
+        int32 with L >= k; 1 <= k <= N (the op checks). ``sample_rank``: the sampled key
+        taken as the candidates' threshold, 1..samples, or 0 for the plain radix select
+        (ignored without ``candidates``)."""
         bits_type = cutlass.Uint16 if cutlass.const_expr(self.key_bits == 16) else Uint32
         mBits = cute.recast_tensor(mScores, bits_type)
+        cand = max(1, self.candidates)
 
         @cute.struct
         class SharedStorage:
@@ -93,40 +130,101 @@ class TopkRows:
             totals: cute.struct.MemRange[Int32, self.bins]
             scan: cute.struct.MemRange[Uint32, 2 * self.warps]
             chosen: cute.struct.MemRange[Int32, 2]
+            cand_keys: cute.struct.MemRange[Uint32, cand]
+            cand_cols: cute.struct.MemRange[Int32, cand]
 
         self.storage_cls = SharedStorage
-        self.kernel(mBits, mIndices, k).launch(grid=(mScores.shape[0], 1, 1),
-                                               block=(self.threads, 1, 1), stream=stream)
+        self.kernel(mBits, mIndices, k, sample_rank).launch(
+            grid=(mScores.shape[0], 1, 1), block=(self.threads, 1, 1), stream=stream)
 
     @cute.kernel
-    def kernel(self, mBits: cute.Tensor, mIndices: cute.Tensor, k: Int32):
+    def kernel(self, mBits: cute.Tensor, mIndices: cute.Tensor, k: Int32, sample_rank: Int32):
         tidx, _, _ = cute.arch.thread_idx()
         row, _, _ = cute.arch.block_idx()
         warp, lane = tidx // 32, tidx % 32
         storage = cutlass.memory.SmemAllocator().allocate(self.storage_cls)
-        bins, copies = self.bins, self.hist_copies
-        sHist = storage.hist.get_tensor(cute.make_layout((bins, copies)))
-        sTotals = storage.totals.get_tensor(cute.make_layout(bins))
-        copy = warp if cutlass.const_expr(copies == self.warps) else warp // (self.warps // copies)
+        smem = (storage.hist.get_tensor(cute.make_layout((self.bins, self.hist_copies))),
+                storage.totals.get_tensor(cute.make_layout(self.bins)),
+                storage.chosen.get_tensor(cute.make_layout(2)))
         sScan = storage.scan.get_tensor(cute.make_layout((self.warps, 2)))
-        sChosen = storage.chosen.get_tensor(cute.make_layout(2))
         gRow = cute.zipped_divide(mBits[row, None], (self.vec,))  # (vec, N / vec)
         n_vec = cute.size(gRow, mode=[1])
+        if cutlass.const_expr(self.candidates > 0):
+            sKeys = storage.cand_keys.get_tensor(cute.make_layout(self.candidates))
+            sCols = storage.cand_cols.get_tensor(cute.make_layout(self.candidates))
+            done = Int32(0)
+            if sample_rank > 0:
+                done = self.select_sampled(mBits, gRow, n_vec, mIndices, row, k, sample_rank,
+                                           sKeys, sCols, smem, sScan, tidx, warp, lane)
+            if done == 0:
+                self.select_exact(gRow, n_vec, mIndices, row, k, smem, sScan, tidx, warp,
+                                  lane)
+        else:
+            self.select_exact(gRow, n_vec, mIndices, row, k, smem, sScan, tidx, warp, lane)
 
-        prefix, mask, remaining = Uint32(0), Uint32(0), k
+    @cute.jit
+    def select_exact(self, gRow, n_vec, mIndices, row, k, smem, sScan, tidx, warp, lane):
+        """Steps 2-3: the radix select over the row, then the ordered write."""
+        threshold, equal_wanted = self.radix_select(gRow, n_vec, None, k, smem, tidx, lane,
+                                                    False)
+        self.write_selected(gRow, mIndices, row, n_vec, threshold, equal_wanted, sScan, tidx,
+                            warp, lane)
+
+    @cute.jit
+    def select_sampled(self, mBits, gRow, n_vec, mIndices, row, k, sample_rank, sKeys, sCols,
+                       smem, sScan, tidx, warp, lane) -> Int32:
+        """Steps 4-6; returns 1 when the row's list is written, 0 when the candidates missed
+        (the caller then runs the exact select)."""
+        n = Int32(mBits.shape[1])
+        span = n // self.samples  # columns per sample (the op keeps n >= samples)
+        for m in cutlass.range_constexpr(self.samples // self.threads):
+            i = Int32(m * self.threads) + tidx
+            # hashed jitter inside the sample's stride (Knuth's multiplicative hash)
+            jitter = Int32((Uint32(i) * Uint32(2654435761)) >> Uint32(8)) % span
+            sKeys[i] = self.key(mBits[row, i * span + jitter])
+        cute.arch.sync_threads()
+        threshold, _ = self.radix_select(None, Int32(self.samples), sKeys, sample_rank, smem,
+                                         tidx, lane, True)
+        found = self.compact_candidates(gRow, n_vec, threshold, sKeys, sCols, sScan, tidx,
+                                        warp, lane)
+        done = Int32(0)
+        if found >= k:
+            if found <= self.candidates:
+                kth, equal_wanted = self.radix_select(None, found, sKeys, k, smem, tidx, lane,
+                                                      True)
+                self.write_candidates(sKeys, sCols, found, mIndices, row, kth, equal_wanted,
+                                      sScan, tidx, warp, lane)
+                done = Int32(1)
+        # the exact select reuses the histograms and scan buffers
+        cute.arch.sync_threads()
+        return done
+
+    @cute.jit
+    def radix_select(self, gRow, count, sKeys, rank, smem, tidx, lane,
+                     from_smem: cutlass.Constexpr):
+        """Step 2: (the ``rank``-th largest key, how many keys equal to it are among the
+        ``rank`` largest) of the row (``gRow``, ``count`` vectors) or of ``sKeys[:count]``
+        (keys already made, ``from_smem``)."""
+        sHist, sTotals, sChosen = smem
+        bins, copies = self.bins, self.hist_copies
+        warp = tidx // 32
+        copy = warp if cutlass.const_expr(copies == self.warps) else warp // (self.warps // copies)
+        prefix, mask, remaining = Uint32(0), Uint32(0), rank
         for d in cutlass.range_constexpr(self.passes):
             shift, width = self.digits[d]
             for i in cutlass.range_constexpr(bins * copies // self.threads):
                 sHist[(tidx + i * self.threads) % bins, (tidx + i * self.threads) // bins] = 0
             cute.arch.sync_threads()
-            for j in cutlass.range(tidx, n_vec, self.threads, unroll=1):
-                rVec = cute.make_rmem_tensor((self.vec,), mBits.element_type)
-                cute.autovec_copy(gRow[None, j], rVec)
-                for e in cutlass.range_constexpr(self.vec):
-                    key = self.key(rVec[e])
-                    if (key & mask) == prefix:
-                        digit = Int32((key >> Uint32(shift)) & Uint32((1 << width) - 1))
-                        cute.arch.atomic_add(sHist[None, copy].iterator + digit, Int32(1))
+            if cutlass.const_expr(from_smem):
+                for j in cutlass.range(tidx, count, self.threads, unroll=1):
+                    self.count_digit(sKeys[j], prefix, mask, shift, width, sHist, copy)
+            else:
+                for j in cutlass.range(tidx, count, self.threads, unroll=1):
+                    rVec = cute.make_rmem_tensor((self.vec,), gRow.element_type)
+                    cute.autovec_copy(gRow[None, j], rVec)
+                    for e in cutlass.range_constexpr(self.vec):
+                        self.count_digit(self.key(rVec[e]), prefix, mask, shift, width, sHist,
+                                         copy)
             cute.arch.sync_threads()
             for b in cutlass.range(tidx, bins, self.threads, unroll=1):
                 total = Int32(0)
@@ -142,8 +240,97 @@ class TopkRows:
             remaining = sChosen[1]
             # the next pass zeroes the histograms only after every thread read sChosen
             cute.arch.sync_threads()
-        self.write_selected(gRow, mIndices, row, n_vec, prefix, remaining, sScan, tidx, warp,
-                            lane)
+        return prefix, remaining
+
+    @cute.jit
+    def count_digit(self, key, prefix, mask, shift, width, sHist, copy):
+        """One key into this warp's histogram copy, if it matches the digits chosen so far."""
+        if (key & mask) == prefix:
+            digit = Int32((key >> Uint32(shift)) & Uint32((1 << width) - 1))
+            cute.arch.atomic_add(sHist[None, copy].iterator + digit, Int32(1))
+
+    @cute.jit
+    def compact_candidates(self, gRow, n_vec, threshold, sKeys, sCols, sScan, tidx, warp,
+                           lane) -> Int32:
+        """Step 5: the keys >= ``threshold`` and their columns, in column order, into
+        ``sKeys``/``sCols`` (those past C dropped); returns how many there are. Thread t of
+        tile i owns vectors ``(i threads + t) unroll + u``; the next tile loads first."""
+        per_thread = self.unroll * self.vec
+        tiles = cute.ceil_div(n_vec, self.threads * self.unroll)
+        # (vec, unroll): element e of the flat index is column first + e
+        rVec = cute.make_rmem_tensor((self.vec, self.unroll), gRow.element_type)
+        rNext = cute.make_rmem_tensor((self.vec, self.unroll), gRow.element_type)
+        self.load_span(gRow, n_vec, tidx, rVec)
+        base = Int32(0)
+        for t in cutlass.range(tiles, unroll=1):
+            self.load_span(gRow, n_vec, (t + 1) * self.threads + tidx, rNext)
+            first = Int32(((t * self.threads + tidx) * self.unroll) * self.vec)
+            valid = cutlass.min(Int32(n_vec * self.vec) - first, Int32(per_thread))
+            own = Int32(0)
+            for e in cutlass.range_constexpr(per_thread):
+                if e < valid:
+                    if self.key(rVec[e]) >= threshold:
+                        own += 1
+            before, tile_total = block_exclusive_scan(Uint32(own), sScan, t % 2, warp, lane,
+                                                      self.warps)
+            position = base + Int32(before)
+            for e in cutlass.range_constexpr(per_thread):
+                key = self.key(rVec[e])
+                if e < valid:
+                    if key >= threshold:
+                        if position < self.candidates:
+                            sKeys[position] = key
+                            sCols[position] = first + e
+                        position += 1
+            base += Int32(tile_total)
+            for e in cutlass.range_constexpr(per_thread):
+                rVec[e] = rNext[e]
+        cute.arch.sync_threads()  # the candidates are read by every thread next
+        return base
+
+    @cute.jit
+    def load_span(self, gRow, n_vec, slot, rSpan):
+        """The ``unroll`` vectors of thread slot ``slot`` (vectors past the row: zeros)."""
+        for u in cutlass.range_constexpr(self.unroll):
+            j = slot * self.unroll + u
+            if j < n_vec:
+                cute.autovec_copy(gRow[None, j], rSpan[None, u])
+
+    @cute.jit
+    def write_candidates(self, sKeys, sCols, found, mIndices, row, threshold, equal_wanted,
+                         sScan, tidx, warp, lane):
+        """Step 6's ordered write over the candidates (in column order): thread t of tile i
+        owns candidates (i threads + t) unroll + u, as step 3 owns row columns."""
+        above_base, equal_base = Int32(0), Int32(0)
+        for t in cutlass.range(cute.ceil_div(found, self.threads * self.unroll), unroll=1):
+            first = (t * self.threads + tidx) * self.unroll
+            n_above, n_equal = Int32(0), Int32(0)
+            for u in cutlass.range_constexpr(self.unroll):
+                if first + u < found:
+                    key = sKeys[first + u]
+                    if key > threshold:
+                        n_above += 1
+                    if key == threshold:
+                        n_equal += 1
+            packed = Uint32(n_above) | (Uint32(n_equal) << Uint32(HALF))
+            before, tile_total = block_exclusive_scan(packed, sScan, t % 2, warp, lane,
+                                                      self.warps)
+            above = above_base + Int32(before & Uint32((1 << HALF) - 1))
+            equal = equal_base + Int32(before >> Uint32(HALF))
+            for u in cutlass.range_constexpr(self.unroll):
+                if first + u < found:
+                    key = sKeys[first + u]
+                    take = key > threshold
+                    if key == threshold:
+                        take = equal < equal_wanted
+                    if take:
+                        mIndices[row, above + cutlass.min(equal, equal_wanted)] = sCols[first + u]
+                    if key > threshold:
+                        above += 1
+                    if key == threshold:
+                        equal += 1
+            above_base += Int32(tile_total & Uint32((1 << HALF) - 1))
+            equal_base += Int32(tile_total >> Uint32(HALF))
 
     @cute.jit
     def key(self, bits) -> Uint32:

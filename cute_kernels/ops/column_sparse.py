@@ -47,7 +47,7 @@ from ..runtime.validate import (
 )
 from .attention import _check_device_args, validate_attention
 from .bitpack import pack_mask, packed_width, unpack_mask_reference
-from .column_lists import column_lists
+from .column_lists import column_counts, column_lists
 from .dispatch import KernelOp, is_meta
 from .topk import SCORE_DTYPES, topk_rows
 
@@ -439,17 +439,16 @@ def _check_mask_arg(mask, n) -> tuple[bool, int]:
 
 def _kernel_lists(packed: torch.Tensor, n: int, multiple_of: int, lead: torch.Size
                   ) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`column_indices` of a bitpacked CUDA mask (..., ceil(n / 8)) by the column-lists
-    kernel (ops/column_lists.py): the rows' counts by popcount tables, L from the padded
-    counts (the one sync), then one kernel writes each row's selected columns and, after
-    them, its unselected ones up to L (so a padded count counts into the lowest unselected
-    columns, as the torch compaction)."""
+    """:func:`column_indices` of a bitpacked CUDA mask (..., ceil(n / 8)) by the two
+    column-list kernels (ops/column_lists.py): the rows' counts, padded counts and their
+    maximum (one kernel), L read from that maximum (the one sync), then the lists kernel
+    writes each row's selected columns and, after them, its unselected ones up to L (so a
+    padded count counts into the lowest unselected columns, as the torch compaction)."""
     rows = packed.reshape(-1, packed.shape[-1])
-    counts = _packed_counts(rows, n)
-    padded = _padded(counts, multiple_of, n)
-    width = max(1, int(padded.max())) if rows.shape[0] else 1  # the one sync: the output's size
-    indices = column_lists(rows, counts.to(INDEX_DTYPE), n, width)
-    return indices.view(*lead, width), padded.to(INDEX_DTYPE).view(lead)
+    counts, padded, largest = column_counts(rows, n, multiple_of)
+    width = max(1, int(largest.item()))  # the one sync: the output's size
+    indices = column_lists(rows, counts, n, width)
+    return indices.view(*lead, width), padded.view(lead)
 
 
 def column_indices(mask: torch.Tensor, *, group: int = 192, multiple_of: int = 1,
@@ -457,13 +456,12 @@ def column_indices(mask: torch.Tensor, *, group: int = 192, multiple_of: int = 1
     """The index lists of a column mask: the ``(indices, counts)`` that
     :func:`column_sparse_attention` reads.
 
-    On a CUDA device, one kernel writes the lists (kernels/column_lists.py via
-    ops/column_lists.py: one CTA per mask row, popc counts, one CTA-wide scan per tile of the
-    row, set bits walked lowest first) from the bitpacked mask and the rows' selected counts
-    (popcount-table lookups in torch over the packed bytes); a bool mask is packed first by
-    :func:`cute_kernels.pack_mask`, which reads it once, so counts and kernel read the 8x
-    smaller mask (cheaper than summing the bool mask: ~0.7 + 1.6 ms against 10.9 ms for a 1.8
-    GB mask on an H100). Elsewhere (the CPU) vectorised torch: one cumsum-based stream
+    On a CUDA device, two warp-per-row kernels (kernels/column_lists.py via
+    ops/column_lists.py) read the bitpacked mask: one counts each row's selected columns
+    (popc) and the largest padded count, one writes the lists (per 1024-column chunk a shuffle
+    scan of the lanes' popcounts, set bits staged in shared memory, coalesced stores); a bool
+    mask is packed first by :func:`cute_kernels.pack_mask`, which reads it once, so both
+    kernels read the 8x smaller mask. Elsewhere (the CPU) vectorised torch: one cumsum-based stream
     compaction over all rows (in chunks of ~16M mask entries to bound memory; no loop over
     rows), the reference-grade implementation; both give the same lists, bit for bit
     (tests/test_column_lists_gpu.py holds them to :func:`column_indices_reference`). Either
@@ -662,11 +660,17 @@ def topk_indices(scores: torch.Tensor, k: int | None = None, *, sparsity: float 
     """The (approximately) k largest columns of each row of ``scores``, as index lists for
     :func:`column_sparse_attention` (e.g. from :func:`cute_kernels.attention_colsum`'s sums).
 
-    On a CUDA device without random columns: one CTA per row runs an exact radix select
-    (kernels/topk.py: the k-th largest value found byte by byte from shared-memory
-    histograms, two passes over a 16-bit row, four over float32, then one pass that writes
-    the selected columns in order); ties at the k-th value keep the lowest columns; random
-    columns, when asked for, are added to that set in torch. On the CPU quantile estimation
+    On a CUDA device without random columns: one CTA per row (kernels/topk.py). On rows of
+    at least 8192 columns it samples 2048 scores, takes a threshold a few standard
+    deviations below the sample's (1 - k / N) quantile, reads the row once to gather the
+    scores above it (with their columns) into shared memory, and there finds the k-th
+    largest by a radix select and writes the selected columns in order; a row whose
+    candidates miss the top k or overflow the buffer (probability ~3e-5, or heavy ties)
+    runs the plain radix select instead, as do short rows (the k-th largest value found byte
+    by byte from shared-memory histograms, two passes over a 16-bit row, four over float32,
+    then one pass that writes the selected columns). Exact either way: ties at the k-th
+    value keep the lowest columns. Random columns, when asked for, are added to that set in
+    torch. On the CPU quantile estimation
     in torch instead of a sort: sample
     4096 columns per row, take a threshold a little below the sample's (1 - k / N) quantile so
     that the candidates above it hold the true top k (but for probability ~3e-5 per row, and

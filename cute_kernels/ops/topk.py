@@ -1,5 +1,6 @@
 """``topk_rows``: the k largest columns of every row, as increasing int32 lists, by the
-radix-select kernel (kernels/topk.py). ``topk_indices`` (ops/column_sparse.py) calls it for
+radix-select kernel (kernels/topk.py; on long rows over the candidates above a sampled
+threshold, tuning/topk.py). ``topk_indices`` (ops/column_sparse.py) calls it for
 CUDA scores without random extra columns; this module is its kernel plumbing: build, launch,
 the custom op for ``torch.compile``."""
 
@@ -15,6 +16,7 @@ from ..runtime.validate import (
     check_tensor,
     row_vector_width,
 )
+from ..tuning.topk import topk_plan
 from .dispatch import KernelOp
 
 #: the score dtypes top-k takes (topk_indices checks them too)
@@ -28,7 +30,8 @@ vector_width = row_vector_width  # columns per thread load (runtime/validate.py)
 def make_build(dtype: torch.dtype, vec: int, **config):
     """The kernel against symbolic (R, N) scores (unit column stride; with ``vec`` > 1 a row
     stride and N that are multiples of it, 16-byte aligned) and (R, L) int32 lists;
-    ``config``: TopkRows options (digit_bits, hist_copies, threads; tuning)."""
+    ``config``: TopkRows options (candidates, threads, digit_bits, hist_copies, unroll;
+    tuning/topk.py picks candidates and threads)."""
     import cutlass
     from cutlass.cute.runtime import make_fake_tensor
 
@@ -43,7 +46,7 @@ def make_build(dtype: torch.dtype, vec: int, **config):
                               assumed_align=VECTOR_BYTES if vec > 1 else None)
     return Build(kernel, launch_args(kernel, mScores=scores,
                                      mIndices=fake_rows(torch.int32, compact=False, align=4),
-                                     k=cutlass.Int32(1)))
+                                     k=cutlass.Int32(1), sample_rank=cutlass.Int32(0)))
 
 
 def _topk_rows(rows: torch.Tensor, k: int) -> torch.Tensor:
@@ -57,9 +60,13 @@ def _topk_rows(rows: torch.Tensor, k: int) -> torch.Tensor:
     if rows.stride(1) != 1:
         rows = rows.contiguous()
     vec = vector_width(rows)
-    kernel = kernel_for(rows.device, ("topk_rows", rows.dtype, vec),
-                        lambda path, target: make_build(rows.dtype, vec))
-    kernel(*kernel_params(TOPK_KERNEL).call_args(mScores=rows, mIndices=out, k=k))
+    plan = topk_plan(rows.shape[1], k)
+    config = {"candidates": plan.candidates, "threads": plan.threads}
+    kernel = kernel_for(rows.device, ("topk_rows", rows.dtype, vec, plan.candidates,
+                                      plan.threads),
+                        lambda path, target: make_build(rows.dtype, vec, **config))
+    kernel(*kernel_params(TOPK_KERNEL).call_args(mScores=rows, mIndices=out, k=k,
+                                                 sample_rank=plan.sample_rank))
     return out
 
 
