@@ -1,8 +1,9 @@
 """Index lists of a bitpacked column mask (``column_indices``), warp per row, in two kernels:
 
 * :class:`ColumnCounts` — each row's selected columns (popc), its count padded up to a
-  multiple (capped at ``n``) and, by one atomic max, the largest padded count: the op reads
-  that one int to size L (its only sync).
+  multiple (capped at ``n``) and, by one ``red.max`` per row (no return, so no warp waits
+  on the shared word), the largest padded count: the op reads that one int to size L (its
+  only sync).
 * :class:`ColumnLists` — per row, the selected columns in increasing order, then the
   unselected ones, the first ``L`` of them.
 
@@ -33,6 +34,7 @@ import cutlass.cute as cute
 from cutlass import Int32, Uint32
 
 from .common.block_scan import warp_inclusive_scan
+from .common.warp_ptx import red_max_s32
 
 WORD_BITS = 32
 CHUNK_WORDS = 32  # one word per lane
@@ -127,7 +129,7 @@ class ColumnCounts(_RowWalk):
             padded = cutlass.min(cute.ceil_div(count, multiple_of) * multiple_of, n)
             mCounts[row] = count
             mPadded[row] = padded
-            cute.arch.atomic_max(mMax.iterator, padded)
+            red_max_s32(mMax.iterator.toint(), padded)
 
 
 class ColumnLists(_RowWalk):

@@ -82,6 +82,11 @@ def column_counts(packed: torch.Tensor, n: int, multiple_of: int = 1
     n = _check_packed(packed, n)
     multiple_of = check_int("multiple_of", multiple_of, min_value=1)
     check_cuda("packed", packed)
+    return counts_unchecked(packed, n, multiple_of)
+
+
+def counts_unchecked(packed: torch.Tensor, n: int, multiple_of: int):
+    """:func:`column_counts` for arguments already checked (``column_indices``)."""
     r = packed.shape[0]
     counts = torch.empty(r, dtype=torch.int32, device=packed.device)
     padded = torch.empty(r, dtype=torch.int32, device=packed.device)
@@ -106,6 +111,11 @@ def column_lists(packed: torch.Tensor, counts: torch.Tensor, n: int, width: int)
         raise ValueError(f"counts must be (R,) = ({packed.shape[0]},) and width <= n = {n}; "
                          f"got {tuple(counts.shape)}, {width}")
     check_cuda("packed", packed)
+    return lists_unchecked(packed, counts, n, width)
+
+
+def lists_unchecked(packed: torch.Tensor, counts: torch.Tensor, n: int, width: int):
+    """:func:`column_lists` for arguments already checked (``column_indices``)."""
     out = torch.empty(packed.shape[0], width, dtype=torch.int32, device=packed.device)
     if packed.shape[0] == 0:
         return out

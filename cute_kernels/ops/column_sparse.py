@@ -47,7 +47,7 @@ from ..runtime.validate import (
 )
 from .attention import _check_device_args, validate_attention
 from .bitpack import pack_mask, packed_width, unpack_mask_reference
-from .column_lists import column_counts, column_lists
+from .column_lists import counts_unchecked, lists_unchecked
 from .dispatch import KernelOp, is_meta
 from .topk import SCORE_DTYPES, topk_rows
 
@@ -444,10 +444,10 @@ def _kernel_lists(packed: torch.Tensor, n: int, multiple_of: int, lead: torch.Si
     maximum (one kernel), L read from that maximum (the one sync), then the lists kernel
     writes each row's selected columns and, after them, its unselected ones up to L (so a
     padded count counts into the lowest unselected columns, as the torch compaction)."""
-    rows = packed.reshape(-1, packed.shape[-1])
-    counts, padded, largest = column_counts(rows, n, multiple_of)
+    rows = packed.reshape(-1, packed.shape[-1])  # checked by column_indices
+    counts, padded, largest = counts_unchecked(rows, n, multiple_of)
     width = max(1, int(largest.item()))  # the one sync: the output's size
-    indices = column_lists(rows, counts, n, width)
+    indices = lists_unchecked(rows, counts, n, width)
     return indices.view(*lead, width), padded.view(lead)
 
 

@@ -4,7 +4,8 @@ Warp-level: movmatrix (an 8 x 8 16-bit matrix transposed across a warp's registe
 packing and one mma.sync m16n8k16 on raw fragment registers, which let a kernel run a tiny MMA
 on data already in registers in an accumulator layout (e.g. P after the softmax) without a
 round trip through shared memory. Inter-CTA: an acquire load and nanosleep, to poll a counter
-that other CTAs advance (the GEMM's wave drift limiter).
+that other CTAs advance (the GEMM's wave drift limiter); a reduction without return (many
+CTAs raising one maximum).
 """
 
 from __future__ import annotations
@@ -86,3 +87,14 @@ def bulk_reduce_add_s2g(gmem_address, smem_address, nbytes, dtype_suffix: str, *
         f"cp.reduce.async.bulk.global.shared::cta.bulk_group.add.noftz.{dtype_suffix} "
         "[$0], [$1], $2;", "l,r,r", has_side_effects=True, is_align_stack=False,
         asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip)
+
+
+@dsl_user_op
+def red_max_s32(gmem_address, value, *, loc=None, ip=None) -> None:
+    """``red.relaxed.gpu.global.max.s32``: raise the int32 at ``gmem_address`` (an Int64 from
+    ``ptr.toint()``) to ``value`` without returning the old value, so the issuing warp does not
+    wait on a round trip through the L2 (many CTAs reducing into one word)."""
+    llvm.inline_asm(
+        None, [Int64(gmem_address).ir_value(), _i32(value)],
+        "red.relaxed.gpu.global.max.s32 [$0], $1;", "l,r", has_side_effects=True,
+        is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip)
