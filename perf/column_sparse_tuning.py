@@ -1,7 +1,7 @@
 """Compare configurations of the Hopper column-sparse (gather) attention kernel in one run.
 
     python perf/column_sparse_tuning.py [--shape B,H,S,D] [--group 192] [--sparsity 0,0.93]
-        [--configs "[dict(stages=4), dict(block_n=128, stages=2)]"] [--ptxas]
+        [--configs "[dict(stages=4), dict(block_n=128, stages=2)]"] [--uneven 0.9] [--ptxas]
 
 Each config is AttentionSm90 keyword arguments on top of the gather defaults (``gather=True``,
 ``block_m = group``, ``group``; ``block_n`` from ``hopper_gather_config`` unless given).
@@ -10,7 +10,10 @@ the L2): SDPA-cuDNN and our dense attention at the full length, then each config
 sparsity (random [group, 1] column lists, as perf/column_sparse.py). Printed per config and
 sparsity: time, TFLOP/s of the attended keys, the ratio to our dense kernel and to the ideal
 (dense time x (1 - p)), and the max error against the op's float32 reference on three query
-groups. ``--ptxas`` (no GPU needed): registers, spill bytes and shared memory per config.
+groups. ``--uneven f``: each group's count drawn uniformly from (1 +- f) x the sparsity's
+count (the lists as long as the largest), as masks give; ``dict(tile_order=True)`` runs the
+grid longest list first (the op's ``longest_first_order``). ``--ptxas`` (no GPU needed):
+registers, spill bytes and shared memory per config.
 """
 
 from __future__ import annotations
@@ -39,8 +42,10 @@ def kernel_config(head_dim: int, group: int, extra: dict) -> dict:
 def build(head_dim: int, group: int, extra: dict):
     from cute_kernels.ops.column_sparse import make_build
 
+    extra = dict(extra)
+    ordered = extra.pop("tile_order", False)
     return make_build("hopper", torch.bfloat16, head_dim, group, False,
-                      config=kernel_config(head_dim, group, extra))
+                      config=kernel_config(head_dim, group, extra), ordered=ordered)
 
 
 def ptxas_report(head_dim: int, group: int, configs: list[dict]) -> None:
@@ -50,7 +55,7 @@ def ptxas_report(head_dim: int, group: int, configs: list[dict]) -> None:
     ptxas = shutil.which("ptxas")
     for extra in configs:
         cfg = kernel_config(head_dim, group, extra)
-        smem = AttentionSm90(head_dim, False, **cfg).smem_bytes()
+        smem = AttentionSm90(head_dim, False, **cfg).smem_bytes()  # tile_order: no smem
         ptx = compile_ptx(build(head_dim, group, extra), "sm_90a")
         info = "no ptxas"
         if ptxas:
@@ -72,6 +77,7 @@ def main() -> None:
     ap.add_argument("--sparsity", default="0,0.93")
     ap.add_argument("--configs", default=CONFIGS)
     ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--uneven", type=float, default=0.0)
     ap.add_argument("--ptxas", action="store_true", help="registers/spills only (no GPU)")
     args = ap.parse_args()
     b, h, s, d = (int(v) for v in args.shape.split(","))
@@ -90,6 +96,7 @@ def main() -> None:
     import cute_kernels as ck
     from cute_kernels.bench import bench_interleaved, format_table, input_sets_needed
     from cute_kernels.ops.attention import attention_params
+    from cute_kernels.ops.column_sparse import longest_first_order
     from cute_kernels.runtime.compile import compile_build
 
     column_sparse.B, column_sparse.H, column_sparse.D = b, h, d
@@ -111,16 +118,24 @@ def main() -> None:
     kernels = [compile_build(build(d, args.group, extra), "sm_90a") for extra in configs]
     for p in (float(v) for v in args.sparsity.split(",")):
         count = counts_for(p, s)["exact"]
-        idx, cnt = random_lists(g, s, count, gen)
+        longest = min(s, math.ceil(count * (1 + args.uneven)))
+        idx, cnt = random_lists(g, s, longest, gen)
+        if args.uneven:
+            low = max(1, math.floor(count * (1 - args.uneven)))
+            cnt = torch.randint(low, longest + 1, cnt.shape, device="cuda", generator=gen,
+                                dtype=torch.int32)
+            count = float(cnt.float().mean())
         for i, kern in enumerate(kernels):
             name = f"c{i} p={p}"
             meta[name] = (i, p, count)
+            order = (longest_first_order(cnt, args.group, args.group)
+                     if configs[i].get("tile_order") else None)
 
-            def run(x, kern=kern, idx=idx, cnt=cnt):
+            def run(x, kern=kern, idx=idx, cnt=cnt, order=order):
                 o = torch.empty_like(x[0])
                 kern(*params.call_args(mQ=x[0], mK=x[1], mV=x[2], mO=o, mLSE=lse,
                                        mPrevLSE=None, mColsum=None, mIndices=idx, mCounts=cnt,
-                                       scale=scale, out_scale=None))
+                                       scale=scale, out_scale=None, mTileOrder=order))
                 return o
 
             fns[name] = run

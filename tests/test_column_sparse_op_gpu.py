@@ -7,6 +7,7 @@ listed keys' multiplicity folded into the logits as log(count)), measured agains
 float32 reference, times two."""
 
 import math
+import os
 
 import pytest
 import torch
@@ -84,6 +85,29 @@ def test_matches_reference(path, d, group, s_q, s_kv, h, h_kv):
         o, lse = column_sparse_attention(q, k, v, indices, counts, group=group, out=poisoned,
                                          return_lse=True)
     assert o is poisoned
+    check(o, lse, q, k, v, indices, counts, group)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("group", [64, 192])
+def test_uneven_counts_run_longest_first(path, group):
+    """More tiles than one wave of CTAs: the op runs the grid longest list first
+    (``tile_order``; on Ampere three 64-row tiles share a 192-row group's list). Counts
+    uniform in [0, S_kv], strided q, GQA, B = 2, poisoned output: every tile still lands
+    where it belongs."""
+    from cute_kernels.ops.column_sparse import _gather_tiling
+
+    b, h, s_q, s_kv = 2, 8, 10 * group + 5, 2000
+    gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
+    q, k, v, indices, counts = make_inputs(
+        b, h, 4, s_q, s_kv, 128, group,
+        lambda n: torch.randint(0, s_kv + 1, (n,), generator=gen).tolist())
+    poisoned = torch.full_like(q, float("nan"))
+    with force_path(path):
+        block_m, wave = _gather_tiling(q.device, group)
+        assert b * h * -(-s_q // block_m) > wave  # the ordered grid
+        o, lse = column_sparse_attention(q, k, v, indices, counts, group=group, out=poisoned,
+                                         return_lse=True)
     check(o, lse, q, k, v, indices, counts, group)
 
 

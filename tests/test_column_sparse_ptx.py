@@ -187,3 +187,44 @@ def test_column_lists_rejects_bad_input():
         column_lists(packed, counts.long(), 32, 8)
     with pytest.raises(ValueError, match="CUDA"):
         column_lists(packed, counts, 32, 8)
+
+
+def test_longest_first_order():
+    """The gather grid's tile order: a permutation of the (M, H, B) tiles, longest list
+    first, equal lists in grid order; with 64-row tiles of a 192-row group three tiles share
+    each count."""
+    import torch
+
+    from cute_kernels.ops.column_sparse import longest_first_order
+
+    counts = torch.tensor([[[5, 9, 1], [9, 0, 7]]], dtype=torch.int32)  # (B 1, H 2, G 3)
+    order = longest_first_order(counts, 192, 192)
+    assert order.dtype == torch.int32
+    assert order.tolist() == [1, 3, 5, 0, 2, 4]  # tile (h * 3 + g): 9, 9, 7, 5, 1, 0
+    thirds = longest_first_order(counts, 64, 192)  # M = 9 tiles per head
+    assert sorted(thirds.tolist()) == list(range(18))
+    assert thirds[:6].tolist() == [3, 4, 5, 9, 10, 11]  # group 1 of head 0, group 0 of head 1
+    halves = longest_first_order(torch.tensor([[[4, 6]]], dtype=torch.int32), 64, 128)
+    assert halves.tolist() == [2, 3, 0, 1]  # two 64-row tiles per 128-row group
+
+
+@pytest.mark.parametrize("path, target", [("hopper", "sm_90a"), ("ampere", "sm_80")])
+def test_ordered_gather_grid_ptx(path, target):
+    """``tile_order``: the CTA reads its tile from the order (one more global load and the
+    grid's size) and is otherwise the same kernel; only gather kernels take it."""
+    import torch
+
+    from cute_kernels.kernels.attention.sm80 import AttentionSm80
+    from cute_kernels.kernels.attention.sm90 import AttentionSm90
+    from cute_kernels.ops.column_sparse import make_build
+    from cute_kernels.runtime.compile import compile_ptx
+
+    plain = compile_ptx(make_build(path, torch.bfloat16, 128, 192, False), target)
+    ordered = compile_ptx(make_build(path, torch.bfloat16, 128, 192, False, ordered=True),
+                          target)
+    assert ordered.count("ld.global") == plain.count("ld.global") + 1
+    assert "%nctaid.x" in ordered and "%nctaid.x" not in plain
+    with pytest.raises(ValueError, match="tile_order"):
+        AttentionSm90(128, False, tile_order=True)
+    with pytest.raises(ValueError, match="tile_order"):
+        AttentionSm80(128, tile_order=True)

@@ -37,6 +37,7 @@ import numbers
 
 import torch
 
+from ..runtime.arch import device_target, forced_path, sm_count
 from ..runtime.bridge import kernel_for
 from ..runtime.validate import (
     check_int,
@@ -183,18 +184,27 @@ def column_sparse_attention_reference(q, k, v, indices, counts, *, group: int = 
 # written on another branch; ``make_build`` is the one place that waits for them.
 
 
+def gather_block_m(path: str, group: int) -> int:
+    """The query rows of a column-sparse CTA: the group on Hopper (128 or 192), else the
+    Ampere kernel's 64-row tile (128 for group 128)."""
+    if path == "hopper" and group in (128, 192):
+        return group
+    return 64 if group % 128 else 128
+
+
 def make_build(path: str, dtype, head_dim: int, group: int, accumulate: bool,
-               config: dict | None = None, entry_keys: int = 1):
+               config: dict | None = None, entry_keys: int = 1, ordered: bool = False):
     """The column-sparse attention kernel of ``path`` (``AttentionSm90`` / ``AttentionSm80``
     in their gather configuration) against symbolic tensors: q/k/v/o (B, H, S, D) as
     :func:`.attention.make_build`, compact int32 indices (B, H, G, L) and counts (B, H, G), a
     compact fp32 lse (B, H, S_q); ``accumulate`` compiles the ``o += out_scale * attention``
     epilogue. ``config``: Hopper overrides (tests, tuning). ``entry_keys`` > 1: the lists
     name blocks of that many consecutive keys, expanded in the kernels (block-sparse
-    attention's packed small blocks)."""
+    attention's packed small blocks). ``ordered``: the CTAs take their tiles from an int32
+    tile order (``tile_order``; the op passes the longest lists first)."""
     import cutlass
 
-    from ..runtime.bridge import fake_bhsd, fake_compact
+    from ..runtime.bridge import fake_bhsd, fake_compact, fake_vector
     from ..runtime.compile import Build
     from ..runtime.launch import launch_args
     from ..tuning.attention import hopper_gather_config
@@ -207,19 +217,48 @@ def make_build(path: str, dtype, head_dim: int, group: int, accumulate: bool,
 
         cfg = hopper_gather_config(head_dim, group) if config is None else config
         entry = {"gather_entry_keys": entry_keys} if entry_keys != 1 else {}
-        kernel = AttentionSm90(head_dim, False, **cfg, **entry, accumulate=accumulate)
+        kernel = AttentionSm90(head_dim, False, **cfg, **entry, accumulate=accumulate,
+                               tile_order=ordered)
     else:
         # group 64 has no Hopper tile (one consumer warpgroup per 64 rows of a group, two or
         # three per CTA): it runs the Ampere kernel there too, compiled for sm_90a
         from ..kernels.attention.sm80 import AttentionSm80
 
-        kernel = AttentionSm80(head_dim, False, group=group, gather=True, accumulate=accumulate,
-                               gather_entry_keys=entry_keys)
+        kernel = AttentionSm80(head_dim, False, block_m=gather_block_m(path, group), group=group,
+                               gather=True, accumulate=accumulate,
+                               gather_entry_keys=entry_keys, tile_order=ordered)
     return Build(kernel, launch_args(
         kernel, mQ=bhsd(), mK=bhsd(), mV=bhsd(), mO=bhsd(), mLSE=fake_compact(torch.float32, 3),
         mPrevLSE=None, mColsum=None, mIndices=fake_compact(torch.int32, 4),
         mCounts=fake_compact(torch.int32, 3), scale=cutlass.Float32(1.0),
-        out_scale=cutlass.Float32(1.0) if accumulate else None))
+        out_scale=cutlass.Float32(1.0) if accumulate else None,
+        **({"mFullIndices": None, "mFullCounts": None, "mDocIds": None,
+            "mTileOrder": fake_vector(torch.int32, align=4)} if ordered else {})))
+
+
+def longest_first_order(counts: torch.Tensor, block_m: int, group: int) -> torch.Tensor | None:
+    """The gather grid's tile order (``tile_order``): tile ``(b * H + h) * M + m`` of the
+    (M, H, B) grid reads group ``m * block_m // group``'s list, and the tiles go longest
+    list first (a stable sort: equal lists keep grid order, so equal counts change nothing).
+    On the device, no sync: a CUDA graph or torch.compile captures it with the kernel."""
+    b, h, g = counts.shape
+    m_tiles = -(-g * group // block_m)
+    group_of = torch.arange(m_tiles, device=counts.device) * block_m // group
+    work = counts.index_select(2, group_of.clamp_(max=g - 1)).reshape(-1)
+    return torch.argsort(work, descending=True, stable=True).to(torch.int32)
+
+
+_TILING: dict = {}
+
+
+def _gather_tiling(device: torch.device, group: int) -> tuple[int, int]:
+    """(query rows per CTA, the SM count) of the gather kernel on ``device`` for ``group``,
+    cached per device, forced path and group (resolving the path costs more than a launch)."""
+    key = (device.index, forced_path(), group)
+    if key not in _TILING:
+        path, _ = device_target(device)
+        _TILING[key] = gather_block_m(path, group), sm_count(device)
+    return _TILING[key]
 
 
 def _column_sparse_attention(q, k, v, indices, counts, base, group: int, scale: float,
@@ -238,9 +277,14 @@ def _column_sparse_attention(q, k, v, indices, counts, base, group: int, scale: 
     if out is not None:
         check_no_overlap("out", out, q, k, v, indices, counts)
     b, h, s_q, d = q.shape
-    key = ("column_sparse_attention", q.dtype, d, group, base is not None, entry_keys)
+    block_m, wave = _gather_tiling(q.device, group)
+    # more tiles than one wave of CTAs: uneven lists would leave the last wave ragged, so the
+    # longest go first (below one wave every tile starts at once anyway)
+    ordered = b * h * -(-s_q // block_m) > wave
+    key = ("column_sparse_attention", q.dtype, d, group, base is not None, entry_keys,
+           ordered)
     kernel = kernel_for(q.device, key, lambda path, target: make_build(
-        path, q.dtype, d, group, base is not None, entry_keys=entry_keys))
+        path, q.dtype, d, group, base is not None, entry_keys=entry_keys, ordered=ordered))
     if out is None:
         o = torch.empty_like(q) if base is None else base.clone()
     else:
@@ -251,7 +295,9 @@ def _column_sparse_attention(q, k, v, indices, counts, base, group: int, scale: 
     kernel(*_column_sparse_params().call_args(
         mQ=q, mK=k, mV=v, mO=o, mLSE=lse, mPrevLSE=None, mColsum=None,
         mIndices=indices.contiguous(), mCounts=counts.contiguous(), scale=scale,
-        out_scale=out_scale if base is not None else None))
+        out_scale=out_scale if base is not None else None,
+        **({"mTileOrder": longest_first_order(counts, block_m, group)}
+           if ordered else {})))
     if base is None and out_scale != 1.0:
         # the writing kernel has no factor (the accumulating one applies it in registers)
         o.mul_(out_scale)

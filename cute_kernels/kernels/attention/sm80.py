@@ -20,6 +20,7 @@ from cutlass.cute.nvgpu import warp
 
 from ..common.constants import BYTES_PER_VEC, LOG2E
 from ..common.sm80 import g2s_copy, in_bounds_predicate, smem_gemm, smem_operand_atom
+from ..common.tile_scheduler import ordered_tile
 from .block_info import (
     BlockListKeyBlocks,
     PackedKeyRows,
@@ -106,8 +107,13 @@ class AttentionSm80:
                  block_n: int = 64, warps: int | None = None, colsum: bool = False,
                  group: int = 192, gather: bool = False, accumulate: bool = False,
                  block_sparse: bool = False, mask=None, split_kv: bool = False,
-                 gather_entry_keys: int = 1):
+                 gather_entry_keys: int = 1, tile_order: bool = False):
         self.head_dim, self.causal = head_dim, causal
+        # tile_order (gather): CTAs run the tiles in the order ``mTileOrder`` gives (the
+        # op's longest key lists first), as AttentionSm90's
+        if tile_order and not gather:
+            raise ValueError("tile_order applies to the gather (column-sparse) variant")
+        self.tile_order = tile_order
         # gather_entry_keys E > 1: the gather list names blocks of E consecutive key rows
         # (packed small blocks), position p being row E * list[p // E] + p % E
         if gather_entry_keys < 1 or gather_entry_keys & (gather_entry_keys - 1):
@@ -183,8 +189,9 @@ class AttentionSm80:
         attends to, for column-sparse attention (None otherwise). ``out_scale``: the
         accumulating variant's factor (None otherwise). ``mFullIndices``, ``mFullCounts``,
         ``mDocIds``: block-sparse attention's (``block_sparse``; partial blocks in
-        ``mIndices`` / ``mCounts`` then). ``mTileOrder`` / ``num_ctas``: the Hopper kernel's
-        persistent schedule (one argument list for both paths); None here."""
+        ``mIndices`` / ``mCounts`` then). ``mTileOrder``: with ``tile_order``, the tile each
+        CTA runs (``ordered_tile``); ``num_ctas``: the Hopper kernel's persistent schedule
+        (one argument list for both paths), None here."""
         dtype = mQ.element_type
         tiled_mma = cute.make_tiled_mma(
             warp.MmaF16BF16Op(dtype, Float32, (16, 8, 16)), (self.warps, 1, 1),
@@ -195,16 +202,18 @@ class AttentionSm80:
         self.kernel(mQ, mK, mV, mO, mLSE, mPrevLSE, mColsum, mIndices, mCounts,
                     scale * Float32(LOG2E), tiled_mma, copy_qkv, out_scale, mFullIndices,
                     mFullCounts, mDocIds,
-                    mQ.shape[0] if cutlass.const_expr(self.split_kv) else None).launch(
-                        grid=grid, block=(self.threads, 1, 1), stream=stream)
+                    mQ.shape[0] if cutlass.const_expr(self.split_kv) else None,
+                    mTileOrder).launch(grid=grid, block=(self.threads, 1, 1), stream=stream)
 
     @cute.kernel
     def kernel(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
                mLSE: cute.Tensor, mPrevLSE, mColsum, mIndices, mCounts, scale_log2: Float32,
                tiled_mma: cute.TiledMma, copy_qkv: cute.TiledCopy, out_scale, mFullIndices,
-               mFullCounts, mDocIds, q_batch):
+               mFullCounts, mDocIds, q_batch, mTileOrder):
         tidx, _, _ = cute.arch.thread_idx()
         m_block, head, batch = cute.arch.block_idx()
+        if cutlass.const_expr(self.tile_order):
+            m_block, head, batch = ordered_tile(mTileOrder, m_block, head, batch)
         out_batch = batch
         split, n_splits = Int32(0), Int32(1)
         if cutlass.const_expr(self.split_kv):

@@ -23,6 +23,7 @@ from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
 from ..common.constants import LOG2E, SM90_SMEM_BYTES
+from ..common.tile_scheduler import ordered_tile
 from .block_info import (
     BlockListKeyBlocks,
     SplitKeyBlocks,
@@ -171,7 +172,8 @@ class AttentionSm90:
                  gather_prefetch: bool = True, gather_hoist: bool = True,
                  gather_entry_keys: int = 1,
                  block_sparse: bool = False, mask=None, split_kv: bool = False,
-                 persistent: bool = False, longest_first: bool = False):
+                 persistent: bool = False, longest_first: bool = False,
+                 tile_order: bool = False):
         self.head_dim, self.causal, self.stages, self.colsum = head_dim, causal, stages, colsum
         # overlap: the softmax of S(n) runs while O += P(n + 1) V(n + 1) is on the tensor cores
         # (intra-warpgroup pipelining)
@@ -288,6 +290,11 @@ class AttentionSm90:
                               or block_sparse):
             raise ValueError("longest_first applies to the causal one-CTA-per-tile kernel")
         self.longest_first = longest_first
+        # tile_order (gather): the grid's CTAs run the tiles in the order ``mTileOrder`` gives
+        # (the op's: longest key lists first), so uneven lists still fill the last wave
+        if tile_order and not gather:
+            raise ValueError("tile_order applies to the gather (column-sparse) variant")
+        self.tile_order = tile_order
         self.kv_loader = (GatherKVLoader(self.block_n, head_dim, NamedBarrier.GATHER_INDICES,
                                          hoist_swizzle=gather_hoist,
                                          entry_keys=gather_entry_keys)
@@ -416,6 +423,8 @@ class AttentionSm90:
         m_block, head, batch = cute.arch.block_idx()
         if cutlass.const_expr(self.longest_first):
             m_block, head, batch = longest_first_tile(m_block, head, batch)
+        if cutlass.const_expr(self.tile_order):
+            m_block, head, batch = ordered_tile(mTileOrder, m_block, head, batch)
         out_batch = batch
         split, n_splits = Int32(0), Int32(1)
         if cutlass.const_expr(self.split_kv):
