@@ -128,7 +128,7 @@ def main() -> None:
         for i, kern in enumerate(kernels):
             name = f"c{i} p={p}"
             meta[name] = (i, p, count)
-            order = (longest_first_order(cnt, args.group, args.group)
+            order = (longest_first_order(cnt, s, args.group, args.group)
                      if configs[i].get("tile_order") else None)
 
             def run(x, kern=kern, idx=idx, cnt=cnt, order=order):

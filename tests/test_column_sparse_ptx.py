@@ -198,14 +198,17 @@ def test_longest_first_order():
     from cute_kernels.ops.column_sparse import longest_first_order
 
     counts = torch.tensor([[[5, 9, 1], [9, 0, 7]]], dtype=torch.int32)  # (B 1, H 2, G 3)
-    order = longest_first_order(counts, 192, 192)
+    order = longest_first_order(counts, 3 * 192, 192, 192)
     assert order.dtype == torch.int32
     assert order.tolist() == [1, 3, 5, 0, 2, 4]  # tile (h * 3 + g): 9, 9, 7, 5, 1, 0
-    thirds = longest_first_order(counts, 64, 192)  # M = 9 tiles per head
+    thirds = longest_first_order(counts, 3 * 192, 64, 192)  # M = 9 tiles per head
     assert sorted(thirds.tolist()) == list(range(18))
     assert thirds[:6].tolist() == [3, 4, 5, 9, 10, 11]  # group 1 of head 0, group 0 of head 1
-    halves = longest_first_order(torch.tensor([[[4, 6]]], dtype=torch.int32), 64, 128)
+    halves = longest_first_order(torch.tensor([[[4, 6]]], dtype=torch.int32), 200, 64, 128)
     assert halves.tolist() == [2, 3, 0, 1]  # two 64-row tiles per 128-row group
+    # S_q = 2 x 192 + 5: 7 tiles of 64 rows (the grid's M), not 9 = the groups' rows / 64
+    short = longest_first_order(torch.tensor([[[1, 2, 3]]], dtype=torch.int32), 389, 64, 192)
+    assert short.tolist() == [6, 3, 4, 5, 0, 1, 2]
 
 
 @pytest.mark.parametrize("path, target", [("hopper", "sm_90a"), ("ampere", "sm_80")])

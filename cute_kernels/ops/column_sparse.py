@@ -236,13 +236,14 @@ def make_build(path: str, dtype, head_dim: int, group: int, accumulate: bool,
             "mTileOrder": fake_vector(torch.int32, align=4)} if ordered else {})))
 
 
-def longest_first_order(counts: torch.Tensor, block_m: int, group: int) -> torch.Tensor | None:
+def longest_first_order(counts: torch.Tensor, s_q: int, block_m: int, group: int
+                        ) -> torch.Tensor:
     """The gather grid's tile order (``tile_order``): tile ``(b * H + h) * M + m`` of the
-    (M, H, B) grid reads group ``m * block_m // group``'s list, and the tiles go longest
-    list first (a stable sort: equal lists keep grid order, so equal counts change nothing).
-    On the device, no sync: a CUDA graph or torch.compile captures it with the kernel."""
+    (M = ceil(S_q / block_m), H, B) grid reads group ``m * block_m // group``'s list, and the
+    tiles go longest list first (a stable sort: equal lists keep grid order). On the device,
+    no sync: a CUDA graph or torch.compile captures it with the kernel."""
     b, h, g = counts.shape
-    m_tiles = -(-g * group // block_m)
+    m_tiles = -(-s_q // block_m)
     group_of = torch.arange(m_tiles, device=counts.device) * block_m // group
     work = counts.index_select(2, group_of.clamp_(max=g - 1)).reshape(-1)
     return torch.argsort(work, descending=True, stable=True).to(torch.int32)
@@ -296,7 +297,7 @@ def _column_sparse_attention(q, k, v, indices, counts, base, group: int, scale: 
         mQ=q, mK=k, mV=v, mO=o, mLSE=lse, mPrevLSE=None, mColsum=None,
         mIndices=indices.contiguous(), mCounts=counts.contiguous(), scale=scale,
         out_scale=out_scale if base is not None else None,
-        **({"mTileOrder": longest_first_order(counts, block_m, group)}
+        **({"mTileOrder": longest_first_order(counts, s_q, block_m, group)}
            if ordered else {})))
     if base is None and out_scale != 1.0:
         # the writing kernel has no factor (the accumulating one applies it in registers)
