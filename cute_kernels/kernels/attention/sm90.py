@@ -155,6 +155,10 @@ class AttentionSm90:
     O out of it, hiding the per-tile launch, Q load and pipeline fill of short rows. On an H100
     (perf/RESULTS.md): 5% faster at non-causal S = 1k; on causal and block-sparse tiles the
     static round-robin balances worse than one CTA per tile (4-19% slower).
+
+    Gather tile order (``tile_order``, column-sparse): CTA r of the one-CTA-per-tile grid runs
+    tile ``mTileOrder[r]`` (``ordered_tile``), the op's longest-list-first order.
+
     Tile order (``longest_first``, the causal D = 128 default: tuning/attention.py): the
     one-CTA-per-tile grid is walked in chunks of about a wave of tiles
     (``longest_first_coords``), each chunk's heads' last query tiles (the most key blocks)
