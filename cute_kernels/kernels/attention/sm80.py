@@ -19,8 +19,8 @@ from cutlass import Float32, Int32
 from cutlass.cute.nvgpu import warp
 
 from ..common.constants import BYTES_PER_VEC, LOG2E
+from ..common.grid_order import ordered_tile
 from ..common.sm80 import g2s_copy, in_bounds_predicate, smem_gemm, smem_operand_atom
-from ..common.tile_scheduler import ordered_tile
 from .block_info import (
     BlockListKeyBlocks,
     PackedKeyRows,

@@ -23,7 +23,7 @@ from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
 from ..common.constants import LOG2E, SM90_SMEM_BYTES
-from ..common.tile_scheduler import ordered_tile
+from ..common.grid_order import ordered_tile
 from .block_info import (
     BlockListKeyBlocks,
     SplitKeyBlocks,

@@ -10,13 +10,11 @@ tiles touches about ``group_m`` row-panels of A and ``num_sms / group_m`` column
 The arithmetic is written once and runs both on Python ints (host tests, grid sizing) and on
 DSL integers inside kernels (pass ``minimum=cutlass.min`` there).
 
-``ordered_tile`` is the one-CTA-per-tile counterpart: a grid whose CTAs take their tiles from
-a device-side order (the column-sparse kernels' longest-first walk over uneven key lists).
+(``grid_order.ordered_tile`` is the one-CTA-per-tile counterpart: a grid whose CTAs take their tiles
+from a device-side order. This module stays DSL-free: tuning/ imports it.)
 """
 
 from __future__ import annotations
-
-import cutlass.cute as cute
 
 
 def grouped_tile_coord(tile, tiles_m, tiles_n, group_m: int, minimum=min):
@@ -44,15 +42,3 @@ def cluster_tiles(m: int, n: int, batch: int, tile, cluster_m: int) -> int:
     """Work units of a clustered launch: M tiles rounded up to whole clusters, times N tiles."""
     tiles_m = -(-m // tile[0])
     return -(-tiles_m // cluster_m) * -(-n // tile[1]) * batch
-
-
-def ordered_tile(mTileOrder, x, y, z):
-    """(x, y, z) of an (X, Y, Z) grid's CTA, remapped through ``mTileOrder`` (int32, one
-    entry per CTA, each ``(z * Y + y) * X + x`` of the tile it runs): CTA of launch rank r
-    (x fastest, the order the hardware hands CTAs out in) runs tile ``mTileOrder[r]``. With
-    the tiles sorted by decreasing work this is a longest-first (LPT) schedule, the block
-    scheduler handing out the next tile as an SM frees up."""
-    n_x, n_y, _ = cute.arch.grid_dim()
-    tile = mTileOrder[x + n_x * (y + n_y * z)]
-    rest = tile // n_x
-    return tile % n_x, rest % n_y, rest // n_y
