@@ -12,7 +12,7 @@ sparsity: time, TFLOP/s of the attended keys, the ratio to our dense kernel and 
 (dense time x (1 - p)), and the max error against the op's float32 reference on three query
 groups. ``--uneven f``: each group's count drawn uniformly from (1 +- f) x the sparsity's
 count (the lists as long as the largest), as masks give; ``dict(tile_order=True)`` runs the
-grid longest list first (the op's ``longest_first_order``). ``--ptxas`` (no GPU needed):
+grid longest list first (the op's ``gather_tile_order``). ``--ptxas`` (no GPU needed):
 registers, spill bytes and shared memory per config.
 """
 
@@ -96,7 +96,7 @@ def main() -> None:
     import cute_kernels as ck
     from cute_kernels.bench import bench_interleaved, format_table, input_sets_needed
     from cute_kernels.ops.attention import attention_params
-    from cute_kernels.ops.column_sparse import longest_first_order
+    from cute_kernels.ops.column_sparse import gather_tile_order
     from cute_kernels.runtime.compile import compile_build
 
     column_sparse.B, column_sparse.H, column_sparse.D = b, h, d
@@ -128,7 +128,7 @@ def main() -> None:
         for i, kern in enumerate(kernels):
             name = f"c{i} p={p}"
             meta[name] = (i, p, count)
-            order = (longest_first_order(cnt, s, args.group, args.group)
+            order = (gather_tile_order(cnt, s, args.group, args.group)
                      if configs[i].get("tile_order") else None)
 
             def run(x, kern=kern, idx=idx, cnt=cnt, order=order):

@@ -189,26 +189,53 @@ def test_column_lists_rejects_bad_input():
         column_lists(packed, counts, 32, 8)
 
 
-def test_longest_first_order():
+def test_gather_tile_order():
     """The gather grid's tile order: a permutation of the (M, H, B) tiles, longest list
     first, equal lists in grid order; with 64-row tiles of a 192-row group three tiles share
     each count."""
     import torch
 
-    from cute_kernels.ops.column_sparse import longest_first_order
+    from cute_kernels.ops.column_sparse import gather_tile_order
 
     counts = torch.tensor([[[5, 9, 1], [9, 0, 7]]], dtype=torch.int32)  # (B 1, H 2, G 3)
-    order = longest_first_order(counts, 3 * 192, 192, 192)
+    order = gather_tile_order(counts, 3 * 192, 192, 192)
     assert order.dtype == torch.int32
     assert order.tolist() == [1, 3, 5, 0, 2, 4]  # tile (h * 3 + g): 9, 9, 7, 5, 1, 0
-    thirds = longest_first_order(counts, 3 * 192, 64, 192)  # M = 9 tiles per head
+    thirds = gather_tile_order(counts, 3 * 192, 64, 192)  # M = 9 tiles per head
     assert sorted(thirds.tolist()) == list(range(18))
     assert thirds[:6].tolist() == [3, 4, 5, 9, 10, 11]  # group 1 of head 0, group 0 of head 1
-    halves = longest_first_order(torch.tensor([[[4, 6]]], dtype=torch.int32), 200, 64, 128)
+    halves = gather_tile_order(torch.tensor([[[4, 6]]], dtype=torch.int32), 200, 64, 128)
     assert halves.tolist() == [2, 3, 0, 1]  # two 64-row tiles per 128-row group
     # S_q = 2 x 192 + 5: 7 tiles of 64 rows (the grid's M), not 9 = the groups' rows / 64
-    short = longest_first_order(torch.tensor([[[1, 2, 3]]], dtype=torch.int32), 389, 64, 192)
+    short = gather_tile_order(torch.tensor([[[1, 2, 3]]], dtype=torch.int32), 389, 64, 192)
     assert short.tolist() == [6, 3, 4, 5, 0, 1, 2]
+
+
+@pytest.mark.parametrize("b, h, m", [(1, 3, 300), (2, 5, 64), (3, 7, 5), (1, 1, 1)])
+def test_longest_first_order_keeps_heads_together(b, h, m):
+    """ops/tile_order.py: a permutation; chunks of whole heads (about 128 tiles, at least one
+    head) in grid order; inside a chunk the work never grows along the order, ties in grid
+    order; equal work is the identity."""
+    import torch
+
+    from cute_kernels.kernels.attention.tiles import LONGEST_FIRST_CHUNK_TILES
+    from cute_kernels.ops.tile_order import longest_first_order
+
+    work = torch.randint(0, 50, (b, h, m), generator=torch.Generator().manual_seed(b * h * m))
+    order = longest_first_order(work)
+    assert order.dtype == torch.int32 and sorted(order.tolist()) == list(range(b * h * m))
+    order = order.long()
+    chunk = max(1, LONGEST_FIRST_CHUNK_TILES // m) * m
+    flat = work.reshape(-1)
+    for start in range(0, b * h * m, chunk):
+        part = order[start:start + chunk]
+        assert int(part.min()) >= start and int(part.max()) < start + chunk
+        w = flat[part]
+        assert bool((w[1:] <= w[:-1]).all())
+        ties = w[1:] == w[:-1]
+        assert bool((part[1:][ties] > part[:-1][ties]).all())
+    assert longest_first_order(torch.ones(b, h, m, dtype=torch.int32)).tolist() == list(
+        range(b * h * m))
 
 
 @pytest.mark.parametrize("path, target", [("hopper", "sm_90a"), ("ampere", "sm_80")])
@@ -231,3 +258,26 @@ def test_ordered_gather_grid_ptx(path, target):
         AttentionSm90(128, False, tile_order=True)
     with pytest.raises(ValueError, match="tile_order"):
         AttentionSm80(128, tile_order=True)
+    with pytest.raises(ValueError, match="tile_order"):
+        AttentionSm90(128, False, block_sparse=True, persistent=True, tile_order=True)
+
+
+@pytest.mark.parametrize("path, target", [("hopper", "sm_90a"), ("ampere", "sm_80")])
+def test_ordered_block_sparse_grid_ptx(path, target):
+    """Block lists in a device tile order: one more global load and the grid's size; the
+    Hopper builds spill nothing either way (ptxas, where installed)."""
+    import torch
+    from test_ptx import _assert_no_spills  # tests/ is on pytest's path
+
+    from cute_kernels import masks
+    from cute_kernels.ops.block_sparse import make_build
+    from cute_kernels.runtime.compile import compile_ptx
+
+    for mask in (None, masks.sliding_window(4096)):
+        plain = compile_ptx(make_build(path, torch.bfloat16, 128, mask), target)
+        ordered = compile_ptx(make_build(path, torch.bfloat16, 128, mask, ordered=True),
+                              target)
+        assert ordered.count("ld.global") == plain.count("ld.global") + 1
+        assert "%nctaid.x" in ordered and "%nctaid.x" not in plain
+        if path == "hopper":
+            _assert_no_spills(ordered, target)

@@ -50,6 +50,7 @@ from .attention import _check_device_args, validate_attention
 from .bitpack import pack_mask, packed_width, unpack_mask_reference
 from .column_lists import counts_unchecked, lists_unchecked
 from .dispatch import KernelOp, is_meta
+from .tile_order import longest_first_order
 from .topk import SCORE_DTYPES, topk_rows
 
 GROUPS = (64, 128, 192)
@@ -236,17 +237,14 @@ def make_build(path: str, dtype, head_dim: int, group: int, accumulate: bool,
             "mTileOrder": fake_vector(torch.int32, align=4)} if ordered else {})))
 
 
-def longest_first_order(counts: torch.Tensor, s_q: int, block_m: int, group: int
-                        ) -> torch.Tensor:
+def gather_tile_order(counts: torch.Tensor, s_q: int, block_m: int, group: int
+                      ) -> torch.Tensor:
     """The gather grid's tile order (``tile_order``): tile ``(b * H + h) * M + m`` of the
-    (M = ceil(S_q / block_m), H, B) grid reads group ``m * block_m // group``'s list, and the
-    tiles go longest list first (a stable sort: equal lists keep grid order). On the device,
-    no sync: a CUDA graph or torch.compile captures it with the kernel."""
-    b, h, g = counts.shape
-    m_tiles = -(-s_q // block_m)
-    group_of = torch.arange(m_tiles, device=counts.device) * block_m // group
-    work = counts.index_select(2, group_of.clamp_(max=g - 1)).reshape(-1)
-    return torch.argsort(work, descending=True, stable=True).to(torch.int32)
+    (M = ceil(S_q / block_m), H, B) grid reads group ``m * block_m // group``'s list, whose
+    count is its work; longest first within chunks of heads (ops/tile_order.py)."""
+    g = counts.shape[2]
+    group_of = torch.arange(-(-s_q // block_m), device=counts.device) * block_m // group
+    return longest_first_order(counts.index_select(2, group_of.clamp_(max=g - 1)))
 
 
 _TILING: dict = {}
@@ -297,7 +295,7 @@ def _column_sparse_attention(q, k, v, indices, counts, base, group: int, scale: 
         mQ=q, mK=k, mV=v, mO=o, mLSE=lse, mPrevLSE=None, mColsum=None,
         mIndices=indices.contiguous(), mCounts=counts.contiguous(), scale=scale,
         out_scale=out_scale if base is not None else None,
-        **({"mTileOrder": longest_first_order(counts, s_q, block_m, group)}
+        **({"mTileOrder": gather_tile_order(counts, s_q, block_m, group)}
            if ordered else {})))
     if base is None and out_scale != 1.0:
         # the writing kernel has no factor (the accumulating one applies it in registers)

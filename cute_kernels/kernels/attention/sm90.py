@@ -40,13 +40,11 @@ from .online_softmax import (
     softmax_finish,
     store_lse,
 )
-from .tiles import HOPPER_DEFAULT_TILE, colsum_spans_ctas
+from .tiles import HOPPER_DEFAULT_TILE, LONGEST_FIRST_CHUNK_TILES, colsum_spans_ctas
 
 #: consumer warpgroups -> (producer, consumer) registers per thread (setmaxnreg)
 REGISTERS = {1: None, 2: (40, 232), 3: (32, 160)}  # None: no reallocation
 PRODUCER_WARPGROUP = 0
-#: tiles per chunk of the ``longest_first`` walk: about one wave of one-CTA-per-SM tiles
-LONGEST_FIRST_CHUNK_TILES = 128
 TMA_WARP = 0  # the producer warp that issues every load
 STORE_WARP = 4  # the first consumer warp, which issues the epilogue's TMA store
 
@@ -156,8 +154,9 @@ class AttentionSm90:
     (perf/RESULTS.md): 5% faster at non-causal S = 1k; on causal and block-sparse tiles the
     static round-robin balances worse than one CTA per tile (4-19% slower).
 
-    Gather tile order (``tile_order``, column-sparse): CTA r of the one-CTA-per-tile grid runs
-    tile ``mTileOrder[r]`` (``ordered_tile``), the op's longest-list-first order.
+    Device tile order (``tile_order``, column- and block-sparse): CTA r of the one-CTA-per-tile
+    grid runs tile ``mTileOrder[r]`` (``ordered_tile``), the op's order (ops/tile_order.py:
+    longest lists first within chunks of heads).
 
     Tile order (``longest_first``, the causal D = 128 default: tuning/attention.py): the
     one-CTA-per-tile grid is walked in chunks of about a wave of tiles
@@ -294,10 +293,12 @@ class AttentionSm90:
                               or block_sparse):
             raise ValueError("longest_first applies to the causal one-CTA-per-tile kernel")
         self.longest_first = longest_first
-        # tile_order (gather): the grid's CTAs run the tiles in the order ``mTileOrder`` gives
-        # (the op's: longest key lists first), so uneven lists still fill the last wave
-        if tile_order and not gather:
-            raise ValueError("tile_order applies to the gather (column-sparse) variant")
+        # tile_order (gather, block lists): the grid's CTAs run the tiles in the order
+        # ``mTileOrder`` gives (the op's: longest lists first within chunks of heads), so
+        # uneven lists still fill each wave
+        if tile_order and (persistent or not (gather or block_sparse)):
+            raise ValueError("tile_order applies to the one-CTA-per-tile gather "
+                             "(column-sparse) and block-sparse variants")
         self.tile_order = tile_order
         self.kv_loader = (GatherKVLoader(self.block_n, head_dim, NamedBarrier.GATHER_INDICES,
                                          hoist_swizzle=gather_hoist,

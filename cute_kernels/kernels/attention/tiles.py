@@ -1,11 +1,15 @@
 """Tile facts of the Hopper attention kernel that the op layer needs before any kernel is
 loaded, so they live apart from the DSL code (this module imports nothing): the default
-tile, and whether a column-sum query group spans two CTAs."""
+tile, the longest-first chunk, and whether a column-sum query group spans two CTAs."""
 
 from __future__ import annotations
 
 #: AttentionSm90's (block_m, block_n) when a configuration names none.
 HOPPER_DEFAULT_TILE = (128, 128)
+#: tiles per chunk of a longest-first walk (the causal kernel's in-kernel one and the ops'
+#: device-side tile orders): about one wave of one-CTA-per-SM tiles, so the heads a chunk
+#: reads keep their K/V in L2 while its longest tiles go first
+LONGEST_FIRST_CHUNK_TILES = 128
 
 
 def colsum_spans_ctas(group: int, block_m: int | None) -> bool:
