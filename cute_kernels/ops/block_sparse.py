@@ -27,12 +27,10 @@ from __future__ import annotations
 import torch
 
 from ..masks import Mask
-from ..runtime.arch import sm_count
 from ..runtime.bridge import kernel_for
 from ..runtime.validate import check_int, check_tensor, value_checks
 from .attention import ATTENTION_KERNELS, _check_device_args, validate_attention
 from .dispatch import KernelOp
-from .tile_order import longest_first_order
 
 #: the block of the block-list kernels (query and key)
 BLOCK = 128
@@ -404,16 +402,18 @@ def _check_mask_mod_agrees(block_mask, mask: Mask, doc_ids, b: int, h: int, s_q:
                          f"({getattr(mask_mod, '__name__', mask_mod)!r}) on sampled points")
 
 
-def make_build(path: str, dtype, head_dim: int, mask: Mask | None, q_block: int = BLOCK,
-               ordered: bool = False):
+def make_build(path: str, dtype, head_dim: int, mask: Mask | None, q_block: int = BLOCK):
     """The path's attention kernel driven by block lists (``block_sparse=True``) against
     symbolic tensors: q/k/v/o as :func:`.attention.make_build`, compact int32 counts
     (B, H, M) and indices (B, H, M, N) for the partial and the full blocks, doc ids (B, S).
     64-row query blocks take the FA2 kernel on either path (the Hopper tile has 128+ rows).
-    ``ordered``: the CTAs take their tiles from an int32 order (``tile_order``)."""
+    One CTA per tile in grid order: a device-side longest-first order (``tile_order``,
+    ops/tile_order.py) measured 3-13% slower at S = 32k and up to 1.8x slower at 8k on an
+    H100 (perf/RESULTS.md): each CTA's first act, reading its tile from the order, is a
+    global-load latency in front of its Q load, a large share of a short block-sparse row."""
     import cutlass
 
-    from ..runtime.bridge import fake_bhsd, fake_compact, fake_vector
+    from ..runtime.bridge import fake_bhsd, fake_compact
     from ..runtime.compile import Build
     from ..runtime.launch import launch_args
 
@@ -427,14 +427,13 @@ def make_build(path: str, dtype, head_dim: int, mask: Mask | None, q_block: int 
         # persistent schedule (kernel docstring) measured 4-19% slower here (H100, S = 32k,
         # perf/RESULTS.md; ptxas reports 20-136 bytes of spills in its builds).
         kernel = AttentionSm90(head_dim, False, block_sparse=True, mask=mask,
-                               overlap=head_dim == 128 and mask is None, tile_order=ordered)
+                               overlap=head_dim == 128 and mask is None)
     else:
         from ..kernels.attention.sm80 import AttentionSm80
 
         # the FA2 kernel's 64- or 128-row tile is the query block; each key block is two
         # 64-key tiles
-        kernel = AttentionSm80(head_dim, False, block_m=q_block, block_sparse=True, mask=mask,
-                               tile_order=ordered)
+        kernel = AttentionSm80(head_dim, False, block_m=q_block, block_sparse=True, mask=mask)
     doc = fake_compact(torch.int32, 2) if mask is not None and mask.needs_doc_ids else None
     return Build(kernel, launch_args(
         kernel, mQ=fake_bhsd(dtype, head_dim), mK=fake_bhsd(dtype, head_dim),
@@ -443,12 +442,7 @@ def make_build(path: str, dtype, head_dim: int, mask: Mask | None, q_block: int 
         mIndices=fake_compact(torch.int32, 4), mCounts=fake_compact(torch.int32, 3),
         scale=cutlass.Float32(1.0), out_scale=None,
         mFullIndices=fake_compact(torch.int32, 4), mFullCounts=fake_compact(torch.int32, 3),
-        mDocIds=doc, mTileOrder=fake_vector(torch.int32, align=4) if ordered else None))
-
-
-#: Run block lists longest first (ops/tile_order.py) once the tiles exceed one wave of CTAs
-#: (read per call: perf/block_sparse.py times both).
-ORDER_TILES = True
+        mDocIds=doc))
 
 
 
@@ -464,20 +458,12 @@ def _block_sparse_attention(q, k, v, partial_counts, partial_indices, full_count
     b, h, s_q, d = q.shape
     o = torch.empty_like(q)
     lse = torch.empty(b, h, s_q, dtype=torch.float32, device=q.device)
-    m_tiles = -(-s_q // q_block)
-    ordered = ORDER_TILES and b * h * m_tiles > sm_count(q.device)
-    kernel = kernel_for(q.device, ("block_sparse_attention", q.dtype, d, mask, q_block, ordered),
-                        lambda path, target: make_build(path, q.dtype, d, mask, q_block,
-                                                        ordered))
-    order = None
-    if ordered:  # a tile's work: its listed key blocks, partial and full (B/H broadcast)
-        work = (partial_counts + full_counts).expand(b, h, m_tiles)
-        order = longest_first_order(work)
+    kernel = kernel_for(q.device, ("block_sparse_attention", q.dtype, d, mask, q_block),
+                        lambda path, target: make_build(path, q.dtype, d, mask, q_block))
     kernel(*kernel_params(*ATTENTION_KERNELS).call_args(
         mQ=q, mK=k, mV=v, mO=o, mLSE=lse, mPrevLSE=None, mColsum=None,
         mIndices=partial_indices, mCounts=partial_counts, scale=scale, out_scale=None,
-        mFullIndices=full_indices, mFullCounts=full_counts, mDocIds=doc_ids,
-        mTileOrder=order))
+        mFullIndices=full_indices, mFullCounts=full_counts, mDocIds=doc_ids))
     return o, lse
 
 

@@ -109,11 +109,10 @@ class AttentionSm80:
                  block_sparse: bool = False, mask=None, split_kv: bool = False,
                  gather_entry_keys: int = 1, tile_order: bool = False):
         self.head_dim, self.causal = head_dim, causal
-        # tile_order (gather, block lists): CTAs run the tiles in the order ``mTileOrder``
-        # gives (the op's longest lists first), as AttentionSm90's
-        if tile_order and not (gather or block_sparse):
-            raise ValueError("tile_order applies to the gather (column-sparse) and "
-                             "block-sparse variants")
+        # tile_order (gather): CTAs run the tiles in the order ``mTileOrder`` gives (the
+        # op's longest key lists first), as AttentionSm90's
+        if tile_order and not gather:
+            raise ValueError("tile_order applies to the gather (column-sparse) variant")
         self.tile_order = tile_order
         # gather_entry_keys E > 1: the gather list names blocks of E consecutive key rows
         # (packed small blocks), position p being row E * list[p // E] + p % E

@@ -154,9 +154,9 @@ class AttentionSm90:
     (perf/RESULTS.md): 5% faster at non-causal S = 1k; on causal and block-sparse tiles the
     static round-robin balances worse than one CTA per tile (4-19% slower).
 
-    Device tile order (``tile_order``, column- and block-sparse): CTA r of the one-CTA-per-tile
-    grid runs tile ``mTileOrder[r]`` (``ordered_tile``), the op's order (ops/tile_order.py:
-    longest lists first within chunks of heads).
+    Device tile order (``tile_order``, column-sparse): CTA r of the one-CTA-per-tile grid runs
+    tile ``mTileOrder[r]`` (``ordered_tile``), the op's order (ops/tile_order.py: longest
+    lists first within chunks of heads).
 
     Tile order (``longest_first``, the causal D = 128 default: tuning/attention.py): the
     one-CTA-per-tile grid is walked in chunks of about a wave of tiles
@@ -293,12 +293,12 @@ class AttentionSm90:
                               or block_sparse):
             raise ValueError("longest_first applies to the causal one-CTA-per-tile kernel")
         self.longest_first = longest_first
-        # tile_order (gather, block lists): the grid's CTAs run the tiles in the order
-        # ``mTileOrder`` gives (the op's: longest lists first within chunks of heads), so
-        # uneven lists still fill each wave
-        if tile_order and (persistent or not (gather or block_sparse)):
-            raise ValueError("tile_order applies to the one-CTA-per-tile gather "
-                             "(column-sparse) and block-sparse variants")
+        # tile_order (gather): the grid's CTAs run the tiles in the order ``mTileOrder`` gives
+        # (the op's: longest key lists first within chunks of heads), so uneven lists still
+        # fill each wave. Not for block lists: there the order's load in front of each CTA's
+        # first Q load cost more than the balance gained (ops/block_sparse.py make_build)
+        if tile_order and not gather:
+            raise ValueError("tile_order applies to the gather (column-sparse) variant")
         self.tile_order = tile_order
         self.kv_loader = (GatherKVLoader(self.block_n, head_dim, NamedBarrier.GATHER_INDICES,
                                          hoist_swizzle=gather_hoist,
