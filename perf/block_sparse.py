@@ -85,14 +85,16 @@ def cases(s: int, gen: torch.Generator) -> dict:
     def document(b, h, q, kv):
         return doc[b, q] == doc[b, kv]
 
-    out["causal"] = (create_block_mask(causal, None, None, s, s), {"mask": masks.causal()},
-                     0.5, None)
-    out[f"sliding window {WINDOW}"] = (create_block_mask(window, None, None, s, s),
+    # past 64k the mask would be materialised whole (S^2 bytes): compile its block scan
+    compiled = {"_compile": True} if s > 65536 else {}
+    out["causal"] = (create_block_mask(causal, None, None, s, s, **compiled),
+                     {"mask": masks.causal()}, 0.5, None)
+    out[f"sliding window {WINDOW}"] = (create_block_mask(window, None, None, s, s, **compiled),
                                        {"mask": masks.sliding_window(WINDOW)},
                                        min(1.0, WINDOW / s), None)
     d = doc.view(-1)
     share = float(sum((d == i).sum().item() ** 2 for i in d.unique())) / (s * s)
-    out["documents"] = (create_block_mask(document, 1, None, s, s),
+    out["documents"] = (create_block_mask(document, 1, None, s, s, **compiled),
                         {"mask": masks.document(), "doc_ids": doc}, share, None)
     small = random_block_mask(s, 0.93, 32, gen)
     out["32-key blocks 93% absent"] = (small, {"block_size": (128, 32)},

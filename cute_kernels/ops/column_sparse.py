@@ -50,7 +50,7 @@ from .attention import _check_device_args, validate_attention
 from .bitpack import pack_mask, packed_width, unpack_mask_reference
 from .column_lists import counts_unchecked, lists_unchecked
 from .dispatch import KernelOp, is_meta
-from .tile_order import longest_first_order
+from .tile_order import group_rows, longest_first_order
 from .topk import SCORE_DTYPES, topk_rows
 
 GROUPS = (64, 128, 192)
@@ -242,9 +242,8 @@ def gather_tile_order(counts: torch.Tensor, s_q: int, block_m: int, group: int
     """The gather grid's tile order (``tile_order``): tile ``(b * H + h) * M + m`` of the
     (M = ceil(S_q / block_m), H, B) grid reads group ``m * block_m // group``'s list, whose
     count is its work; longest first within chunks of heads (ops/tile_order.py)."""
-    g = counts.shape[2]
-    group_of = torch.arange(-(-s_q // block_m), device=counts.device) * block_m // group
-    return longest_first_order(counts.index_select(2, group_of.clamp_(max=g - 1)))
+    rows = group_rows(-(-s_q // block_m), block_m, group, counts.shape[2], counts.device)
+    return longest_first_order(counts.index_select(2, rows))
 
 
 _TILING: dict = {}

@@ -5,9 +5,28 @@ few torch ops on the device, captured by CUDA graphs and torch.compile with the 
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from ..kernels.attention.tiles import LONGEST_FIRST_CHUNK_TILES
+
+
+@functools.lru_cache(maxsize=64)
+def _chunk_keys(b: int, h: int, m: int, device: torch.device) -> torch.Tensor:
+    """int64 (B * H * M,): each tile's chunk (whole heads, about a wave of tiles) times 2^32,
+    the major part of the sort key; shapes only, so built once per grid."""
+    heads_per_chunk = max(1, LONGEST_FIRST_CHUNK_TILES // max(1, m))
+    return (torch.arange(b * h * m, device=device) // (heads_per_chunk * m)) << 32
+
+
+@functools.lru_cache(maxsize=64)
+def group_rows(m_tiles: int, block_m: int, group: int, groups: int, device: torch.device
+               ) -> torch.Tensor:
+    """The index list of the group each of ``m_tiles`` query tiles of ``block_m`` rows reads
+    (``m * block_m // group``, clamped to the last of ``groups``)."""
+    rows = torch.arange(m_tiles, device=device) * block_m // group
+    return rows.clamp_(max=groups - 1)
 
 
 def longest_first_order(work: torch.Tensor) -> torch.Tensor:
@@ -19,9 +38,6 @@ def longest_first_order(work: torch.Tensor) -> torch.Tensor:
     by interleaving every head; longest first inside it lets the short tiles fill the
     chunk's tail. Equal work everywhere gives the identity."""
     b, h, m = work.shape
-    heads_per_chunk = max(1, LONGEST_FIRST_CHUNK_TILES // max(1, m))
-    work = work.reshape(-1).to(torch.int64)
-    chunk = torch.arange(work.numel(), device=work.device) // (heads_per_chunk * m)
     # chunk-major, then decreasing work: one stable sort of one key (work < 2^31)
-    key = chunk * (1 << 32) - work
+    key = _chunk_keys(b, h, m, work.device) - work.reshape(-1)
     return torch.argsort(key, stable=True).to(torch.int32)
