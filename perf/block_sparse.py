@@ -1,6 +1,6 @@
 """Block-sparse attention against FlexAttention on the same BlockMask (issue 15).
 
-    python perf/block_sparse.py [--quick] [--seq S] [--out perf/results] [--masked-overlap]
+    python perf/block_sparse.py [--quick] [--seq S] [--out perf/results]
 
 B 1, H 16, D 128, S = 32,768 (``--quick``: 8,192), bf16. Cases, each a FlexAttention
 ``BlockMask`` handed to both ``flex_attention`` (compiled) and ours:
@@ -18,9 +18,7 @@ speedup over our dense kernel against the ideal (dense time x visible share). Me
 cute_kernels/bench.py (interleaved contenders, warm-up, medians, input sets rotated over 2x
 the L2); SDPA-cuDNN and our dense kernel ride along as references. Writes block_sparse.json
 and block_sparse_speedup.png (speedup over our dense kernel against 1 / (1 - p), random
-cases) into --out. ``--masked-overlap``: the masked cases also with the softmax/MMA overlap
-(the op's ``MASKED_OVERLAP``), beside the default sequential loop. Needs a CUDA GPU (Hopper
-for the 128 x 128 block-list kernel).
+cases) into --out. Needs a CUDA GPU (Hopper for the 128 x 128 block-list kernel).
 """
 
 from __future__ import annotations
@@ -111,8 +109,6 @@ def main() -> None:
     ap.add_argument("--seq", type=int)
     ap.add_argument("--out", default="perf/results")
     ap.add_argument("--rounds", type=int, default=10)
-    ap.add_argument("--masked-overlap", action="store_true",
-                    help="also time the masked cases with the softmax/MMA overlap")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("perf/block_sparse.py needs a CUDA GPU (docs/gpu.md)")
@@ -152,21 +148,10 @@ def main() -> None:
     def flex_on(block_mask):
         return lambda x: flex(*x, block_mask=block_mask)
 
-    def overlapped_on(block_mask, kwargs):
-        def run(x):
-            saved, bs_ops.MASKED_OVERLAP = bs_ops.MASKED_OVERLAP, True
-            try:
-                return block_sparse_attention(*x, block_mask, **kwargs)
-            finally:
-                bs_ops.MASKED_OVERLAP = saved
-        return run
-
     for name, (bm, kw, _, _) in all_cases.items():
         fns[f"ours: {name}"] = ours_on(bm, kw)
         if not isinstance(bm, tuple):  # small blocks: no FlexAttention counterpart
             fns[f"flex: {name}"] = flex_on(bm)
-            if args.masked_overlap and "mask" in kw:
-                fns[f"overlap: {name}"] = overlapped_on(bm, kw)
     small_name = "32-key blocks 93% absent"
     small_lists = all_cases[small_name][0]
     expanded_name = "32-key blocks 93% absent, expanded in the kernel"
@@ -216,12 +201,6 @@ def main() -> None:
     print(f"\n{small_name}: {ms('ours: ' + small_name):.3f} ms; the host expansion of its "
           f"blocks (packed_rows, the route with PACKED_EXPANSION_IN_KERNEL off) alone takes "
           f"{ms('prep: packed rows'):.3f} ms")
-    if args.masked_overlap:
-        print("\nmasked cases, sequential loop (the default) against the overlap, ms:")
-        print(format_table(["case", "sequential", "overlap", "flex", "overlap / flex"], [
-            [n, ms(f"ours: {n}"), ms(f"overlap: {n}"), ms(f"flex: {n}"),
-             ms(f"flex: {n}") / ms(f"overlap: {n}")]
-            for n in all_cases if f"overlap: {n}" in timings]))
     vs_flex = [r[4] for r in rows if r[3] == r[3]]
     print(f"\nours / FlexAttention: worst {min(vs_flex, default=float('nan')):.2f}x "
           f"(bar >= {BAR_VS_FLEX}x)")

@@ -186,10 +186,13 @@ def test_block_sparse_kernel_ptx(mask, head_dim):
     assert "ld.global" in ptx  # the block lists
     if mask is not None and mask.kind == "document":
         assert "ld.global.b32" in ptx  # the ids
-    # the document mask's id loads at D = 128 spill 64 bytes (ptxas 13.0), not yet measured
-    spill_ok = 96 if (head_dim == 128 and mask is not None and mask.kind == "document") else 0
-    if not spill_ok:
-        assert "ld.local" not in ptx and "st.local" not in ptx
+    assert "ld.local" not in ptx and "st.local" not in ptx
+    # D = 128 runs the softmax/MMA overlap under the masks too: ptxas 13.0 spills 44 bytes
+    # with the causal and window masks, 168 with the document ids, and it still ran 1.09-1.27x
+    # faster than the spill-free sequential loop (perf/RESULTS.md, H100)
+    spill_ok = 0
+    if head_dim == 128 and mask is not None:
+        spill_ok = {"document": 176, "prefix_lm": 0}.get(mask.kind, 48)
     _assert_no_spills(ptx, "sm_90a", allowed=spill_ok)
 
 

@@ -402,13 +402,7 @@ def _check_mask_mod_agrees(block_mask, mask: Mask, doc_ids, b: int, h: int, s_q:
                          f"({getattr(mask_mod, '__name__', mask_mod)!r}) on sampled points")
 
 
-#: The softmax/MMA overlap also under element masks (read per call: perf/block_sparse.py
-#: --masked-overlap times both; ptxas spills 44 bytes with the causal and window masks).
-MASKED_OVERLAP = False
-
-
-def make_build(path: str, dtype, head_dim: int, mask: Mask | None, q_block: int = BLOCK,
-               masked_overlap: bool = False):
+def make_build(path: str, dtype, head_dim: int, mask: Mask | None, q_block: int = BLOCK):
     """The path's attention kernel driven by block lists (``block_sparse=True``) against
     symbolic tensors: q/k/v/o as :func:`.attention.make_build`, compact int32 counts
     (B, H, M) and indices (B, H, M, N) for the partial and the full blocks, doc ids (B, S).
@@ -426,14 +420,13 @@ def make_build(path: str, dtype, head_dim: int, mask: Mask | None, q_block: int 
     if path == "hopper" and q_block == BLOCK:
         from ..kernels.attention.sm90 import AttentionSm90
 
-        # D = 128 without an element mask: the softmax/MMA overlap, as the dense kernel
-        # (hopper_config); with one, the sequential loop (ptxas 13.0: the overlapped loop
-        # spills 40-172 bytes under the masks, the sequential one 0 but for the document
-        # mask's 64). The block is the 128 x 128 tile either way. One CTA per tile: the
-        # persistent schedule (kernel docstring) measured 4-19% slower here (H100, S = 32k,
-        # perf/RESULTS.md; ptxas reports 20-136 bytes of spills in its builds).
+        # D = 128: the softmax/MMA overlap, as the dense kernel (hopper_config), element
+        # masks included: under the causal, window and document masks it ran 1.09-1.27x
+        # faster than the sequential loop on an H100 (S 8k / 32k, perf/RESULTS.md) although
+        # ptxas spills 44 bytes (causal, window) and 168 (documents) in it. The block is the
+        # 128 x 128 tile either way.
         kernel = AttentionSm90(head_dim, False, block_sparse=True, mask=mask,
-                               overlap=head_dim == 128 and (mask is None or masked_overlap))
+                               overlap=head_dim == 128)
     else:
         from ..kernels.attention.sm80 import AttentionSm80
 
@@ -464,10 +457,8 @@ def _block_sparse_attention(q, k, v, partial_counts, partial_indices, full_count
     b, h, s_q, d = q.shape
     o = torch.empty_like(q)
     lse = torch.empty(b, h, s_q, dtype=torch.float32, device=q.device)
-    overlap = MASKED_OVERLAP and mask is not None
-    kernel = kernel_for(q.device, ("block_sparse_attention", q.dtype, d, mask, q_block, overlap),
-                        lambda path, target: make_build(path, q.dtype, d, mask, q_block,
-                                                        overlap))
+    kernel = kernel_for(q.device, ("block_sparse_attention", q.dtype, d, mask, q_block),
+                        lambda path, target: make_build(path, q.dtype, d, mask, q_block))
     kernel(*kernel_params(*ATTENTION_KERNELS).call_args(
         mQ=q, mK=k, mV=v, mO=o, mLSE=lse, mPrevLSE=None, mColsum=None,
         mIndices=partial_indices, mCounts=partial_counts, scale=scale, out_scale=None,
