@@ -8,7 +8,7 @@ import pytest
 from test_ptx import _assert_no_spills
 
 
-def _gather_build(head_dim, group, accumulate=False):
+def _gather_build(head_dim, group, accumulate=False, **extra):
     import cutlass
     import torch
 
@@ -22,7 +22,7 @@ def _gather_build(head_dim, group, accumulate=False):
         return fake_bhsd(torch.bfloat16, head_dim)
 
     kernel = AttentionSm90(head_dim, False, **hopper_gather_config(head_dim, group),
-                           accumulate=accumulate)
+                           accumulate=accumulate, **extra)
     return kernel, Build(kernel, launch_args(
         kernel, mQ=bhsd(), mK=bhsd(), mV=bhsd(), mO=bhsd(), mLSE=fake_compact(torch.float32, 3),
         mPrevLSE=None, mColsum=None, mIndices=fake_compact(torch.int32, 4),
@@ -30,26 +30,40 @@ def _gather_build(head_dim, group, accumulate=False):
         out_scale=cutlass.Float32(1.0) if accumulate else None))
 
 
+@pytest.mark.parametrize("addresses", [True, False])
 @pytest.mark.parametrize("head_dim, group", [(64, 128), (64, 192), (128, 128), (128, 192)])
-def test_gather_kernel_ptx(head_dim, group):
+def test_gather_kernel_ptx(head_dim, group, addresses):
     from cute_kernels.registry import instruction_mix
     from cute_kernels.runtime.compile import compile_ptx
 
-    kernel, build = _gather_build(head_dim, group)
+    kernel, build = _gather_build(head_dim, group, gather_addresses=addresses)
     ptx = compile_ptx(build, "sm_90a")
     mix = instruction_mix(ptx)
     assert mix["wgmma"] > 0 and mix["setmaxnreg"] == 2
-    # one cp.async per pass of the (unrolled x2) row loop, for K and for V; each producer
-    # thread's copies complete on the stage's full barrier
     loader = kernel.kv_loader
-    assert mix["cp.async"] == 2 * min(2, loader.passes), mix
+    if addresses:
+        # staged row addresses (the default): per pass of 16 rows one shared 64-bit address
+        # load and one cp.async per 64-column half, fully unrolled, for K and for V; the
+        # second half's copy rides on immediate offsets (+128 B global, +BN x 128 B smem)
+        passes = kernel.block_n // loader.address_rows
+        assert mix["cp.async"] == 2 * passes * loader.halves, mix
+        assert ptx.count("ld.shared.b64") == 2 * passes
+        assert ptx.count("st.shared.v2.b64") == 1  # a row's K and V addresses, staged once
+        if loader.halves == 2:
+            assert len(re.findall(r"cp\.async\.cg\.shared\.global \[%r\d+\+\d+\], "
+                                  r"\[%rd\d+\+128\]", ptx)) == 2 * passes
+    else:
+        # one cp.async per pass of the (unrolled x2) row loop, for K and for V
+        assert mix["cp.async"] == 2 * min(2, loader.passes), mix
+    # each producer thread's copies complete on the stage's full barrier
     assert ptx.count("cp.async.mbarrier.arrive.noinc") == 2
     # Q in and O out by TMA only (no K/V descriptors): as many tensor loads as stores
     loads = re.findall(r"cp\.async\.bulk\.tensor\.\dd\.shared::\w+\.global", ptx)
     stores = re.findall(r"cp\.async\.bulk\.tensor\.\dd\.global\.shared::cta", ptx)
     assert loads and len(loads) == len(stores), (loads, stores)
-    # D = 128, group 192: the 192 x 128 tile spills 252 bytes (ptxas 13.0) and still measured
-    # 0.85x our dense kernel against 0.72x for the spill-free 192 x 64 tile (tuning/attention)
+    # D = 128, group 192: the 192 x 128 tile spills (ptxas 13.0: 184 bytes with staged
+    # addresses, 252 without) and still measured 0.85x our dense kernel against 0.72x for the
+    # spill-free 192 x 64 tile (tuning/attention)
     spilling = (head_dim, group) == (128, 192)
     if not spilling:
         assert "ld.local" not in ptx and "st.local" not in ptx
@@ -83,6 +97,7 @@ def test_accumulate_stores_by_tma_reduce_add():
 @pytest.mark.parametrize("config", [
     dict(gather=True, group=128, block_m=128, block_n=128, stages=2),
     dict(gather=True, group=192, block_m=192, block_n=64, stages=5),
+    dict(gather=True, group=192, block_m=192, block_n=64, stages=5, gather_addresses=False),
     dict(overlap=True),
     dict(colsum=True, overlap=True, group=192, colsum_stages=8, colsum_writers=2),
     dict(colsum=True, block_m=192, colsum_method="mma_sync"),

@@ -53,6 +53,12 @@ class TmaKVLoader:
     def __init__(self, block_n: int, head_dim: int):
         self.block_n, self.head_dim = block_n, head_dim
 
+    @property
+    def index_words(self) -> int:
+        """32-bit words per key row and stage in the smem ring: an int32 index, or the K and
+        V rows' 64-bit addresses."""
+        return 4 if self.stage_addresses else 1
+
     def make_atoms(self, mK, mV, sK_layout, sV_layout):
         """(tma_k, tK, tma_v, tV): the TMA atoms and coordinate tensors over (B, H, S, D)."""
         g2s = cpasync.CopyBulkTensorTileG2SOp()
@@ -144,6 +150,15 @@ class GatherKVLoader:
        chunk per thread (``cp.async``, L2 only), ``block_n / rows-per-pass`` passes (D = 128:
        8 rows a pass, 16 passes); V reuses the indices K's load staged (same stage index).
 
+    With ``stage_addresses`` (the default) step 1 stages each row's K and V byte addresses
+    (64-bit, computed once per row by the thread that fetched its index) instead of the index,
+    and step 2 maps thread ``t`` to chunk ``t % 8`` of 16 rows a pass, copying that chunk of
+    both 64-column halves of a row (D = 128): per pass one shared 64-bit load, one 64-bit
+    add and two ``cp.async`` with immediate offsets (the halves are 128 bytes apart in global
+    memory and whole swizzle atoms apart in shared memory), against an index load, a 64-bit
+    multiply-add, a shift and an add per ``cp.async`` before: the producer warpgroup issues
+    about a third of the instructions while the consumers' softmax shares its schedulers.
+
     A stage completes when every producer thread's copies have landed
     (``cp.async.mbarrier.arrive.noinc`` on its full barrier, ``PipelineCpAsync``). Positions
     past the group's count load the list's last valid row (the softmax masks them, and p = 0
@@ -154,8 +169,15 @@ class GatherKVLoader:
     producer_threads = 128
 
     def __init__(self, block_n: int, head_dim: int, indices_barrier: int,
-                 hoist_swizzle: bool = True, entry_keys: int = 1):
+                 hoist_swizzle: bool = True, entry_keys: int = 1, stage_addresses: bool = True):
         self.block_n, self.head_dim, self.hoist_swizzle = block_n, head_dim, hoist_swizzle
+        # staged addresses: 8 threads per row (one 16-byte chunk of each 64-column half)
+        self.stage_addresses = stage_addresses
+        self.halves = head_dim // 64
+        self.address_rows = self.producer_threads // 8  # rows per pass
+        if stage_addresses and (head_dim % 64 or block_n % self.address_rows):
+            raise ValueError(f"staged addresses need D a multiple of 64 and block_n a "
+                             f"multiple of {self.address_rows}, got {head_dim}, {block_n}")
         # entry_keys > 1: the list names blocks of that many consecutive key rows (packed
         # small blocks of block-sparse attention), expanded here instead of on the host
         if entry_keys < 1 or entry_keys & (entry_keys - 1):
@@ -169,6 +191,12 @@ class GatherKVLoader:
                              f"multiple of {self.rows_per_pass} rows at head dim {head_dim}, "
                              f"got {block_n}")
         self.passes = block_n // self.rows_per_pass
+
+    @property
+    def index_words(self) -> int:
+        """32-bit words per key row and stage in the smem ring: an int32 index, or the K and
+        V rows' 64-bit addresses."""
+        return 4 if self.stage_addresses else 1
 
     def make_atoms(self, mK, mV, sK_layout, sV_layout):
         """No descriptors: the kernel's TMA slots carry the K and V tensors themselves."""
@@ -214,14 +242,65 @@ class GatherKVLoader:
         return row
 
     @cute.jit
-    def _stage_indices(self, part: GatherRows, row, slot):
-        """This thread's ``row`` (see ``fetch_row``), clamped into [0, S_kv), into
-        ``sIdx[:, slot]``; the named barrier publishes the whole tile's indices."""
+    def _stage_indices(self, part: GatherRows, row, slot, kv_head, batch):
+        """This thread's ``row`` (see ``fetch_row``), clamped into [0, S_kv), into the
+        stage's slot of the ring (with ``stage_addresses``, as its K and V rows' byte
+        addresses); the named barrier publishes the whole tile's."""
         sIdx, ptid, s_kv = part.sIdx, part.ptid, part.s_kv
         if ptid < self.block_n:
-            sIdx[ptid, slot] = cutlass.max(cutlass.min(row, s_kv - 1), 0)
+            r = cutlass.max(cutlass.min(row, s_kv - 1), 0)
+            if cutlass.const_expr(self.stage_addresses):
+                sAddr = self._addresses(sIdx)
+                sAddr[ptid, 0, slot] = part.mK[batch, kv_head, r, None].iterator.toint()
+                sAddr[ptid, 1, slot] = part.mV[batch, kv_head, r, None].iterator.toint()
+            else:
+                sIdx[ptid, slot] = r
         cute.arch.barrier(barrier_id=self.indices_barrier,
                           number_of_threads=self.producer_threads)
+
+    def _addresses(self, sIdx):
+        """The ring as (block_n, K/V, stages) 64-bit addresses (``stage_addresses``)."""
+        stages = cute.size(sIdx, mode=[1]) // self.index_words
+        return cute.make_tensor(cute.recast_ptr(sIdx.iterator, dtype=cutlass.Int64),
+                                cute.make_layout((self.block_n, 2, stages),
+                                                 stride=(2, 1, 2 * self.block_n)))
+
+    @cute.jit
+    def _gather_staged(self, part: GatherRows, which, dst_rows, slot):
+        """Step 2 with staged addresses: thread ``t`` copies chunk ``t % 8`` of both halves of
+        rows ``t // 8 + 16 p`` (module docstring); ``which`` 0 for K, 1 for V."""
+        sAddr = self._addresses(part.sIdx)
+        atom = cute.make_copy_atom(cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL),
+                                   dst_rows.element_type, num_bits_per_copy=128)
+        chunk, row0 = part.ptid % 8, part.ptid // 8
+        pass_bytes = self._step_bytes(dst_rows, (self.address_rows, 0))
+        half_bytes = self._step_bytes(dst_rows, (0, 64)) if self.halves == 2 else 0
+        a = dst_rows.iterator.toint() + cute.crd2idx((row0, chunk * 8, slot),
+                                                     dst_rows.layout) * 2
+        first = cutlass.Int32(a) ^ ((cutlass.Int32(a) >> 3) & 0x70)
+        for p in cutlass.range_constexpr(self.block_n // self.address_rows):
+            src = sAddr[row0 + p * self.address_rows, which, slot] + cutlass.Int64(chunk * 16)
+            for h in cutlass.range_constexpr(self.halves):
+                g = cute.make_tensor(cute.make_ptr(dst_rows.element_type, src + h * 128,
+                                                   cute.AddressSpace.gmem, assumed_align=16),
+                                     cute.make_layout(8))
+                d = cute.make_tensor(cute.make_ptr(dst_rows.element_type,
+                                                   first + p * pass_bytes + h * half_bytes,
+                                                   cute.AddressSpace.smem, assumed_align=16),
+                                     cute.make_layout(8))
+                cute.copy(atom, g, d)
+
+    def _step_bytes(self, dst_rows, step) -> int:
+        """Bytes between an element and the one ``step`` (rows, columns) further, checked at
+        trace time to be one constant over the tile, a multiple of the swizzle's 1024 bytes
+        (so the XOR taken once holds)."""
+        dr, dc = step
+        found = {cute.crd2idx((r + dr, c + dc, 0), dst_rows.layout)
+                 - cute.crd2idx((r, c, 0), dst_rows.layout)
+                 for r in (0, 1, 7, 15) for c in (0, 8, 56)}
+        if len(found) != 1 or (next(iter(found)) * 2) % 1024:
+            raise ValueError(f"the gather's smem step {step} is not whole swizzle atoms: {found}")
+        return next(iter(found)) * 2
 
     @cute.jit
     def _gather(self, part: GatherRows, src, dst_rows, slot, kv_head, batch):
@@ -274,9 +353,13 @@ class GatherKVLoader:
         ``dst_rows`` and commit (``load_k`` / ``load_v_rows``)."""
         pipe.producer_acquire(state)
         ahead = row is not None  # a trace-time choice (the kernel's gather_prefetch)
-        self._stage_indices(part, row if ahead else self.fetch_row(part, n), state.index)
+        self._stage_indices(part, row if ahead else self.fetch_row(part, n), state.index,
+                            kv_head, batch)
         next_row = self.fetch_row(part, n_next) if ahead else None
-        self._gather(part, src, dst_rows, state.index, kv_head, batch)
+        if cutlass.const_expr(self.stage_addresses):
+            self._gather_staged(part, 0 if src is part.mK else 1, dst_rows, state.index)
+        else:
+            self._gather(part, src, dst_rows, state.index, kv_head, batch)
         pipe.producer_commit(state)
         return next_row
 
@@ -292,5 +375,8 @@ class GatherKVLoader:
         """V rows of key block ``n`` into stage ``v_state``, by the indices ``load_k`` staged
         for it (the K and V states advance together, so the stage index is the slot)."""
         v_pipe.producer_acquire(v_state)
-        self._gather(part, part.mV, part.sV_rows, v_state.index, kv_head, batch)
+        if cutlass.const_expr(self.stage_addresses):
+            self._gather_staged(part, 1, part.sV_rows, v_state.index)
+        else:
+            self._gather(part, part.mV, part.sV_rows, v_state.index, kv_head, batch)
         v_pipe.producer_commit(v_state)

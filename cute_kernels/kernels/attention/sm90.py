@@ -173,6 +173,7 @@ class AttentionSm90:
                  colsum_method: str = "mma", colsum_rounds: int = 3, colsum_writers: int = 1,
                  colsum_stages: int = 4, gather: bool = False, accumulate: bool = False,
                  gather_prefetch: bool = True, gather_hoist: bool = True,
+                 gather_addresses: bool = True,
                  gather_entry_keys: int = 1,
                  block_sparse: bool = False, mask=None, split_kv: bool = False,
                  persistent: bool = False, longest_first: bool = False,
@@ -184,6 +185,7 @@ class AttentionSm90:
         self.persistent = persistent  # (checked below; smem_bytes reads q_stages)
         self.q_stages = 2 if persistent else 1
         self.gather, self.gather_prefetch = gather, gather_prefetch  # (smem_bytes reads it)
+        self.gather_addresses = gather_addresses
         self.block_m = block_m or HOPPER_DEFAULT_TILE[0]
         self.block_n = block_n or HOPPER_DEFAULT_TILE[1]
         if self.block_m // 64 not in REGISTERS or self.block_m % 64:
@@ -302,6 +304,7 @@ class AttentionSm90:
         self.tile_order = tile_order
         self.kv_loader = (GatherKVLoader(self.block_n, head_dim, NamedBarrier.GATHER_INDICES,
                                          hoist_swizzle=gather_hoist,
+                                         stage_addresses=gather_addresses,
                                          entry_keys=gather_entry_keys)
                           if gather else TmaKVLoader(self.block_n, head_dim))
         self.sums = NoColumnSums()
@@ -322,7 +325,10 @@ class AttentionSm90:
         if self.colsum and self.colsum_method == "mma":
             p_and_f = 2 * BM * BN + 1024 * wgs + 1024  # P, f (1 KiB per consumer), padding
         sums = BN * self.colsum_partials * self.colsum_stages * 4 if self.colsum else 4
-        indices = BN * self.stages * 4 if self.gather else 4
+        # the gather's ring: an int32 index or two 64-bit addresses per row and stage (16-byte
+        # aligned member)
+        words = 4 if self.gather_addresses else 1
+        indices = BN * self.stages * 4 * words + 16 if self.gather else 4
         return 1024 + tiles + p_and_f + sums + indices  # barriers (and their alignment) first
 
     @property
@@ -392,7 +398,8 @@ class AttentionSm90:
             sCol: cute.struct.MemRange[
                 Float32, BN * self.colsum_partials * self.colsum_stages if self.colsum else 1]
             # the gather loader's row indices, one tile per K/V stage
-            sIdx: cute.struct.MemRange[Int32, BN * self.stages if self.gather else 1]
+            sIdx: cute.struct.Align[cute.struct.MemRange[
+                Int32, BN * self.stages * self.kv_loader.index_words if self.gather else 1], 16]
 
         self.storage_cls = SharedStorage
         # split_kv: O and lse have n_splits * B batch entries, one CTA per (split, batch)
@@ -636,8 +643,8 @@ class AttentionSm90:
         every thread copies its share of each visited key block's K and V rows."""
         if warp == TMA_WARP:
             self._load_q(tma_q, tQ, sQ, pipes.q_pipe, tile)
-        sIdx = cute.make_tensor(storage.sIdx.data_ptr(),
-                                cute.make_layout((self.block_n, self.stages)))
+        sIdx = cute.make_tensor(storage.sIdx.data_ptr(), cute.make_layout(
+            (self.block_n, self.stages * self.kv_loader.index_words)))
         kv = self.kv_loader.partition(tidx, mK, mV, sK, sV, sIdx, rows, blocks.s_kv, s_kv)
         self._load_kv(kv, pipes, blocks, tile)
 
