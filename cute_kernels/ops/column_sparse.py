@@ -338,7 +338,7 @@ def column_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
     Kernels: Hopper ``AttentionSm90(gather=True)`` for groups 128 and 192 (K/V rows gathered
     by ``cp.async`` into the swizzled tiles the WGMMA mainloop reads), the Ampere FA2 gather
-    kernel otherwise (perf/RESULTS.md: 11.3x SDPA-cuDNN at 93% sparsity, B1 H24 S118784 D128
+    kernel otherwise (perf/RESULTS.md: 12.1x SDPA-cuDNN at 93% sparsity, B1 H24 S118784 D128
     on an H100). When the query tiles outnumber the SMs the CTAs take them longest list first
     (a device-side argsort of the counts, no sync). The float32 reference
     ``cute_kernels.reference.column_sparse_attention`` computes the result on any device.

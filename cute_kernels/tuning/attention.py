@@ -65,12 +65,13 @@ def hopper_gather_config(head_dim: int, group: int) -> dict:
     """AttentionSm90 keyword arguments for column-sparse attention (the gather loader): the
     query tile is the group (its rows share one key list), so group 128 runs two consumer
     warpgroups and group 192 three. Measured on an H100 (perf/column_sparse_tuning.py, B1 H24
-    S32768 D128, every column; perf/RESULTS.md): group 192 with 128-key tiles runs at 0.85x
-    our dense kernel against 0.72-0.75x with 64-key tiles, although it spills 252 bytes
-    (ptxas, CUDA 13.0; 160 registers per consumer thread; 64-key tiles spill nothing);
-    group 128 with the softmax/MMA overlap 0.78x against 0.70x sequential. Stages beyond two
-    measured the same (2-5, group 192, 64-key tiles): the loader is issue-bound, not
-    latency-bound. D = 64 is not tuned yet."""
+    S32768 D128, every column; perf/RESULTS.md): group 192 with 128-key tiles runs at 0.90x
+    our dense kernel (0.86x at S 118,784) with the loader's staged row addresses (the
+    default; 0.78x without), against 0.72-0.75x with 64-key tiles, although it spills 184
+    bytes (ptxas, CUDA 13.0; 160 registers per consumer thread; 64-key tiles spill nothing);
+    group 128 with the softmax/MMA overlap 0.78x against 0.70x sequential (before the staged
+    addresses). Stages beyond two measured the same (2-5, group 192, 64-key tiles): the
+    loader is issue-bound, not latency-bound. D = 64 is not tuned yet."""
     if group not in (128, 192):
         raise ValueError(f"the Hopper gather kernel takes group 128 or 192 (one consumer "
                          f"warpgroup per 64 rows of a group), got {group}")
