@@ -170,6 +170,35 @@ def test_packed_blocks_expanded_in_the_kernels(q_block, kv_block, in_kernel, pat
     check(q, k, v, block_lists, block_size=(q_block, kv_block))
 
 
+@pytest.mark.parametrize("kv_block", [128, 32])
+def test_a_reused_mask_is_converted_once_and_in_place_edits_are_seen(kv_block, path,
+                                                                    monkeypatch):
+    """The op keeps a mask's converted lists while its tensors are the same unchanged objects
+    (ops/derived.py): a second call converts nothing; an in-place edit of the lists (empty
+    rows now) or an equal copy is converted again, and the result follows the edit."""
+    s = 40 * kv_block + 7 if kv_block == 128 else 40 * kv_block
+    m, n = -(-s // 128), -(-s // kv_block)
+    on = torch.rand(1, 2, m, n, device="cuda") < 0.4
+    on[..., 0] = True
+    order = torch.argsort((~on).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+    lists = (torch.zeros(1, 2, m, dtype=torch.int32, device="cuda"), order,
+             on.sum(-1).to(torch.int32), order)
+    q, k, v = fresh(1, 2, s, 64), fresh(1, 2, s, 64), fresh(1, 2, s, 64)
+    calls = []
+    convert = bs.block_lists
+    monkeypatch.setattr(bs, "block_lists", lambda *a, **kw: calls.append(1) or convert(*a, **kw))
+    check(q, k, v, lists, block_size=(128, kv_block))
+    first = len(calls)  # the op's conversion (and the reference's)
+    bs.block_sparse_attention(q, k, v, lists, block_size=(128, kv_block))
+    assert len(calls) == first, "a reused, unchanged mask was converted again"
+    lists[2][:, 1] = 0  # head 1: no blocks (in place: the version counter moves)
+    o = check(q, k, v, lists, block_size=(128, kv_block))
+    assert bool((o[:, 1] == 0).all()) and not bool((o[:, 0] == 0).all())
+    before = len(calls)
+    check(q, k, v, tuple(t.clone() for t in lists), block_size=(128, kv_block))
+    assert len(calls) > before + 1  # an equal copy is another mask
+
+
 def test_bad_list_values_are_clamped_not_read_out_of_bounds(path):
     """Without debug mode the lists' values are not checked (that needs a device sync): the
     kernels clamp counts to the list width and blocks into the key range, so garbage gives

@@ -30,6 +30,7 @@ from ..masks import Mask
 from ..runtime.bridge import kernel_for
 from ..runtime.validate import check_int, check_tensor, value_checks
 from .attention import ATTENTION_KERNELS, _check_device_args, validate_attention
+from .derived import DerivedCache
 from .dispatch import KernelOp
 
 #: the block of the block-list kernels (query and key)
@@ -500,6 +501,28 @@ _BLOCK_SPARSE_ATTENTION = KernelOp(_block_sparse_attention_op, _block_sparse_att
                                    grad_inputs=("q", "k", "v"))
 
 
+#: converted block lists (and their packed form) per mask, reused while the caller's mask
+#: tensors are the same unchanged objects (ops/derived.py): eager calls with one BlockMask
+#: pay the expansion and int32 copies once
+_LISTS = DerivedCache()
+
+
+def _mask_tensors(block_mask) -> tuple:
+    """The tensors a block mask's lists derive from: a BlockMask's four, a tuple's, a BSR
+    layout's values and indices (empty for anything else: never cached)."""
+    if hasattr(block_mask, "kv_num_blocks") and hasattr(block_mask, "BLOCK_SIZE"):
+        return (block_mask.kv_num_blocks, block_mask.kv_indices,
+                block_mask.full_kv_num_blocks, block_mask.full_kv_indices)
+    if isinstance(block_mask, (tuple, list)) and all(
+            t is None or isinstance(t, torch.Tensor) for t in block_mask):
+        return tuple(block_mask)
+    return ()
+
+
+def _hashable(block_size):
+    return tuple(block_size) if isinstance(block_size, (tuple, list)) else block_size
+
+
 def block_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask, *,
                            mask: Mask | None = None, doc_ids: torch.Tensor | None = None,
                            scale: float | None = None, return_lse: bool = False,
@@ -545,7 +568,10 @@ def block_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bl
     b, h, s_q, _ = q.shape
     s_kv = k.shape[2]
     debug = value_checks(validate)
-    lists = block_lists(block_mask, b, h, s_q, s_kv, block_size, check_values=debug)
+    lists = _LISTS.get(_mask_tensors(block_mask), (b, h, s_q, s_kv, _hashable(block_size),
+                                                   debug),
+                       lambda: block_lists(block_mask, b, h, s_q, s_kv, block_size,
+                                           check_values=debug))
     _check_mask(block_mask, mask, doc_ids, lists, b, s_q, s_kv)
     if debug and mask is not None:
         _check_mask_mod_agrees(block_mask, mask, doc_ids, b, h, s_q, s_kv)
@@ -556,7 +582,9 @@ def block_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bl
                              f"take whole blocks only (pass mask=None)")
         from .column_sparse import _COLUMN_SPARSE_ATTENTION, column_sparse_attention
 
-        merged = packed_entries(lists, s_kv) if PACKED_EXPANSION_IN_KERNEL else None
+        merged = (_LISTS.get(lists.tensors(), ("packed", s_kv),
+                             lambda: packed_entries(lists, s_kv))
+                  if PACKED_EXPANSION_IN_KERNEL else None)
         if merged is not None:  # no sync, no host expansion: the kernels expand the blocks
             o, lse = _COLUMN_SPARSE_ATTENTION(q, k, v, *merged, None, lists.block_size[0],
                                               scale, 1.0, lists.block_size[1])

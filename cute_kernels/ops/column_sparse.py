@@ -49,6 +49,7 @@ from ..runtime.validate import (
 from .attention import _check_device_args, validate_attention
 from .bitpack import pack_mask, packed_width, unpack_mask_reference
 from .column_lists import counts_unchecked, lists_unchecked
+from .derived import DerivedCache
 from .dispatch import KernelOp, is_meta
 from .tile_order import group_rows, longest_first_order
 from .topk import SCORE_DTYPES, topk_rows
@@ -247,6 +248,9 @@ def gather_tile_order(counts: torch.Tensor, s_q: int, block_m: int, group: int
 
 
 _TILING: dict = {}
+#: tile orders per counts tensor, reused while it is the same unchanged object (ops/derived.py:
+#: block-sparse's packed lists pass the same counts every call)
+_ORDERS = DerivedCache()
 
 
 def _gather_tiling(device: torch.device, group: int) -> tuple[int, int]:
@@ -294,7 +298,8 @@ def _column_sparse_attention(q, k, v, indices, counts, base, group: int, scale: 
         mQ=q, mK=k, mV=v, mO=o, mLSE=lse, mPrevLSE=None, mColsum=None,
         mIndices=indices.contiguous(), mCounts=counts.contiguous(), scale=scale,
         out_scale=out_scale if base is not None else None,
-        **({"mTileOrder": gather_tile_order(counts, s_q, block_m, group)}
+        **({"mTileOrder": _ORDERS.get((counts,), (s_q, block_m, group),
+                                      lambda: gather_tile_order(counts, s_q, block_m, group))}
            if ordered else {})))
     if base is None and out_scale != 1.0:
         # the writing kernel has no factor (the accumulating one applies it in registers)
