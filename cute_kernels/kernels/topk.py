@@ -301,36 +301,19 @@ class TopkRows:
                          sScan, tidx, warp, lane):
         """Step 6's ordered write over the candidates (in column order): thread t of tile i
         owns candidates (i threads + t) unroll + u, as step 3 owns row columns."""
-        above_base, equal_base = Int32(0), Int32(0)
+        bases = (Int32(0), Int32(0))
         for t in cutlass.range(cute.ceil_div(found, self.threads * self.unroll), unroll=1):
             first = (t * self.threads + tidx) * self.unroll
-            n_above, n_equal = Int32(0), Int32(0)
+            rKeys = cute.make_rmem_tensor((self.unroll,), Uint32)
+            rCols = cute.make_rmem_tensor((self.unroll,), Int32)
             for u in cutlass.range_constexpr(self.unroll):
+                rKeys[u] = Uint32(0)
+                rCols[u] = Int32(0)
                 if first + u < found:
-                    key = sKeys[first + u]
-                    if key > threshold:
-                        n_above += 1
-                    if key == threshold:
-                        n_equal += 1
-            packed = Uint32(n_above) | (Uint32(n_equal) << Uint32(HALF))
-            before, tile_total = block_exclusive_scan(packed, sScan, t % 2, warp, lane,
-                                                      self.warps)
-            above = above_base + Int32(before & Uint32((1 << HALF) - 1))
-            equal = equal_base + Int32(before >> Uint32(HALF))
-            for u in cutlass.range_constexpr(self.unroll):
-                if first + u < found:
-                    key = sKeys[first + u]
-                    take = key > threshold
-                    if key == threshold:
-                        take = equal < equal_wanted
-                    if take:
-                        mIndices[row, above + cutlass.min(equal, equal_wanted)] = sCols[first + u]
-                    if key > threshold:
-                        above += 1
-                    if key == threshold:
-                        equal += 1
-            above_base += Int32(tile_total & Uint32((1 << HALF) - 1))
-            equal_base += Int32(tile_total >> Uint32(HALF))
+                    rKeys[u] = sKeys[first + u]
+                    rCols[u] = sCols[first + u]
+            bases = self.write_tile(rKeys, rCols, found - first, t, threshold, equal_wanted,
+                                    bases, mIndices, row, sScan, warp, lane)
 
     @cute.jit
     def key(self, bits) -> Uint32:
@@ -379,39 +362,54 @@ class TopkRows:
                        warp, lane):
         """Module docstring, step 3: keys above ``threshold`` and the first ``equal_wanted``
         keys equal to it, in increasing column order, to ``mIndices[row, :k]``."""
-        above_base, equal_base = Int32(0), Int32(0)
-        tiles = cute.ceil_div(n_vec, self.threads)
-        for t in cutlass.range(tiles, unroll=1):
+        bases = (Int32(0), Int32(0))
+        for t in cutlass.range(cute.ceil_div(n_vec, self.threads), unroll=1):
             j = t * self.threads + tidx
             rKeys = cute.make_rmem_tensor((self.vec,), Uint32)
-            n_above, n_equal = Int32(0), Int32(0)
+            valid = Int32(0)
             if j < n_vec:
+                valid = Int32(self.vec)
                 rVec = cute.make_rmem_tensor((self.vec,), gRow.element_type)
                 cute.autovec_copy(gRow[None, j], rVec)
                 for e in cutlass.range_constexpr(self.vec):
-                    key = self.key(rVec[e])
-                    rKeys[e] = key
-                    if key > threshold:
-                        n_above += 1
-                    if key == threshold:
-                        n_equal += 1
-            packed = Uint32(n_above) | (Uint32(n_equal) << Uint32(HALF))
-            before, tile_total = block_exclusive_scan(packed, sScan, t % 2, warp, lane,
-                                                      self.warps)
-            above = above_base + Int32(before & Uint32((1 << HALF) - 1))
-            equal = equal_base + Int32(before >> Uint32(HALF))
-            if j < n_vec:
-                for e in cutlass.range_constexpr(self.vec):
-                    key = rKeys[e]
-                    take = key > threshold
-                    if key == threshold:
-                        take = equal < equal_wanted
-                    if take:
-                        mIndices[row, above + cutlass.min(equal, equal_wanted)] = Int32(
-                            j * self.vec + e)
-                    if key > threshold:
-                        above += 1
-                    if key == threshold:
-                        equal += 1
-            above_base += Int32(tile_total & Uint32((1 << HALF) - 1))
-            equal_base += Int32(tile_total >> Uint32(HALF))
+                    rKeys[e] = self.key(rVec[e])
+            bases = self.write_tile(rKeys, Int32(j * self.vec), valid, t, threshold,
+                                    equal_wanted, bases, mIndices, row, sScan, warp, lane)
+
+    @cute.jit
+    def write_tile(self, rKeys, cols, valid, t, threshold, equal_wanted, bases, mIndices,
+                   row, sScan, warp, lane):
+        """One tile of an ordered write (steps 3 and 6): this thread's first ``valid`` keys
+        ``rKeys`` (columns ``cols[e]``, or ``cols + e`` for an integer ``cols``: in column
+        order, after every earlier thread's) are
+        counted above and equal to ``threshold``, one block-wide scan of both counts (packed
+        in one 32-bit word) places them after ``bases`` (the counts of the tiles before),
+        and the selected ones are written: keys above ``threshold`` and the first
+        ``equal_wanted`` keys equal to it. Returns the bases after this tile."""
+        above_base, equal_base = bases
+        n_above, n_equal = Int32(0), Int32(0)
+        for e in cutlass.range_constexpr(cute.size(rKeys)):
+            if e < valid:
+                if rKeys[e] > threshold:
+                    n_above += 1
+                if rKeys[e] == threshold:
+                    n_equal += 1
+        packed = Uint32(n_above) | (Uint32(n_equal) << Uint32(HALF))
+        before, tile_total = block_exclusive_scan(packed, sScan, t % 2, warp, lane, self.warps)
+        above = above_base + Int32(before & Uint32((1 << HALF) - 1))
+        equal = equal_base + Int32(before >> Uint32(HALF))
+        for e in cutlass.range_constexpr(cute.size(rKeys)):
+            if e < valid:
+                key = rKeys[e]
+                take = key > threshold
+                if key == threshold:
+                    take = equal < equal_wanted
+                if take:
+                    col = cols + e if cutlass.const_expr(isinstance(cols, Int32)) else cols[e]
+                    mIndices[row, above + cutlass.min(equal, equal_wanted)] = col
+                if key > threshold:
+                    above += 1
+                if key == threshold:
+                    equal += 1
+        return (above_base + Int32(tile_total & Uint32((1 << HALF) - 1)),
+                equal_base + Int32(tile_total >> Uint32(HALF)))
