@@ -137,8 +137,10 @@ class AttentionSm90:
     group's packed key list
     (``mIndices``/``mCounts``, the last chunk masked past the count), and the whole producer
     warpgroup runs ``load_gathered``: Q by TMA, K and V rows by 16-byte cp.async into the
-    same swizzled stages (``GatherKVLoader``); the consumers are unchanged. Adds a
-    ``block_n x stages`` int32 index ring to shared memory.
+    same swizzled stages (``GatherKVLoader``; ``gather_addresses``, the default: the rows'
+    64-bit K and V addresses staged once per row); the consumers are unchanged. Adds a
+    ``block_n x stages`` ring to shared memory (16 bytes per entry with staged addresses,
+    an int32 index without).
     Block-sparse variant (``block_sparse``, FlexAttention block lists; GPU tests pass on an
     H100): 128 x 128 tiles, the ``BlockListKeyBlocks`` policy visits a query tile's partial key
     blocks (``mIndices``/``mCounts``) then its full ones (``mFullIndices``/``mFullCounts``),
