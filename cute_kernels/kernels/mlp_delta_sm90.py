@@ -226,8 +226,9 @@ class MlpDeltaUpSm90(_Sm90Delta, MlpDeltaUp):
         if self.gate_act is not None:
             raise ValueError("the gated form runs on the mma.sync kernel (MlpDeltaUp)")
         self._sm90_setup()
+        # the index ring of _storage: int32 indices (staged addresses not measured here yet)
         self.loader = GatherKVLoader(self.tile_n, self.tile_k, INDICES_BARRIER,
-                                     hoist_swizzle=False)
+                                     hoist_swizzle=False, stage_addresses=False)
 
     @cute.jit
     def __call__(self, mX: cute.Tensor, mW1: cute.Tensor, mB1, mIdx: cute.Tensor,
@@ -316,7 +317,7 @@ class MlpDeltaDownSm90(_Sm90Delta, MlpDeltaDown):
         self._sm90_setup()
         # W2's columns are the loader's "V" rows: block_n = the k-tile, head_dim = the D tile
         self.loader = GatherKVLoader(self.tile_k, self.tile_n, INDICES_BARRIER,
-                                     hoist_swizzle=False)
+                                     hoist_swizzle=False, stage_addresses=False)
 
     @cute.jit
     def __call__(self, mDelta: cute.Tensor, mW2t: cute.Tensor, mIdx: cute.Tensor,
