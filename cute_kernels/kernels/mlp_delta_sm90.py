@@ -73,7 +73,7 @@ class _Sm90Delta:
         sB = sm90_utils.make_smem_layout_b(b_layout, tile, dtype, self.stages)
         return sA, sB
 
-    def _host_setup(self, mA, mW, tiles, width: int, rows_per_stage: int):
+    def _host_setup(self, mA, mW, tiles, width: int):
         """What ``__call__`` builds for either GEMM: the tiled WGMMA, the A and B smem
         layouts, A's TMA atom and coordinate tensor, the gathered weight ``mW`` viewed as (1,
         ``tiles``, rows, ``width``) (the loader's (batch, head, row, head_dim)), and the smem
@@ -86,11 +86,11 @@ class _Sm90Delta:
                                                 (self.tile_m, self.tile_k))
         mWv = cute.make_tensor(mW.iterator, cute.make_layout(
             (1, tiles, mW.shape[0], width), stride=(0, width, mW.stride[0], 1)))
-        self.storage_cls = self._storage(dtype, sA_layout, sB_layout, rows_per_stage)
+        self.storage_cls = self._storage(dtype, sA_layout, sB_layout)
         self.a_stage_bytes = cute.size_in_bytes(dtype, sA_stage)
         return tiled_mma, tma_a, tA, mWv, sA_layout, sB_layout
 
-    def _storage(self, dtype, sA_layout, sB_layout, rows_per_stage: int):
+    def _storage(self, dtype, sA_layout, sB_layout):
         S, BN = self.stages, self.tile_n
         sF_layout = padded_f32_tile(self.tile_m, BN)
 
@@ -102,7 +102,8 @@ class _Sm90Delta:
             "sA": cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sA_layout)], 1024],
             "sB": cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sB_layout)], 1024],
             "sF": cute.struct.Align[cute.struct.MemRange[Float32, cute.cosize(sF_layout)], 16],
-            "sIdx": cute.struct.Align[cute.struct.MemRange[Int32, rows_per_stage * S], 16],
+            "sIdx": cute.struct.Align[cute.struct.MemRange[Int32, self.loader.ring_words(S)],
+                                      16],
             "sFeat": cute.struct.Align[cute.struct.MemRange[Int32, BN], 16],
         }
         return cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
@@ -155,7 +156,7 @@ class _Sm90Delta:
         return rd, rel
 
     @cute.jit
-    def _shared(self, tma_a, sA_layout, sB_layout, rows_per_stage: cutlass.Constexpr):
+    def _shared(self, tma_a, sA_layout, sB_layout):
         """What both roles share: the TMA descriptor prefetched, the smem (``storage_cls``),
         the two pipelines, and the tensors (sA, sB, sF, sFeat, sIdx) over it."""
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
@@ -167,8 +168,7 @@ class _Sm90Delta:
         sB = storage.sB.get_tensor(sB_layout.outer, swizzle=sB_layout.inner)
         sF = cute.make_tensor(storage.sF.data_ptr(), padded_f32_tile(self.tile_m, self.tile_n))
         sFeat = cute.make_tensor(storage.sFeat.data_ptr(), cute.make_layout(self.tile_n))
-        sIdx = cute.make_tensor(storage.sIdx.data_ptr(),
-                                cute.make_layout((rows_per_stage, self.stages)))
+        sIdx = self.loader.ring(storage.sIdx.data_ptr(), self.stages)
         cute.arch.sync_threads()  # the pipelines' barriers are initialised
         return a_pipe, b_pipe, sA, sB, sF, sFeat, sIdx
 
@@ -226,7 +226,7 @@ class MlpDeltaUpSm90(_Sm90Delta, MlpDeltaUp):
         if self.gate_act is not None:
             raise ValueError("the gated form runs on the mma.sync kernel (MlpDeltaUp)")
         self._sm90_setup()
-        # the index ring of _storage: int32 indices (staged addresses not measured here yet)
+        # int32 indices in the ring (staged addresses are not measured here yet)
         self.loader = GatherKVLoader(self.tile_n, self.tile_k, INDICES_BARRIER,
                                      hoist_swizzle=False, stage_addresses=False)
 
@@ -236,7 +236,7 @@ class MlpDeltaUpSm90(_Sm90Delta, MlpDeltaUp):
                  num_ctas: Int32, stream):
         # W1's k-tiles are the loader's heads; a stage holds tile_n gathered rows
         tiled_mma, tma_a, tA, mW1v, sA_layout, sB_layout = self._host_setup(
-            mX, mW1, mX.shape[1] // self.tile_k, self.tile_k, self.tile_n)
+            mX, mW1, mX.shape[1] // self.tile_k, self.tile_k)
         self.kernel(tiled_mma, tma_a, tA, mW1v, mB1, mIdx, mCounts, mAct, mDelta,
                     sA_layout, sB_layout).launch(grid=(num_ctas, 1, 1),
                                                  block=(self.block_threads, 1, 1),
@@ -252,7 +252,7 @@ class MlpDeltaUpSm90(_Sm90Delta, MlpDeltaUp):
         bidx, _, _ = cute.arch.block_idx()
         gdim, _, _ = cute.arch.grid_dim()
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-        a_pipe, b_pipe, sA, sB, sF, sFeat, sIdx = self._shared(tma_a, sA_layout, sB_layout, BN)
+        a_pipe, b_pipe, sA, sB, sF, sFeat, sIdx = self._shared(tma_a, sA_layout, sB_layout)
         width = mIdx.shape[1]
         tiles = cute.ceil_div(width, BN)
         units = mIdx.shape[0] * tiles
@@ -324,7 +324,7 @@ class MlpDeltaDownSm90(_Sm90Delta, MlpDeltaDown):
                  mCounts: cute.Tensor, mOut: cute.Tensor, num_ctas: Int32, stream):
         # W2^T's output tiles are the loader's heads; a stage holds tile_k gathered rows
         tiled_mma, tma_a, tA, mW2v, sA_layout, sB_layout = self._host_setup(
-            mDelta, mW2t, mOut.shape[1] // self.tile_n, self.tile_n, self.tile_k)
+            mDelta, mW2t, mOut.shape[1] // self.tile_n, self.tile_n)
         self.kernel(tiled_mma, tma_a, tA, mW2v, mIdx, mCounts, mOut, sA_layout,
                     sB_layout).launch(grid=(num_ctas, 1, 1), block=(self.block_threads, 1, 1),
                                       stream=stream)
@@ -338,8 +338,7 @@ class MlpDeltaDownSm90(_Sm90Delta, MlpDeltaDown):
         bidx, _, _ = cute.arch.block_idx()
         gdim, _, _ = cute.arch.grid_dim()
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-        a_pipe, b_pipe, sA, sB, sF, _sFeat, sIdx = self._shared(tma_a, sA_layout, sB_layout,
-                                                                BK)
+        a_pipe, b_pipe, sA, sB, sF, _sFeat, sIdx = self._shared(tma_a, sA_layout, sB_layout)
         width = mIdx.shape[1]
         tiles = mW2v.shape[1]
         units = mIdx.shape[0] * tiles

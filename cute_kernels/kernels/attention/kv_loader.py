@@ -59,6 +59,15 @@ class TmaKVLoader:
         V rows' 64-bit addresses."""
         return 4 if self.stage_addresses else 1
 
+    def ring_words(self, stages: int) -> int:
+        """Int32 words the kernel allocates (16-byte aligned) for the ring of ``stages``."""
+        return self.block_n * stages * self.index_words
+
+    def ring(self, ptr, stages: int) -> cute.Tensor:
+        """The ring over ``ring_words(stages)`` int32 words at ``ptr``: what ``partition``
+        takes as ``sIdx`` (the loader, not the kernel, decides its layout)."""
+        return cute.make_tensor(ptr, cute.make_layout((self.block_n, stages * self.index_words)))
+
     def make_atoms(self, mK, mV, sK_layout, sV_layout):
         """(tma_k, tK, tma_v, tV): the TMA atoms and coordinate tensors over (B, H, S, D)."""
         g2s = cpasync.CopyBulkTensorTileG2SOp()
@@ -197,6 +206,15 @@ class GatherKVLoader:
         """32-bit words per key row and stage in the smem ring: an int32 index, or the K and
         V rows' 64-bit addresses."""
         return 4 if self.stage_addresses else 1
+
+    def ring_words(self, stages: int) -> int:
+        """Int32 words the kernel allocates (16-byte aligned) for the ring of ``stages``."""
+        return self.block_n * stages * self.index_words
+
+    def ring(self, ptr, stages: int) -> cute.Tensor:
+        """The ring over ``ring_words(stages)`` int32 words at ``ptr``: what ``partition``
+        takes as ``sIdx`` (the loader, not the kernel, decides its layout)."""
+        return cute.make_tensor(ptr, cute.make_layout((self.block_n, stages * self.index_words)))
 
     def make_atoms(self, mK, mV, sK_layout, sV_layout):
         """No descriptors: the kernel's TMA slots carry the K and V tensors themselves."""

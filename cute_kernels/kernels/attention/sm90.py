@@ -401,7 +401,7 @@ class AttentionSm90:
                 Float32, BN * self.colsum_partials * self.colsum_stages if self.colsum else 1]
             # the gather loader's row indices, one tile per K/V stage
             sIdx: cute.struct.Align[cute.struct.MemRange[
-                Int32, BN * self.stages * self.kv_loader.index_words if self.gather else 1], 16]
+                Int32, self.kv_loader.ring_words(self.stages) if self.gather else 1], 16]
 
         self.storage_cls = SharedStorage
         # split_kv: O and lse have n_splits * B batch entries, one CTA per (split, batch)
@@ -645,8 +645,7 @@ class AttentionSm90:
         every thread copies its share of each visited key block's K and V rows."""
         if warp == TMA_WARP:
             self._load_q(tma_q, tQ, sQ, pipes.q_pipe, tile)
-        sIdx = cute.make_tensor(storage.sIdx.data_ptr(), cute.make_layout(
-            (self.block_n, self.stages * self.kv_loader.index_words)))
+        sIdx = self.kv_loader.ring(storage.sIdx.data_ptr(), self.stages)
         kv = self.kv_loader.partition(tidx, mK, mV, sK, sV, sIdx, rows, blocks.s_kv, s_kv)
         self._load_kv(kv, pipes, blocks, tile)
 
