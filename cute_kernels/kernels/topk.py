@@ -1,4 +1,5 @@
-"""Top-k columns of each row, as increasing column lists: an exact radix select.
+"""Top-k columns of each row, as increasing column lists: an exact radix select, over the
+row or (long rows) over the candidates above a sampled threshold.
 
 ``topk_indices`` (ops/column_sparse.py) picks, per row of scores (e.g. column sums, one row
 per query group), the k largest columns. Instead of sorting, each row's k-th largest value is
@@ -6,8 +7,8 @@ found digit by digit (8 bits a pass, most significant first) from shared-memory 
 and one last pass writes the selected columns in increasing order:
 
 0. **Digits.** 8 bits by default; ``digit_bits=11`` reads a float32 row three times instead
-   of four (histograms of 2048 bins, one per ``hist_copies`` group of warps). Not yet
-   measured on a GPU (``perf/topk_tuning.py``), so the default stays 8.
+   of four (histograms of 2048 bins, one per ``hist_copies`` group of warps); it measured
+   slower on an H100 (perf/RESULTS.md), so the default stays 8.
 1. **Keys.** A score's bits become an unsigned key with the same order (negative: all bits
    flipped; positive: the sign bit set; NaN: the largest key, as ``torch.topk`` ranks it).
    16-bit scores (bfloat16, float16) keep 16-bit keys, so two passes suffice; float32 takes
@@ -24,7 +25,8 @@ and one last pass writes the selected columns in increasing order:
    holds at most 65535 columns), and each selected column goes to position
    ``above_before + min(equal_before, e)``: keys above ``K*``, and the first ``e`` keys equal
    to it (lowest columns first), in increasing column order. Exactly k columns, ties broken
-   by column, deterministic.
+   by column, deterministic. (``write_tile``: one tile's counts, scan and writes, shared with
+   step 6.)
 
 Sampled candidates (``candidates`` = C > 0; the op's default when the expected candidates
 fit): the radix select above reads the row ``passes + 1`` times. Instead, per row:
@@ -44,7 +46,8 @@ fit): the radix select above reads the row ``passes + 1`` times. Instead, per ro
    same lists either way, exact.
 
 So the row is read once from DRAM (the sample pulls at most its sectors into L2 first) instead
-of ``passes + 1`` times.
+of ``passes + 1`` times: 2.5-4.1x ``torch.topk`` at the issue's shapes on an H100, against
+1.75-2.6x for the radix select over the row (perf/RESULTS.md).
 
 Warp roles: none (every thread loads, histograms and writes; warp 0 also finds each pass's
 bin). One CTA per row (``threads`` threads); a row is read ``passes + 1`` times (from L2 after
