@@ -53,21 +53,6 @@ class TmaKVLoader:
     def __init__(self, block_n: int, head_dim: int):
         self.block_n, self.head_dim = block_n, head_dim
 
-    @property
-    def index_words(self) -> int:
-        """32-bit words per key row and stage in the smem ring: an int32 index, or the K and
-        V rows' 64-bit addresses."""
-        return 4 if self.stage_addresses else 1
-
-    def ring_words(self, stages: int) -> int:
-        """Int32 words the kernel allocates (16-byte aligned) for the ring of ``stages``."""
-        return self.block_n * stages * self.index_words
-
-    def ring(self, ptr, stages: int) -> cute.Tensor:
-        """The ring over ``ring_words(stages)`` int32 words at ``ptr``: what ``partition``
-        takes as ``sIdx`` (the loader, not the kernel, decides its layout)."""
-        return cute.make_tensor(ptr, cute.make_layout((self.block_n, stages * self.index_words)))
-
     def make_atoms(self, mK, mV, sK_layout, sV_layout):
         """(tma_k, tK, tma_v, tV): the TMA atoms and coordinate tensors over (B, H, S, D)."""
         g2s = cpasync.CopyBulkTensorTileG2SOp()
@@ -315,7 +300,7 @@ class GatherKVLoader:
         dr, dc = step
         found = {cute.crd2idx((r + dr, c + dc, 0), dst_rows.layout)
                  - cute.crd2idx((r, c, 0), dst_rows.layout)
-                 for r in (0, 1, 7, 15) for c in (0, 8, 56)}
+                 for r in (0, 1, 7, dr or 15) for c in (0, 8, self.head_dim - 8 - dc)}
         if len(found) != 1 or (next(iter(found)) * 2) % 1024:
             raise ValueError(f"the gather's smem step {step} is not whole swizzle atoms: {found}")
         return next(iter(found)) * 2
@@ -329,7 +314,7 @@ class GatherKVLoader:
             # Pass p writes row0 + p * rows_per_pass: whole 8-row swizzle atoms further, which
             # the 128B swizzle (byte address bits 4-6 ^= bits 7-9) leaves alone, so the XOR is
             # taken once and every pass adds a constant (4 instructions less per copy).
-            pass_bytes = self._pass_bytes(dst_rows)
+            pass_bytes = self._step_bytes(dst_rows, (self.rows_per_pass, 0))
             a = dst_rows.iterator.toint() + cute.crd2idx((row0, chunk * 8, slot),
                                                          dst_rows.layout) * 2
             first = cutlass.Int32(a) ^ ((cutlass.Int32(a) >> 3) & 0x70)
@@ -346,16 +331,6 @@ class GatherKVLoader:
                 src_row = cute.zipped_divide(src[batch, kv_head, sIdx[r, slot], None], (8,))
                 dst_row = cute.zipped_divide(dst_rows[r, None, slot], (8,))
                 cute.copy(atom, src_row[None, chunk], dst_row[None, chunk])
-
-    def _pass_bytes(self, dst_rows) -> int:
-        """Bytes between a thread's chunk in consecutive passes (rows r and r + rows_per_pass),
-        checked at trace time to be one constant, a multiple of the swizzle's 1024 bytes."""
-        step = {cute.crd2idx((r + self.rows_per_pass, c, 0), dst_rows.layout)
-                - cute.crd2idx((r, c, 0), dst_rows.layout)
-                for r in (0, 1, 7, self.rows_per_pass) for c in (0, 8, self.head_dim - 8)}
-        if len(step) != 1 or (next(iter(step)) * 2) % 1024:
-            raise ValueError(f"the gather's smem rows are not whole swizzle atoms apart: {step}")
-        return next(iter(step)) * 2
 
     def load_k(self, part: GatherRows, k_pipe, k_state, n, kv_head, batch, row=None,
                n_next=None):

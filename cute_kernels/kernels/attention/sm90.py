@@ -187,7 +187,6 @@ class AttentionSm90:
         self.persistent = persistent  # (checked below; smem_bytes reads q_stages)
         self.q_stages = 2 if persistent else 1
         self.gather, self.gather_prefetch = gather, gather_prefetch  # (smem_bytes reads it)
-        self.gather_addresses = gather_addresses
         self.block_m = block_m or HOPPER_DEFAULT_TILE[0]
         self.block_n = block_n or HOPPER_DEFAULT_TILE[1]
         if self.block_m // 64 not in REGISTERS or self.block_m % 64:
@@ -236,10 +235,6 @@ class AttentionSm90:
         # (256 threads) already gets up to 255 each, so it reallocates nothing
         self.registers = REGISTERS[self.consumer_wgs]
         self.threads = 128 * (1 + self.consumer_wgs)
-        if self.smem_bytes() > SM90_SMEM_BYTES:
-            raise ValueError(f"block {self.block_m} x {self.block_n} at head dim {head_dim} "
-                             f"needs {self.smem_bytes()} bytes of shared memory, more than the "
-                             f"{SM90_SMEM_BYTES} an sm_90 CTA may have")
         # pingpong (sequential loop only): consumer warpgroups take turns issuing Q K^T
         if pingpong and overlap:
             raise ValueError("pingpong applies to the sequential loop (overlap=False)")
@@ -309,6 +304,10 @@ class AttentionSm90:
                                          stage_addresses=gather_addresses,
                                          entry_keys=gather_entry_keys)
                           if gather else TmaKVLoader(self.block_n, head_dim))
+        if self.smem_bytes() > SM90_SMEM_BYTES:  # (reads the loader's ring)
+            raise ValueError(f"block {self.block_m} x {self.block_n} at head dim {head_dim} "
+                             f"needs {self.smem_bytes()} bytes of shared memory, more than the "
+                             f"{SM90_SMEM_BYTES} an sm_90 CTA may have")
         self.sums = NoColumnSums()
         if colsum:
             self.sums = ColumnSumsSm90(
@@ -327,10 +326,8 @@ class AttentionSm90:
         if self.colsum and self.colsum_method == "mma":
             p_and_f = 2 * BM * BN + 1024 * wgs + 1024  # P, f (1 KiB per consumer), padding
         sums = BN * self.colsum_partials * self.colsum_stages * 4 if self.colsum else 4
-        # the gather's ring: an int32 index or two 64-bit addresses per row and stage (16-byte
-        # aligned member)
-        words = 4 if self.gather_addresses else 1
-        indices = BN * self.stages * 4 * words + 16 if self.gather else 4
+        # the gather's ring (the loader sizes it; a 16-byte aligned member)
+        indices = 4 * self.kv_loader.ring_words(self.stages) + 16 if self.gather else 4
         return 1024 + tiles + p_and_f + sums + indices  # barriers (and their alignment) first
 
     @property
