@@ -508,8 +508,8 @@ _LISTS = DerivedCache()
 
 
 def _mask_tensors(block_mask) -> tuple:
-    """The tensors a block mask's lists derive from: a BlockMask's four, a tuple's, a BSR
-    layout's values and indices (empty for anything else: never cached)."""
+    """The tensors a block mask's lists derive from: a BlockMask's four or a tuple's (empty
+    for anything else, a BSR layout included: never cached)."""
     if hasattr(block_mask, "kv_num_blocks") and hasattr(block_mask, "BLOCK_SIZE"):
         return (block_mask.kv_num_blocks, block_mask.kv_indices,
                 block_mask.full_kv_num_blocks, block_mask.full_kv_indices)
