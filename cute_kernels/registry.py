@@ -170,6 +170,7 @@ def _bsr_entry() -> KernelEntry:
 
 MLP_DELTA_VARIANTS = {"up-m-major": ("up", True), "up-row-major": ("up", False),
                       "down": ("down", None), "scatter-m-major": ("scatter", True),
+                      "scatter-m-major-vec": ("scatter", True),
                       "scatter-row-major": ("scatter", False)}
 
 
@@ -192,8 +193,10 @@ def _mlp_delta_entry() -> KernelEntry:
                                    tuple(UP_CONFIG.items())))
         if op == "down":
             return make_build(op, (dtype, 128, 128, tuple(DOWN_CONFIG.items())))
-        # the TMA bulk reduction needs sm_90 (and an M-major cache)
-        return make_build(op, (dtype, 128, m_major, m_major and path == "hopper"))
+        # the TMA bulk reduction needs sm_90 (and an M-major cache); "-vec": 16-byte aligned
+        # source rows, loaded as vectors (bulk path only)
+        bulk = m_major and path == "hopper"
+        return make_build(op, (dtype, 128, m_major, bulk, bulk and variant.endswith("-vec")))
 
     return KernelEntry("column_sparse_mlp", "bf16 column-sparse MLP delta: mm1 with gathered W1 "
                        "rows and the cache epilogue, mm2 with gathered W2 columns (WGMMA with a "

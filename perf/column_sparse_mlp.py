@@ -27,11 +27,17 @@ them after sorting), every count the same.
    group's rows, and ``index_add_`` on the flat cache with precomputed flat indices (index
    building outside the timed region; every count is L here, so no masking is needed). Both
    torch forms and ours are checked against ``scatter_add_reference`` on a small problem
-   first. Bar: ours >= 2x the faster torch form.
-3. ``concurrent``: ``scatter_add`` confined to 8 SMs (``num_sms=8``) on one stream while
-   ``torch.mm`` sized like mm2 at p = 0.93, (M, L8) x (L8, D) with L8 = count rounded up to a
-   multiple of 8 (cuBLAS's aligned kernels), runs on another, against the GEMM alone launched
-   the same way. Bar: <= 1.05x the GEMM alone.
+   first. Also ours on an m-major cache from a source whose rows are 16-byte aligned (a
+   packed buffer padded to 8 columns: the 16-byte-load variant). Bar: ours >= 2x the faster
+   torch form.
+3. ``concurrent``: mm2 alone (``_run_down``: out_cache += delta @ W2[:, idx]^T at p = 0.93,
+   the op's second kernel) against mm2 on the main SMs of an ``SmPartition`` with the
+   act_cache writeback (``scatter_add``, m-major, a padded source) on its side SMs, 8 and 16, green contexts
+   and plain streams; also each side alone in the partition (what losing the SMs costs mm2,
+   and the writeback's GB/s on few SMs) and torch.mm (M, L8) x (L8, D) beside the writeback.
+   Bar: the best partitioned run <= 1.05x mm2 alone.
+4. ``gated``: SwiGLU on ``pack_gated_weight``'s (2F, K) rows at p = 0.93 against the dense
+   gated MLP on the same packed weight (no bar: the issue asks for its speed).
 
 Method: cute_kernels/bench.py (interleaved contenders, warm-up, medians; one input set, every
 operand bigger than twice the L2 at the default M). Needs a CUDA GPU and about 16 GB of its
@@ -68,8 +74,8 @@ GROUP = 128
 ACTIVATION = "gelu_tanh"
 SPARSITIES, QUICK_SPARSITIES = (0.8, 0.9, 0.93, 0.97), (0.93,)
 P_LAYOUT = 0.93  # the row-major act_cache row, the scatter and concurrent parts
-DENSE_BAR, SCATTER_BAR, CONCURRENT_BAR, SCATTER_SMS = 5.0, 2.0, 1.05, 8
-PARTS = ("mlp", "scatter", "concurrent")
+DENSE_BAR, SCATTER_BAR, CONCURRENT_BAR, SIDE_SMS = 5.0, 2.0, 1.05, (8, 16)
+PARTS = ("mlp", "scatter", "concurrent", "gated")
 
 
 def require_gpu() -> None:
@@ -140,7 +146,7 @@ def first_calls(fns: dict, skipped: dict) -> None:
 # 1. column_sparse_mlp against the dense MLP
 
 
-def spot_error(op, x, w1, b1, w2, indices, counts, act, out) -> float:
+def spot_error(op, x, w1, b1, w2, indices, counts, act, out, activation=ACTIVATION) -> float:
     """One call of ``op`` on the caches; the relative error of the out_cache change over groups
     0, 1 and the last against the float32 reference (a first-run check)."""
     mod = ops()
@@ -155,7 +161,7 @@ def spot_error(op, x, w1, b1, w2, indices, counts, act, out) -> float:
         rows = slice(g0 * GROUP, min(g1 * GROUP, m))
         want, _ = mod.column_sparse_mlp_reference(
             x[rows], w1, b1, w2, indices[g0:g1], counts[g0:g1], act0, out0, group=GROUP,
-            activation=ACTIVATION)
+            activation=activation)
         change = want - out0.float()
         num += (out[rows].float() - want).norm().item() ** 2
         den += change.norm().item() ** 2
@@ -234,6 +240,43 @@ def mlp_part(m: int, sparsities, rounds: int, gen) -> dict:
             "activation": ACTIVATION, "dense_ms": dense_ms, "dense_tflops": dense_tflops,
             "headers": headers, "rows": table, "bar": DENSE_BAR, "bar_met": verdict,
             "skipped": skipped, "timings": Row(f"M{m}", timings)}
+
+
+def gated_part(m: int, rounds: int, gen) -> dict:
+    """The gated form (SwiGLU on ``pack_gated_weight``'s interleaved rows) at p 0.93 against
+    the dense gated MLP: one (M, 2F) ``F.linear`` on the same packed weight, silu(gate) * up,
+    ``F.linear`` down (cuBLAS)."""
+    mod = ops()
+    count = count_for(P_LAYOUT)
+    x = normal(m, K, gen=gen)
+    w1 = normal(2 * FF, K, gen=gen, std=K ** -0.5)  # packed rows: up even, gate odd
+    w2t = normal(FF, D, gen=gen, std=FF ** -0.5)
+    w2, w2_linear = w2t.t(), w2t.t().contiguous()
+    act, out_cache = m_major(m, FF, gen), normal(m, D, gen=gen)
+    indices, counts = random_lists(m, count, gen)
+
+    def dense(_):
+        gate_up = F.linear(x, w1).unflatten(-1, (FF, 2))
+        return F.linear(F.silu(gate_up[..., 1]) * gate_up[..., 0], w2_linear)
+
+    def ours(_):
+        return mod.column_sparse_mlp(x, w1, None, w2, indices, counts, act, out_cache,
+                                     group=GROUP, activation="swiglu")
+
+    err = spot_error(lambda: ours(None), x, w1, None, w2, indices, counts, act, out_cache,
+                     activation="swiglu")
+    fns, skipped = {"dense gated MLP (cuBLAS)": dense, "ours swiglu": ours}, {}
+    first_calls(fns, skipped)
+    timings = bench_interleaved(fns, [None], rounds=rounds, warmup=2)
+    dense_ms, ours_ms = ms_of(timings, "dense gated MLP (cuBLAS)"), ms_of(timings, "ours swiglu")
+    ideal = 1 / (1 - P_LAYOUT)
+    row = [P_LAYOUT, count, ours_ms, dense_ms, dense_ms / ours_ms, ideal,
+           dense_ms / ours_ms / ideal, err]
+    headers = ["p", "count", "ours ms", "dense ms", "speed-up", "ideal", "of ideal", "err"]
+    print(f"\n## 4. gated form (swiglu, w1 (2F, K) packed), M {m}, K {K}, F {FF}, D {D}\n")
+    print(format_table(headers, [row]))
+    return {"headers": headers, "rows": [row], "skipped": skipped,
+            "timings": Row(f"M{m}", timings)}
 
 
 def plot_mlp(out: str, result: dict) -> None:
@@ -315,13 +358,16 @@ def scatter_part(m: int, rounds: int, gen) -> dict:
     count = count_for(P_LAYOUT)
     indices, counts = random_lists(m, count, gen)
     src = normal(m, count, gen=gen)
+    src_rows16 = normal(m, -(-count // 8) * 8, gen=gen)[:, :count]  # a padded packed buffer
     dests = {"row-major": normal(m, FF, gen=gen, std=0.5), "m-major": m_major(m, FF, gen)}
-    def ours(dest):
-        return lambda _: mod.scatter_add(src, dest, indices, counts, group=GROUP)
+    def ours(dest, source=src):
+        return lambda _: mod.scatter_add(source, dest, indices, counts, group=GROUP)
 
     fns = {}
     for layout, dest in dests.items():
         fns[f"ours, {layout}"] = ours(dest)
+        if layout == "m-major":
+            fns["ours, m-major, src rows 16-byte aligned"] = ours(dest, src_rows16)
         if m % GROUP == 0:
             fns[f"torch scatter_add_, {layout}"] = torch_scatter(dest, src, indices, layout)
         fns[f"torch index_add_, {layout}"] = torch_index_add(dest, src, indices, layout)
@@ -342,6 +388,12 @@ def scatter_part(m: int, rounds: int, gen) -> dict:
                       ms_of(timings, f"torch scatter_add_, {layout}"),
                       ms_of(timings, f"torch index_add_, {layout}"), ratio,
                       f">= {SCATTER_BAR:g}x: {'met' if verdicts[layout] else 'NOT met'}"])
+    aligned = ms_of(timings, "ours, m-major, src rows 16-byte aligned")
+    best = min(ms_of(timings, "torch scatter_add_, m-major"),
+               ms_of(timings, "torch index_add_, m-major"))
+    table.append(["m-major, src rows 16-byte aligned", aligned, moved / (aligned * 1e-3) / 1e9,
+                  "", "", best / aligned, f">= {SCATTER_BAR:g}x: "
+                  f"{'met' if best / aligned >= SCATTER_BAR else 'NOT met'}"])
     errors = check_scatter_forms(gen)
     print(f"\n## 2. scatter_add (the act_cache writeback), M {m}, F {FF}, L {count} "
           f"(p {P_LAYOUT}), group {GROUP}\n")
@@ -355,59 +407,77 @@ def scatter_part(m: int, rounds: int, gen) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
-# 3. scatter_add on 8 SMs next to the mm2-sized GEMM
+# 3. mm2 and the writeback on partitioned SMs (SmPartition)
 
 
-def concurrent_part(m: int, rounds: int, gen) -> dict:
+def concurrent_part(m: int, rounds: int, gen, side_sms=SIDE_SMS) -> dict:
+    from cute_kernels.partition import SmPartition
+
     mod = ops()
     count = count_for(P_LAYOUT)
-    width = -(-count // 8) * 8
     indices, counts = random_lists(m, count, gen)
-    src = normal(m, count, gen=gen)
+    src = normal(m, -(-count // 8) * 8, gen=gen)[:, :count]  # a padded packed buffer
     dest = m_major(m, FF, gen)
+    padded = -(-count // mod.TILE_N) * mod.TILE_N
+    delta = normal(m, padded, gen=gen, std=0.05)
+    w2t = normal(FF, D, gen=gen, std=FF ** -0.5)
+    out = normal(m, D, gen=gen)
+    width = -(-count // 8) * 8
     a, b = normal(m, width, gen=gen), normal(width, D, gen=gen, std=width ** -0.5)
     c = torch.empty(m, D, dtype=torch.bfloat16, device=DEVICE)
-    s_gemm, s_scatter = torch.cuda.Stream(), torch.cuda.Stream()
 
-    def on_streams(gemm: bool, scatter: bool):
-        """Fork from the current stream, run the GEMM on one side stream and/or the scatter on
-        another, join back: the timing events (on the current stream) cover both."""
-        def run(_):
-            main = torch.cuda.current_stream()
-            for s in (s_gemm, s_scatter):
-                s.wait_stream(main)
-            if gemm:
-                with torch.cuda.stream(s_gemm):
-                    torch.mm(a, b, out=c)
-            if scatter:
-                with torch.cuda.stream(s_scatter):
-                    mod.scatter_add(src, dest, indices, counts, group=GROUP,
-                                    num_sms=SCATTER_SMS)
-            for s in (s_gemm, s_scatter):
-                main.wait_stream(s)
-        return run
+    def mm2():
+        mod._run_down(delta, w2t, indices, counts, out, GROUP)
 
-    fns = {"GEMM alone": on_streams(True, False),
-           f"GEMM + scatter_add (num_sms={SCATTER_SMS})": on_streams(True, True),
-           f"scatter_add alone (num_sms={SCATTER_SMS})": on_streams(False, True),
-           "scatter_add alone (all SMs)": lambda _: mod.scatter_add(
-               src, dest, indices, counts, group=GROUP)}
+    def writeback():
+        mod.scatter_add(src, dest, indices, counts, group=GROUP)
+
+    def gemm():
+        torch.mm(a, b, out=c)
+
+    fns = {"mm2 alone": lambda _: mm2(), "torch.mm alone": lambda _: gemm(),
+           "writeback alone (all SMs)": lambda _: writeback()}
+    parts, info = {}, {}
+    for mode in ("green", "streams"):
+        for n in side_sms:
+            try:
+                part = SmPartition(n, mode=mode)
+            except RuntimeError as err:
+                info[f"{mode} {n}"] = str(err)[:200]
+                print(f"skip {mode} {n}: {err}")
+                continue
+            tag = f"{mode}, {part.side_sms} side SMs"
+            parts[tag] = part
+            info[tag] = repr(part)
+            fns[f"mm2 + writeback, {tag}"] = lambda _, p=part: p.run(mm2, writeback)
+            fns[f"mm2 on the main SMs, {tag}"] = lambda _, p=part: p.run(mm2, lambda: None)
+            fns[f"writeback on the side SMs, {tag}"] = \
+                lambda _, p=part: p.run(lambda: None, writeback)
+            if mode == "green":
+                fns[f"torch.mm + writeback, {tag}"] = lambda _, p=part: p.run(gemm, writeback)
     skipped = {}
     first_calls(fns, skipped)
     timings = bench_interleaved(fns, [None], rounds=rounds, warmup=2)
-    gemm = ms_of(timings, "GEMM alone")
-    both = ms_of(timings, f"GEMM + scatter_add (num_sms={SCATTER_SMS})")
-    ratio = both / gemm
+    alone = ms_of(timings, "mm2 alone")
+    moved = m * count * (2 * 2 + 2)
+    rows = []
+    for name in fns:
+        ms = ms_of(timings, name)
+        base = ms_of(timings, "torch.mm alone") if name.startswith("torch.mm") else alone
+        rows.append([name, ms, ms / base,
+                     moved / (ms * 1e-3) / 1e9 if name.startswith("writeback") else ""])
+    best = min((ms_of(timings, n) for n in fns if n.startswith("mm2 + writeback")),
+               default=float("nan"))
+    ratio = best / alone
     met = ratio <= CONCURRENT_BAR
-    print(f"\n## 3. scatter_add on {SCATTER_SMS} SMs beside torch.mm ({m} x {width}) x "
-          f"({width} x {D}) on another stream (p {P_LAYOUT}, m-major act_cache)\n")
-    print(format_table(["contender", "ms", "x GEMM alone"],
-                       [[n, ms_of(timings, n), ms_of(timings, n) / gemm] for n in fns]))
-    print(f"GEMM + scatter_add / GEMM alone = {ratio:.3f} (bar <= {CONCURRENT_BAR}: "
+    print(f"\n## 3. mm2 (out_cache += delta @ W2[:, idx]^T, L {count}) and the act_cache "
+          f"writeback (scatter_add, m-major) on partitioned SMs, M {m}\n")
+    print(format_table(["contender", "ms", "x mm2 (torch.mm) alone", "writeback GB/s"], rows))
+    print(f"best mm2 + writeback / mm2 alone = {ratio:.3f} (bar <= {CONCURRENT_BAR}: "
           f"{'met' if met else 'NOT met'})")
-    return {"gemm_shape": [m, width, D], "num_sms": SCATTER_SMS, "ratio": ratio,
-            "bar": CONCURRENT_BAR, "bar_met": met, "skipped": skipped,
-            "timings": Row(f"M{m} L{width}", timings)}
+    return {"count": count, "partitions": info, "ratio": ratio, "bar": CONCURRENT_BAR,
+            "bar_met": met, "skipped": skipped, "rows": rows,
+            "timings": Row(f"M{m} L{count}", timings)}
 
 
 def main(argv=None) -> None:
@@ -436,7 +506,7 @@ def main(argv=None) -> None:
     payload = {"device": device_name(), "commit": commit_id(), "torch": torch.__version__,
                "date": str(datetime.date.today()), "path": args.path or "native", "m": m,
                "bars": {"dense at p 0.93 (x)": DENSE_BAR, "scatter_add vs torch (x)":
-                        SCATTER_BAR, "concurrent / GEMM alone": CONCURRENT_BAR}}
+                        SCATTER_BAR, "partitioned / mm2 alone": CONCURRENT_BAR}}
     gen = torch.Generator(device=DEVICE).manual_seed(0)
     with force_path(args.path):
         if "mlp" in parts:
@@ -447,9 +517,12 @@ def main(argv=None) -> None:
             torch.cuda.empty_cache()
         if "concurrent" in parts:
             payload["concurrent"] = concurrent_part(m, rounds, gen)
+            torch.cuda.empty_cache()
+        if "gated" in parts:
+            payload["gated"] = gated_part(m, rounds, gen)
     print(f"\nbars: >= {DENSE_BAR:g}x dense at p {P_LAYOUT} (m-major); scatter_add >= "
-          f"{SCATTER_BAR:g}x the faster torch form; scatter_add on {SCATTER_SMS} SMs beside the "
-          f"GEMM <= {CONCURRENT_BAR}x the GEMM alone")
+          f"{SCATTER_BAR:g}x the faster torch form; mm2 + writeback on partitioned SMs <= "
+          f"{CONCURRENT_BAR}x mm2 alone")
     print("wrote", save_results(args.out, "column_sparse_mlp", payload))
     if "mlp" in payload:
         plot_mlp(args.out, payload["mlp"])

@@ -83,6 +83,8 @@ def main(path: str) -> None:
                 dest = dest.t().contiguous().t()
             ck.scatter_add(src, dest, gi, gc, group=group)
             ck.scatter_add(src, dest, gi, gc, group=group, num_sms=2)
+            padded = torch.randn(rows, -(-width // 8) * 8 + 8, device="cuda", generator=gen)
+            ck.scatter_add(padded.bfloat16()[:, :width], dest, gi, gc, group=group, num_sms=2)
     torch.cuda.synchronize()
     print("probe ok", path)
 

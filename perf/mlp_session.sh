@@ -9,6 +9,8 @@
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh checks
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh final
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh measure
+#   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh partition
+#   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh partition-perf
 # Prints a summary last.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-mlp}
@@ -59,5 +61,15 @@ fi
 if [ "$PART" = measure ]; then
   step perf-mlp 420 python perf/column_sparse_mlp.py --rounds 5 --out "$OUT"
   step perf-offload 120 python perf/offload.py --out "$OUT"
+fi
+if [ "$PART" = partition ]; then  # SmPartition, the double-buffered writeback, the gated speed
+  step partition-gpu-tests 300 python -m pytest -q --tb=short -p no:logging \
+    tests/test_partition_gpu.py tests/test_column_sparse_mlp_gpu.py -k "partition or scatter"
+  step memcheck-hopper 90 "${SANITIZE[@]}" --tool memcheck python perf/mlp_delta_probe.py hopper
+  step racecheck-hopper 90 "${SANITIZE[@]}" --tool racecheck python perf/mlp_delta_probe.py hopper
+fi
+if [ "$PART" = partition-perf ]; then
+  step perf-partition 480 python perf/column_sparse_mlp.py --parts scatter,concurrent,gated \
+    --rounds 5 --out "$OUT"
 fi
 echo; printf '%s\n' "${summary[@]}"

@@ -34,7 +34,8 @@ def _check_documents_arguments(fn, *, skip=("self", "cls")) -> None:
 def test_every_public_name_is_covered():
     """The lists below cover ``__all__``: a new public name needs a docstring check too."""
     covered = set(FUNCTIONS) | {"CacheOffloader", "ColumnSparseAttention", "ColumnSparseMLP",
-                                "GatedMLP", "UnsupportedGPUError", "masks", "reference"}
+                                "GatedMLP", "SmPartition", "UnsupportedGPUError", "masks",
+                                "reference"}
     assert set(ck.__all__) == covered
 
 
@@ -57,14 +58,19 @@ def test_gated_mlp_methods_document_their_arguments(method):
     _check_documents_arguments(getattr(ck.GatedMLP, method))
 
 
+@pytest.mark.parametrize("method", ["__init__", "run"])
+def test_sm_partition_methods_document_their_arguments(method):
+    _check_documents_arguments(getattr(ck.SmPartition, method))
+
+
 @pytest.mark.parametrize("method", ["__init__", "forward"])
 def test_column_sparse_module_methods_document_their_arguments(method):
     _check_documents_arguments(getattr(ck.ColumnSparseAttention, method))
 
 
 def test_class_and_module_docstrings():
-    for obj in (ck.GatedMLP, ck.ColumnSparseAttention, ck.UnsupportedGPUError, ck.reference,
-                ck.masks):
+    for obj in (ck.GatedMLP, ck.ColumnSparseAttention, ck.SmPartition, ck.UnsupportedGPUError,
+                ck.reference, ck.masks):
         doc = inspect.getdoc(obj)
         assert doc and len(doc.splitlines()) >= MIN_LINES, obj
     text = pydoc.render_doc(ck.GatedMLP, renderer=pydoc.plaintext)

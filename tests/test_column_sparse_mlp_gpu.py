@@ -400,9 +400,29 @@ def test_scatter_add(m, f, width, group, layout, num_sms, dtype, counts, path):
     """dest[g rows, indices[g, j]] += src[g rows, j] for j < counts[g], in place: listed entries
     match the float32 reference to one 16-bit rounding, everything else (the entries not listed,
     the rows of count-0 groups, the sentinels around dest) is bit-identical."""
+    check_scatter_add(m, f, width, group, layout, num_sms, dtype, counts)
+
+
+VEC_SCATTER_CASES = [  # (M, F, L, source row stride, group, num_sms, dtype): 16-byte rows
+    (1000, 520, 64, 64, 128, None, BF16),
+    (1000, 520, 200, 200, 192, 2, FP16),  # two CTAs: both transposed-tile buffers reused
+    (2000, 700, 37, 40, 128, 3, BF16),  # a padded packed buffer: the last vector partial
+    (1000, 300, 130, 136, 64, None, BF16),
+]
+
+
+@pytest.mark.parametrize("m, f, width, stride, group, num_sms, dtype", VEC_SCATTER_CASES,
+                         ids=lambda v: str(v).replace("torch.", ""))
+def test_scatter_add_vector_source(m, f, width, stride, group, num_sms, dtype, path):
+    """The bulk path's 16-byte source loads (source rows 16-byte aligned, as a packed buffer
+    padded to 8 columns is) with an M-major dest: the same contract as ``test_scatter_add``."""
+    check_scatter_add(m, f, width, group, "m", num_sms, dtype, "mixed", src_stride=stride)
+
+
+def check_scatter_add(m, f, width, group, layout, num_sms, dtype, counts, src_stride=None):
     g = gen()
     indices, cnt = make_lists(m, f, width, group, counts, g)
-    src = randn(m, width, g=g, dtype=dtype)
+    src = randn(m, src_stride or width, g=g, dtype=dtype)[:, :width]
     storage, dest = cache(m, f, layout, group, g, dtype, scale=1.0)
     want = OPS.scatter_add_reference(src, dest, indices, cnt, group=group)
     before = storage.clone()

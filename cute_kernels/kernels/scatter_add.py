@@ -9,7 +9,11 @@ writeback on a few SMs next to a GEMM). Per tile the chunk's feature ids go to s
   tile is transposed into smem so each listed column's ``group`` rows are contiguous, and
   one thread per column issues ``cp.reduce.async.bulk .add`` of those rows into ``dest`` (the
   TMA unit adds them in the L2: no register round trip, atomic per element; Chipmunk Part
-  III measured it 3x faster than in-register reductions);
+  III measured it 3x faster than in-register reductions). The transposed tile is double
+  buffered: a tile's loads and transpose run while the bulk reductions of the tile before
+  still read the other buffer, so a CTA keeps two tiles in flight (what a few SMs of an
+  ``SmPartition`` need). With ``vec`` (source rows 16-byte aligned) a thread loads a row's
+  64 positions as 16-byte vectors (32 data registers instead of 64 scalars' worth);
 * **elements** (Ampere, row-major ``dest``, unaligned columns): each thread reads its
   elements' source and destination values (``CACHE_BATCH`` loads in flight first), adds in
   fp32 and stores; lanes run along ``dest``'s contiguous dimension. Race-free because a
@@ -36,6 +40,10 @@ from .mlp_delta import CACHE_BATCH, group_count
 TILE_COLS = 64
 #: padding of the transposed tile's columns (elements): 16-byte aligned, fewer bank conflicts
 COL_PAD = 8
+#: elements per 16-byte source load (``vec``)
+VEC = 8
+#: transposed-tile buffers of the bulk path (``bulk_tile``)
+BULK_BUFFERS = 2
 
 
 class ScatterAdd:
@@ -44,7 +52,8 @@ class ScatterAdd:
     Warps: 4, all loading and adding (elements) or transposing and issuing bulk reductions
     (bulk: one thread per listed column). Schedule: persistent, tile ``t`` = (group ``t //
     chunks``, chunk ``t % chunks``), CTAs striding by the grid. Shared memory: 64 feature ids
-    + (bulk) the transposed (group, 64) tile, 64 x (group + 8) x 2 bytes (17 KiB at group 128).
+    + (bulk) two transposed (group, 64) tiles, 2 x 64 x (group + 8) x 2 bytes (34 KiB at
+    group 128).
 
     Tensors: ``mSrc`` (M, L) (unit column stride), ``mDest`` (M, F) row-major, or M-major with
     ``m_major``, ``mIdx`` (G, L) / ``mCounts`` (G,) int32.
@@ -52,11 +61,13 @@ class ScatterAdd:
 
     threads = 128
 
-    def __init__(self, group: int, m_major: bool, bulk: bool):
+    def __init__(self, group: int, m_major: bool, bulk: bool, vec: bool = False):
         if bulk and not m_major:
             raise ValueError("the bulk reduction needs an M-major dest (a listed column's rows "
                              "contiguous)")
-        self.group, self.m_major, self.bulk = group, m_major, bulk
+        if vec and not bulk:
+            raise ValueError("vec (16-byte source loads) is a variant of the bulk path")
+        self.group, self.m_major, self.bulk, self.vec = group, m_major, bulk, vec
 
     @cute.jit
     def __call__(self, mSrc: cute.Tensor, mDest: cute.Tensor, mIdx: cute.Tensor,
@@ -67,7 +78,7 @@ class ScatterAdd:
     @cute.jit
     def smem(self, dtype: cutlass.Constexpr):
         col_stride = self.group + COL_PAD
-        tile_elems = col_stride * TILE_COLS if self.bulk else 8
+        tile_elems = col_stride * TILE_COLS * BULK_BUFFERS if self.bulk else 8
 
         @cute.struct
         class SharedStorage:
@@ -75,8 +86,10 @@ class ScatterAdd:
             feat: cute.struct.Align[cute.struct.MemRange[Int32, TILE_COLS], 16]
 
         storage = cutlass.memory.SmemAllocator().allocate(SharedStorage)
-        sT = cute.make_tensor(storage.tile.data_ptr(),
-                              cute.make_layout((self.group, TILE_COLS), stride=(1, col_stride)))
+        # (row, position, buffer): a listed column's rows contiguous (the bulk copy's source)
+        sT = cute.make_tensor(storage.tile.data_ptr(), cute.make_layout(
+            (self.group, TILE_COLS, BULK_BUFFERS),
+            stride=(1, col_stride, col_stride * TILE_COLS)))
         return sT, cute.make_tensor(storage.feat.data_ptr(), cute.make_layout(TILE_COLS))
 
     @cute.kernel
@@ -86,6 +99,13 @@ class ScatterAdd:
         bidx, _, _ = cute.arch.block_idx()
         gdim, _, _ = cute.arch.grid_dim()
         sT, sFeat = self.smem(mSrc.element_type)
+        if cutlass.const_expr(self.bulk):
+            self.bulk_tiles(mSrc, mDest, mIdx, mCounts, sT, tidx, bidx, gdim)
+        else:
+            self.element_tiles(mSrc, mDest, mIdx, mCounts, sFeat, tidx, bidx, gdim)
+
+    @cute.jit
+    def element_tiles(self, mSrc, mDest, mIdx, mCounts, sFeat, tidx, bidx, gdim):
         width = mIdx.shape[1]
         chunks = cute.ceil_div(width, TILE_COLS)
         for tile in cutlass.range(bidx, mIdx.shape[0] * chunks, gdim, unroll=1):
@@ -98,13 +118,8 @@ class ScatterAdd:
                     sFeat[tidx] = cutlass.min(cutlass.max(mIdx[g, pos], 0), mDest.shape[1] - 1)
                 cute.arch.sync_threads()
                 rows_valid = cutlass.min(mDest.shape[0] - row0, self.group)
-                if cutlass.const_expr(self.bulk):
-                    self.bulk_tile(mSrc, mDest, sT, sFeat, row0, rows_valid, j0, count - j0,
-                                   tidx)
-                else:
-                    self.element_tile(mSrc, mDest, sFeat, row0, rows_valid, j0, count - j0,
-                                      tidx)
-                cute.arch.sync_threads()  # sFeat (and sT) are rewritten by the next tile
+                self.element_tile(mSrc, mDest, sFeat, row0, rows_valid, j0, count - j0, tidx)
+                cute.arch.sync_threads()  # sFeat is rewritten by the next tile
 
     @cute.jit
     def element_tile(self, mSrc, mDest, sFeat, row0, rows_valid, j0, cols_valid, tidx):
@@ -139,27 +154,93 @@ class ScatterAdd:
         return flat // TILE_COLS, flat % TILE_COLS
 
     @cute.jit
-    def bulk_tile(self, mSrc, mDest, sT, sFeat, row0, rows_valid, j0, cols_valid, tidx):
-        """Transpose the tile into ``sT`` (lanes along positions: coalesced source reads),
-        then one bulk reduction of ``rows_valid`` rows per listed column."""
+    def bulk_tiles(self, mSrc, mDest, mIdx, mCounts, sT, tidx, bidx, gdim):
+        """The bulk path's loop: per tile, load the source tile into registers (the previous
+        tile's bulk reductions still reading the other buffer), wait until this buffer's
+        reductions of two tiles ago have read it, transpose it in, issue one bulk reduction
+        per listed column. Thread j < 64 owns column j: it reads the column's feature id into a
+        register, issues its reduction and commits a (possibly empty) bulk group every tile,
+        so ``wait_group(1)`` always means "the group of two tiles ago"."""
+        width = mIdx.shape[1]
+        chunks = cute.ceil_div(width, TILE_COLS)
+        suffix = "bf16" if mDest.element_type == cutlass.BFloat16 else "f16"
         per_thread = self.group * TILE_COLS // self.threads
-        vals = cute.make_rmem_tensor((per_thread,), mSrc.element_type)
-        with python_unrolled():
-            for e in cutlass.range_constexpr(per_thread):  # every load in flight, then stores
-                r, c = self._element_by_position(e, tidx)
-                if r < rows_valid and c < cols_valid:
-                    vals[e] = mSrc[row0 + r, j0 + c]
-            for e in cutlass.range_constexpr(per_thread):
-                r, c = self._element_by_position(e, tidx)
-                if r < rows_valid and c < cols_valid:
-                    sT[r, c] = vals[e]
-        # the bulk copies read sT through the async proxy
-        cute.arch.fence_proxy("async.shared", space="cta")
-        cute.arch.sync_threads()
-        if tidx < cols_valid and tidx < TILE_COLS:
-            suffix = "bf16" if mDest.element_type == cutlass.BFloat16 else "f16"
-            dst = mDest.iterator + cute.crd2idx((row0, sFeat[tidx]), mDest.layout)
-            src = sT.iterator + cute.crd2idx((0, tidx), sT.layout)
-            bulk_reduce_add_s2g(dst.toint(), src.toint(), rows_valid * 2, suffix)
-            cute.arch.cp_async_bulk_commit_group()
-            cute.arch.cp_async_bulk_wait_group(0, read=True)  # sT is rewritten next tile
+        frag = cute.make_rmem_tensor((per_thread,), mSrc.element_type)
+        buf = Int32(0)
+        for tile in cutlass.range(bidx, mIdx.shape[0] * chunks, gdim, unroll=1):
+            g, j0 = tile // chunks, (tile % chunks) * TILE_COLS
+            count = group_count(mCounts, g, width)
+            row0 = g * self.group
+            if j0 < count and row0 < mDest.shape[0]:
+                rows_valid = cutlass.min(mDest.shape[0] - row0, self.group)
+                cols_valid = cutlass.min(count - j0, TILE_COLS)
+                feat = Int32(0)
+                if tidx < TILE_COLS:
+                    pos = cutlass.min(j0 + tidx, count - 1)
+                    feat = cutlass.min(cutlass.max(mIdx[g, pos], 0), mDest.shape[1] - 1)
+                self.load_tile(mSrc, frag, row0, rows_valid, j0, cols_valid, tidx)
+                if tidx < TILE_COLS:
+                    cute.arch.cp_async_bulk_wait_group(BULK_BUFFERS - 1, read=True)
+                cute.arch.sync_threads()  # buffer ``buf`` is free for every thread
+                self.store_tile(sT, frag, buf, tidx)
+                # the bulk copies read sT through the async proxy
+                cute.arch.fence_proxy("async.shared", space="cta")
+                cute.arch.sync_threads()
+                if tidx < TILE_COLS:
+                    if tidx < cols_valid:
+                        dst = mDest.iterator + cute.crd2idx((row0, feat), mDest.layout)
+                        src = sT.iterator + cute.crd2idx((0, tidx, buf), sT.layout)
+                        bulk_reduce_add_s2g(dst.toint(), src.toint(), rows_valid * 2, suffix)
+                    cute.arch.cp_async_bulk_commit_group()
+                buf = (buf + 1) % BULK_BUFFERS
+        if tidx < TILE_COLS:  # smem must outlive the last reductions' reads
+            cute.arch.cp_async_bulk_wait_group(0, read=True)
+
+    @cute.jit
+    def load_tile(self, mSrc, frag, row0, rows_valid, j0, cols_valid, tidx):
+        """The (group, 64) source tile into ``frag``, every load in flight before any use.
+        ``vec``: element ``v * VEC + i`` of a thread is (row ``(v * threads + tidx) % group``,
+        position ``(v * threads + tidx) // group * VEC + i``): lanes along rows, a thread's
+        vectors along one row's 128 bytes. Else element ``e`` is (``_element_by_position``):
+        lanes along positions."""
+        if cutlass.const_expr(self.vec):
+            rVec = cute.make_tensor(frag.iterator, cute.make_layout((VEC, frag.shape[0] // VEC)))
+            with python_unrolled():
+                for v in cutlass.range_constexpr(frag.shape[0] // VEC):
+                    r, c = self._vector_slot(v, tidx)
+                    if r < rows_valid:
+                        if c + VEC <= cols_valid:
+                            row = cute.zipped_divide(mSrc[row0 + r, None], (VEC,))
+                            cute.autovec_copy(row[None, (j0 + c) // VEC], rVec[None, v])
+                        else:  # the list's last, partial vector
+                            for i in cutlass.range_constexpr(VEC):
+                                if c + i < cols_valid:
+                                    rVec[i, v] = mSrc[row0 + r, j0 + c + i]
+        else:
+            with python_unrolled():
+                for e in cutlass.range_constexpr(frag.shape[0]):
+                    r, c = self._element_by_position(e, tidx)
+                    if r < rows_valid and c < cols_valid:
+                        frag[e] = mSrc[row0 + r, j0 + c]
+
+    @cute.jit
+    def store_tile(self, sT, frag, buf, tidx):
+        """``frag`` (``load_tile``'s order) into buffer ``buf`` of the transposed tile. Entries
+        past the valid rows and positions are stored too (never read)."""
+        if cutlass.const_expr(self.vec):
+            rVec = cute.make_tensor(frag.iterator, cute.make_layout((VEC, frag.shape[0] // VEC)))
+            with python_unrolled():
+                for v in cutlass.range_constexpr(frag.shape[0] // VEC):
+                    r, c = self._vector_slot(v, tidx)
+                    for i in cutlass.range_constexpr(VEC):
+                        sT[r, c + i, buf] = rVec[i, v]
+        else:
+            with python_unrolled():
+                for e in cutlass.range_constexpr(frag.shape[0]):
+                    r, c = self._element_by_position(e, tidx)
+                    sT[r, c, buf] = frag[e]
+
+    def _vector_slot(self, v, tidx):
+        """(row, first position) of a thread's ``v``-th 16-byte vector (``vec``)."""
+        flat = v * self.threads + tidx
+        return flat % self.group, flat // self.group * VEC

@@ -373,13 +373,14 @@ _MAX_PLANS = 4096
 def _plan_key(q, k, v, causal, scale, num_splits, out):
     """The plan cache's key, or None for a call that does not take the eager direct route
     (``plain_eager``) or whose arguments are not plain Python values: everything
-    ``attention``'s checks read, so a hit needs none of them."""
+    ``attention``'s checks read, so a hit needs none of them, and the SM count the grid is
+    sized by (an ``SmPartition`` region changes it)."""
     if (type(causal) is not bool or not (scale is None or type(scale) is float)
             or not (num_splits is None or type(num_splits) is int)
             or not plain_eager((q, k, v, out), (q, k, v))):
         return None
     return (tensor_meta(q), tensor_meta(k), tensor_meta(v), tensor_meta(out), causal, scale,
-            num_splits, forced_path())
+            num_splits, forced_path(), sm_count(q.device) if q.is_cuda else 0)
 
 
 def _remember(key, plan: AttentionPlan) -> None:
@@ -424,7 +425,7 @@ def _packed_view(o: torch.Tensor, shape) -> torch.Tensor | None:
         return None
 
 
-_TILE_ORDERS: dict[tuple, tuple[torch.Tensor, int]] = {}
+_TILE_ORDERS: dict[tuple, torch.Tensor] = {}
 
 
 def dense_tile_order(b: int, h: int, s_q: int, s_kv: int, causal: bool, block_m: int,
@@ -439,11 +440,11 @@ def dense_tile_order(b: int, h: int, s_q: int, s_kv: int, causal: bool, block_m:
         m = -(-s_q // block_m)
         ids = torch.arange(b * h * m, dtype=torch.int32).view(b * h, m)
         order = (ids.flip(-1) if causal else ids).flatten()
-        hit = (order.to(device), min(order.numel(), sm_count(device)))
+        hit = order.to(device)
         if len(_TILE_ORDERS) > 256:
             _TILE_ORDERS.clear()
         _TILE_ORDERS[key] = hit
-    return hit
+    return hit, min(hit.numel(), sm_count(device))  # not cached: SmPartition regions vary it
 
 
 #: Whether split-KV combines with the kernel (kernels/attention/split_combine.py, one launch)

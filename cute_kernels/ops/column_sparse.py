@@ -255,12 +255,13 @@ _ORDERS = DerivedCache()
 
 def _gather_tiling(device: torch.device, group: int) -> tuple[int, int]:
     """(query rows per CTA, the SM count) of the gather kernel on ``device`` for ``group``,
-    cached per device, forced path and group (resolving the path costs more than a launch)."""
+    the rows cached per device, forced path and group (resolving the path costs more than a
+    launch); the SM count is read on every call (an ``SmPartition`` region changes it)."""
     key = (device.index, forced_path(), group)
     if key not in _TILING:
         path, _ = device_target(device)
-        _TILING[key] = gather_block_m(path, group), sm_count(device)
-    return _TILING[key]
+        _TILING[key] = gather_block_m(path, group)
+    return _TILING[key], sm_count(device)
 
 
 def _column_sparse_attention(q, k, v, indices, counts, base, group: int, scale: float,

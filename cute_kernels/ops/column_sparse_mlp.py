@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from ..runtime.arch import device_target, sm_count
+from ..runtime.arch import confining_grid, device_target, sm_count
 from ..runtime.bridge import kernel_for
 from ..runtime.validate import check_cuda, check_int, check_tensor, value_checks
 from .activations import ACTIVATION_FNS, GATED_ACTIVATIONS, GATED_TO_ACT, check_activation
@@ -335,12 +335,23 @@ def _run_mlp(x, w1, b1, w2, indices, counts, act_cache, out_cache, group, activa
                                  up),
                 mX=x, mW1=w1, mB1=b1, mIdx=indices, mCounts=counts, mAct=act_cache,
                 mDelta=delta)
-    if SM90_DOWN_ON and hopper and d % 128 == 0:
-        _launch("down_sm90", x.device, (x.dtype,), mDelta=delta.unsqueeze(-1), mW2t=w2t,
+    _run_down(delta, w2t, indices, counts, out_cache, group)
+
+
+def _run_down(delta, w2t, indices, counts, out_cache, group) -> None:
+    """mm2 alone, ``out_cache[g] += delta[g, :counts[g]] @ w2t[indices[g, :counts[g]]]``:
+    ``delta`` (M, L padded to TILE_N) as mm1 leaves it, ``w2t`` (F, D) with 16-byte rows
+    (``_rows16(w2.t())``), lists contiguous (perf/column_sparse_mlp.py times it beside
+    ``scatter_add`` on partitioned SMs)."""
+    d = out_cache.shape[1]
+    device = delta.device
+    if SM90_DOWN_ON and group == 128 and device_target(device)[0] == "hopper" and d % 128 == 0:
+        _launch("down_sm90", device, (delta.dtype,), mDelta=delta.unsqueeze(-1), mW2t=w2t,
                 mIdx=indices, mCounts=counts, mOut=out_cache,
-                num_ctas=min(groups * (d // 128), sms))
+                num_ctas=min(indices.shape[0] * (d // 128), sm_count(device)))
     else:
-        _launch("down", x.device, (x.dtype, group, tile_m, tuple(sorted(DOWN_CONFIG.items()))),
+        _launch("down", device, (delta.dtype, group, _tile_m(group),
+                                 tuple(sorted(DOWN_CONFIG.items()))),
                 mDelta=delta, mW2t=w2t, mIdx=indices, mCounts=counts, mOut=out_cache)
 
 
@@ -373,8 +384,11 @@ def scatter_add(src_packed, dest, indices, counts, *, group: int = 128,
         indices, counts: int32 (ceil(M / group), L) and (ceil(M / group),), distinct indices
             in [0, F) per group.
         group: rows per group, 64, 128 or 192.
-        num_sms: run the kernel as this many persistent CTAs (about one per SM: the rest of
-            the GPU stays free for a concurrent GEMM); default one CTA per tile.
+        num_sms: run the kernel as this many persistent CTAs (one per SM at most: the rest
+            of the GPU stays free for a concurrent GEMM, but one CTA per SM keeps few bytes in
+            flight); default one CTA per tile, or inside an ``SmPartition`` side region without
+            green contexts that region's SMs. With green contexts, run it in
+            ``SmPartition.side()`` instead: the hardware keeps all its CTAs on the side SMs.
         validate: check counts and index values (a device sync; default
             ``CUTE_KERNELS_VALIDATE``).
 
@@ -436,8 +450,12 @@ def _run_scatter(src_packed, dest, indices, counts, group, num_sms) -> None:
     indices, counts = indices.contiguous(), counts.contiguous()
     bulk = (m_major and device_target(dest.device)[0] == "hopper" and m % 8 == 0
             and dest.stride(1) % 8 == 0 and dest.data_ptr() % 16 == 0)
+    # 16-byte source loads where its rows allow (a packed buffer padded to 8 columns does)
+    vec = bulk and src_packed.stride(0) % 8 == 0 and src_packed.data_ptr() % 16 == 0
     tiles = indices.shape[0] * -(-indices.shape[1] // 64)
-    _launch("scatter", dest.device, (dest.dtype, group, m_major, bulk), mSrc=src_packed,
+    if num_sms is None:  # one CTA per tile, unless an SmPartition region without green
+        num_sms = confining_grid(dest.device)  # contexts must keep it on its SMs
+    _launch("scatter", dest.device, (dest.dtype, group, m_major, bulk, vec), mSrc=src_packed,
             mDest=dest, mIdx=indices, mCounts=counts,
             num_ctas=min(tiles, num_sms) if num_sms is not None else tiles)
 
@@ -508,11 +526,13 @@ def make_build(op: str, key: tuple):
                      mIdx=fake_compact(INDEX_DTYPE, 2), mCounts=fake_compact(INDEX_DTYPE, 1),
                      mOut=rows16(), num_ctas=cutlass.Int32(1))
     elif op == "scatter":
-        _, group, m_major, bulk = key
-        kernel = scatter_add_kernel.ScatterAdd(group, m_major, bulk)
+        _, group, m_major, bulk, vec = key
+        kernel = scatter_add_kernel.ScatterAdd(group, m_major, bulk, vec)
         dest = make_fake_tensor(dt, (sym(), sym()), (1, sym(8) if bulk else sym()) if m_major
                                 else (sym(), 1), assumed_align=16 if bulk else 2)
-        named = dict(mSrc=make_fake_tensor(dt, (sym(), sym()), (sym(), 1), assumed_align=2),
+        src = rows16() if vec else make_fake_tensor(dt, (sym(), sym()), (sym(), 1),
+                                                    assumed_align=2)
+        named = dict(mSrc=src,
                      mDest=dest, mIdx=fake_compact(INDEX_DTYPE, 2),
                      mCounts=fake_compact(INDEX_DTYPE, 1), num_ctas=cutlass.Int32(1))
     else:

@@ -239,9 +239,10 @@ def _gemm_nk(a, b_nk, bias, out_dtype, epilogue, out=None, *, names=("a", "b")):
 
 
 def _plan_key(a, b_nk, bias, out, out_dtype, epilogue) -> tuple:
-    """What a plan is cached on (``_PLANS``)."""
+    """What a plan is cached on (``_PLANS``); the SM count sizes its persistent grid (an
+    ``SmPartition`` region changes it)."""
     return (tensor_meta(a), tensor_meta(b_nk), tensor_meta(bias), tensor_meta(out), out_dtype,
-            epilogue, forced_path())
+            epilogue, forced_path(), sm_count(a.device) if a.is_cuda else 0)
 
 
 def launch(plan: GemmPlan, a, b_nk, bias, out=None):

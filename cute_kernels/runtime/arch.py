@@ -146,12 +146,43 @@ def device_target(device) -> tuple[str, str]:
 _SM_COUNT: dict[int | None, int] = {}
 
 
-def sm_count(device) -> int:
-    """The streaming multiprocessors of CUDA ``device`` (a torch.device), read once: what a
-    persistent kernel's grid is sized by."""
+def device_sm_count(device) -> int:
+    """Every streaming multiprocessor of CUDA ``device`` (a torch.device), read once."""
     index = device.index
     if index not in _SM_COUNT:
         import torch
 
         _SM_COUNT[index] = torch.cuda.get_device_properties(device).multi_processor_count
     return _SM_COUNT[index]
+
+
+def sm_count(device) -> int:
+    """The SMs a persistent kernel on ``device`` sizes its grid by: every SM, or inside a
+    region of a ``cute_kernels.SmPartition`` (:func:`sm_budget`) that region's share."""
+    budget = getattr(_local, "sm_budget", None)
+    if budget is not None and budget[0] == device.index:
+        return budget[1]
+    return device_sm_count(device)
+
+
+def confining_grid(device) -> int | None:
+    """Inside an :func:`sm_budget` region that the hardware does not confine (no green
+    context): the region's SMs, which a kernel that would launch one CTA per tile must use as
+    its persistent grid instead, or it spreads over the whole GPU. Otherwise None."""
+    budget = getattr(_local, "sm_budget", None)
+    if budget is not None and budget[0] == device.index and not budget[2]:
+        return budget[1]
+    return None
+
+
+@contextlib.contextmanager
+def sm_budget(device, sms: int, confined: bool) -> Iterator[None]:
+    """Size the persistent grids of the ops called in this block (this thread) to ``sms``
+    SMs of ``device``; ``confined``: a green context already keeps the block's kernels on
+    them. Nests; the outer budget returns on exit."""
+    outer = getattr(_local, "sm_budget", None)
+    _local.sm_budget = (device.index, sms, confined)
+    try:
+        yield
+    finally:
+        _local.sm_budget = outer
