@@ -530,8 +530,9 @@ def make_build(op: str, key: tuple):
         kernel = scatter_add_kernel.ScatterAdd(group, m_major, bulk, vec)
         dest = make_fake_tensor(dt, (sym(), sym()), (1, sym(8) if bulk else sym()) if m_major
                                 else (sym(), 1), assumed_align=16 if bulk else 2)
-        src = rows16() if vec else make_fake_tensor(dt, (sym(), sym()), (sym(), 1),
-                                                    assumed_align=2)
+        # vec: 16-byte aligned rows of any width (a padded packed buffer's view)
+        src = make_fake_tensor(dt, (sym(), sym()), (sym(8) if vec else sym(), 1),
+                               assumed_align=16 if vec else 2)
         named = dict(mSrc=src,
                      mDest=dest, mIdx=fake_compact(INDEX_DTYPE, 2),
                      mCounts=fake_compact(INDEX_DTYPE, 1), num_ctas=cutlass.Int32(1))
