@@ -54,7 +54,7 @@ class _GreenSplit:
     """Two green contexts on disjoint SMs of one device and a stream in each (kept alive for
     the process: torch's ExternalStream wrappers hold only the raw handles)."""
 
-    def __init__(self, index: int, side_sms: int):
+    def __init__(self, index: int, side_sms: int, fine_grained: bool):
         try:
             from cuda.bindings import driver as cu
         except ImportError as err:  # pragma: no cover - cuda-python is a dependency
@@ -69,7 +69,9 @@ class _GreenSplit:
         dev = _call(cu, "cuDeviceGet", index)
         sms = _call(cu, "cuDeviceGetDevResource", dev,
                     cu.CUdevResourceType.CU_DEV_RESOURCE_TYPE_SM)
-        groups, made, rest = _call(cu, "cuDevSmResourceSplitByCount", 1, sms, 0, side_sms)
+        flags = int(cu.CUdevSmResourceSplitByCount_flags
+                    .CU_DEV_SM_RESOURCE_SPLIT_IGNORE_SM_COSCHEDULING) if fine_grained else 0
+        groups, made, rest = _call(cu, "cuDevSmResourceSplitByCount", 1, sms, flags, side_sms)
         if made < 1 or rest.sm.smCount < 1:
             raise GreenContextError(f"the driver cannot split {sms.sm.smCount} SMs into "
                                     f"{side_sms} and the rest")
@@ -98,21 +100,22 @@ def _call(cu, name: str, *args):
     return out[0] if len(out) == 1 else tuple(out)
 
 
-_SPLITS: dict[tuple[int, int], _GreenSplit | GreenContextError] = {}
+_SPLITS: dict[tuple[int, int, bool], _GreenSplit | GreenContextError] = {}
 _SPLITS_LOCK = threading.Lock()
 
 
-def _green_split(index: int, side_sms: int) -> _GreenSplit:
+def _green_split(index: int, side_sms: int, fine_grained: bool = False) -> _GreenSplit:
     with _SPLITS_LOCK:
-        hit = _SPLITS.get((index, side_sms))
+        key = (index, side_sms, fine_grained)
+        hit = _SPLITS.get(key)
         if hit is None:
             try:
-                hit = _GreenSplit(index, side_sms)
+                hit = _GreenSplit(index, side_sms, fine_grained)
             except GreenContextError as err:
                 hit = err
             except Exception as err:  # cuda-python's own (a driver library it cannot load)
                 hit = GreenContextError(f"{type(err).__name__}: {err}")
-            _SPLITS[(index, side_sms)] = hit
+            _SPLITS[key] = hit
     if isinstance(hit, GreenContextError):
         raise hit
     return hit
@@ -152,7 +155,8 @@ class SmPartition:
     (``"streams"``); see the module docstring of ``cute_kernels.partition``.
     """
 
-    def __init__(self, side_sms: int, *, device=None, mode: str = "auto"):
+    def __init__(self, side_sms: int, *, device=None, mode: str = "auto",
+                 fine_grained: bool = False):
         """Split the SMs of ``device``.
 
         Args:
@@ -161,6 +165,9 @@ class SmPartition:
             device: the CUDA device (default: the current one).
             mode: ``"auto"`` (green contexts where available, else streams; then
                 ``fallback_reason`` says why), ``"green"`` or ``"streams"``.
+            fine_grained: green contexts split at the driver's finest granularity
+                (``CU_DEV_SM_RESOURCE_SPLIT_IGNORE_SM_COSCHEDULING``: fewer SMs than the 8 of
+                Hopper's co-scheduled groups) at the cost of large thread clusters on them.
 
         Raises:
             TypeError: ``side_sms`` not an int.
@@ -182,7 +189,7 @@ class SmPartition:
         split = None
         if mode != "streams":
             try:
-                split = _green_split(self.device.index, side_sms)
+                split = _green_split(self.device.index, side_sms, bool(fine_grained))
             except GreenContextError as err:
                 if mode == "green":
                     raise RuntimeError(f"SmPartition(mode='green'): {err}; mode='streams' "

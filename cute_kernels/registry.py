@@ -196,7 +196,8 @@ def _mlp_delta_entry() -> KernelEntry:
         # the TMA bulk reduction needs sm_90 (and an M-major cache); "-vec": 16-byte aligned
         # source rows, loaded as vectors (bulk path only)
         bulk = m_major and path == "hopper"
-        return make_build(op, (dtype, 128, m_major, bulk, bulk and variant.endswith("-vec")))
+        return make_build(op, (dtype, 128, m_major, bulk, bulk and variant.endswith("-vec"),
+                               False))
 
     return KernelEntry("column_sparse_mlp", "bf16 column-sparse MLP delta: mm1 with gathered W1 "
                        "rows and the cache epilogue, mm2 with gathered W2 columns (WGMMA with a "

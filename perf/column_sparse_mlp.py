@@ -32,10 +32,12 @@ them after sorting), every count the same.
    torch form.
 3. ``concurrent``: mm2 alone (``_run_down``: out_cache += delta @ W2[:, idx]^T at p = 0.93,
    the op's second kernel) against mm2 on the main SMs of an ``SmPartition`` with the
-   act_cache writeback (``scatter_add``, m-major, a padded source) on its side SMs, 8 and 16, green contexts
-   and plain streams; also each side alone in the partition (what losing the SMs costs mm2,
-   and the writeback's GB/s on few SMs) and torch.mm (M, L8) x (L8, D) beside the writeback.
-   Bar: the best partitioned run <= 1.05x mm2 alone.
+   act_cache writeback (``scatter_add``, m-major, a padded source) on its side SMs (green
+   contexts with 8 and 16 side SMs, fine-grained with 4 and 6, plain streams with 8 and 16),
+   the writeback by bulk copies and by vector ``red.global`` (``SCATTER_RED``); also each side
+   alone in the partition (what losing the SMs costs mm2, and the writeback's GB/s on few
+   SMs) and torch.mm (M, L8) x (L8, D) beside the writeback. Bar: the best partitioned run
+   <= 1.05x mm2 alone.
 4. ``gated``: SwiGLU on ``pack_gated_weight``'s (2F, K) rows at p = 0.93 against the dense
    gated MLP on the same packed weight (no bar: the issue asks for its speed).
 
@@ -74,7 +76,10 @@ GROUP = 128
 ACTIVATION = "gelu_tanh"
 SPARSITIES, QUICK_SPARSITIES = (0.8, 0.9, 0.93, 0.97), (0.93,)
 P_LAYOUT = 0.93  # the row-major act_cache row, the scatter and concurrent parts
-DENSE_BAR, SCATTER_BAR, CONCURRENT_BAR, SIDE_SMS = 5.0, 2.0, 1.05, (8, 16)
+DENSE_BAR, SCATTER_BAR, CONCURRENT_BAR = 5.0, 2.0, 1.05
+#: (mode, side SMs, fine_grained) of the concurrent part's SmPartitions
+PARTITIONS = (("green", 8, False), ("green", 16, False), ("green", 4, True), ("green", 6, True),
+              ("streams", 8, False), ("streams", 16, False))
 PARTS = ("mlp", "scatter", "concurrent", "gated")
 
 
@@ -410,7 +415,7 @@ def scatter_part(m: int, rounds: int, gen) -> dict:
 # 3. mm2 and the writeback on partitioned SMs (SmPartition)
 
 
-def concurrent_part(m: int, rounds: int, gen, side_sms=SIDE_SMS) -> dict:
+def concurrent_part(m: int, rounds: int, gen) -> dict:
     from cute_kernels.partition import SmPartition
 
     mod = ops()
@@ -429,32 +434,42 @@ def concurrent_part(m: int, rounds: int, gen, side_sms=SIDE_SMS) -> dict:
     def mm2():
         mod._run_down(delta, w2t, indices, counts, out, GROUP)
 
-    def writeback():
-        mod.scatter_add(src, dest, indices, counts, group=GROUP)
+    def writeback(red: bool = False):
+        def run():
+            mod.SCATTER_RED = red  # the vector red.global variant instead of bulk copies
+            try:
+                mod.scatter_add(src, dest, indices, counts, group=GROUP)
+            finally:
+                mod.SCATTER_RED = False
+        return run
 
     def gemm():
         torch.mm(a, b, out=c)
 
     fns = {"mm2 alone": lambda _: mm2(), "torch.mm alone": lambda _: gemm(),
-           "writeback alone (all SMs)": lambda _: writeback()}
+           "writeback alone (all SMs)": lambda _: writeback()(),
+           "writeback alone (all SMs), red": lambda _: writeback(True)()}
     parts, info = {}, {}
-    for mode in ("green", "streams"):
-        for n in side_sms:
-            try:
-                part = SmPartition(n, mode=mode)
-            except RuntimeError as err:
-                info[f"{mode} {n}"] = str(err)[:200]
-                print(f"skip {mode} {n}: {err}")
-                continue
-            tag = f"{mode}, {part.side_sms} side SMs"
-            parts[tag] = part
-            info[tag] = repr(part)
-            fns[f"mm2 + writeback, {tag}"] = lambda _, p=part: p.run(mm2, writeback)
-            fns[f"mm2 on the main SMs, {tag}"] = lambda _, p=part: p.run(mm2, lambda: None)
-            fns[f"writeback on the side SMs, {tag}"] = \
-                lambda _, p=part: p.run(lambda: None, writeback)
-            if mode == "green":
-                fns[f"torch.mm + writeback, {tag}"] = lambda _, p=part: p.run(gemm, writeback)
+    for mode, n, fine in PARTITIONS:
+        try:
+            part = SmPartition(n, mode=mode, fine_grained=fine)
+        except RuntimeError as err:
+            info[f"{mode} {n}"] = str(err)[:200]
+            print(f"skip {mode} {n}: {err}")
+            continue
+        tag = f"{mode}{' fine' if fine else ''}, {part.side_sms} side SMs"
+        if tag in parts:
+            continue
+        parts[tag] = part
+        info[tag] = repr(part)
+        fns[f"mm2 on the main SMs, {tag}"] = lambda _, p=part: p.run(mm2, lambda: None)
+        for red in (False, True):
+            kind, wb = (", red" if red else ""), writeback(red)
+            fns[f"mm2 + writeback{kind}, {tag}"] = lambda _, p=part, w=wb: p.run(mm2, w)
+            fns[f"writeback{kind} on the side SMs, {tag}"] = \
+                lambda _, p=part, w=wb: p.run(lambda: None, w)
+        if mode == "green" and n == 16:
+            fns[f"torch.mm + writeback, {tag}"] = lambda _, p=part: p.run(gemm, writeback())
     skipped = {}
     first_calls(fns, skipped)
     timings = bench_interleaved(fns, [None], rounds=rounds, warmup=2)

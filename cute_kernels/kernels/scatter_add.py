@@ -33,7 +33,7 @@ import cutlass.memory
 from cutlass import Float32, Int32
 
 from .common.dsl import python_unrolled
-from .common.warp_ptx import bulk_reduce_add_s2g
+from .common.warp_ptx import bulk_reduce_add_s2g, red_add_v4_16x2
 from .mlp_delta import CACHE_BATCH, group_count
 
 #: list positions per tile
@@ -61,13 +61,15 @@ class ScatterAdd:
 
     threads = 128
 
-    def __init__(self, group: int, m_major: bool, bulk: bool, vec: bool = False):
+    def __init__(self, group: int, m_major: bool, bulk: bool, vec: bool = False,
+                 red: bool = False):
         if bulk and not m_major:
             raise ValueError("the bulk reduction needs an M-major dest (a listed column's rows "
                              "contiguous)")
-        if vec and not bulk:
-            raise ValueError("vec (16-byte source loads) is a variant of the bulk path")
-        self.group, self.m_major, self.bulk, self.vec = group, m_major, bulk, vec
+        if (vec or red) and not bulk:
+            raise ValueError("vec (16-byte source loads) and red (vector red.global instead "
+                             "of bulk copies) are variants of the bulk path")
+        self.group, self.m_major, self.bulk, self.vec, self.red = group, m_major, bulk, vec, red
 
     @cute.jit
     def __call__(self, mSrc: cute.Tensor, mDest: cute.Tensor, mIdx: cute.Tensor,
@@ -83,14 +85,15 @@ class ScatterAdd:
         @cute.struct
         class SharedStorage:
             tile: cute.struct.Align[cute.struct.MemRange[dtype, tile_elems], 128]
-            feat: cute.struct.Align[cute.struct.MemRange[Int32, TILE_COLS], 16]
+            feat: cute.struct.Align[cute.struct.MemRange[Int32, TILE_COLS * BULK_BUFFERS], 16]
 
         storage = cutlass.memory.SmemAllocator().allocate(SharedStorage)
         # (row, position, buffer): a listed column's rows contiguous (the bulk copy's source)
         sT = cute.make_tensor(storage.tile.data_ptr(), cute.make_layout(
             (self.group, TILE_COLS, BULK_BUFFERS),
             stride=(1, col_stride, col_stride * TILE_COLS)))
-        return sT, cute.make_tensor(storage.feat.data_ptr(), cute.make_layout(TILE_COLS))
+        return sT, cute.make_tensor(storage.feat.data_ptr(),
+                                    cute.make_layout((TILE_COLS, BULK_BUFFERS)))
 
     @cute.kernel
     def kernel(self, mSrc: cute.Tensor, mDest: cute.Tensor, mIdx: cute.Tensor,
@@ -100,7 +103,7 @@ class ScatterAdd:
         gdim, _, _ = cute.arch.grid_dim()
         sT, sFeat = self.smem(mSrc.element_type)
         if cutlass.const_expr(self.bulk):
-            self.bulk_tiles(mSrc, mDest, mIdx, mCounts, sT, tidx, bidx, gdim)
+            self.bulk_tiles(mSrc, mDest, mIdx, mCounts, sT, sFeat, tidx, bidx, gdim)
         else:
             self.element_tiles(mSrc, mDest, mIdx, mCounts, sFeat, tidx, bidx, gdim)
 
@@ -115,7 +118,8 @@ class ScatterAdd:
             if j0 < count and row0 < mDest.shape[0]:
                 if tidx < TILE_COLS:
                     pos = cutlass.min(j0 + tidx, count - 1)
-                    sFeat[tidx] = cutlass.min(cutlass.max(mIdx[g, pos], 0), mDest.shape[1] - 1)
+                    sFeat[tidx, 0] = cutlass.min(cutlass.max(mIdx[g, pos], 0),
+                                                 mDest.shape[1] - 1)
                 cute.arch.sync_threads()
                 rows_valid = cutlass.min(mDest.shape[0] - row0, self.group)
                 self.element_tile(mSrc, mDest, sFeat, row0, rows_valid, j0, count - j0, tidx)
@@ -134,11 +138,11 @@ class ScatterAdd:
                     add[u], old[u] = Float32(0.0), Float32(0.0)
                     if r < rows_valid and c < cols_valid:
                         add[u] = Float32(mSrc[row0 + r, j0 + c])
-                        old[u] = Float32(mDest[row0 + r, sFeat[c]])
+                        old[u] = Float32(mDest[row0 + r, sFeat[c, 0]])
                 for u in cutlass.range_constexpr(U):
                     r, c = self._element(b * U + u, tidx)
                     if r < rows_valid and c < cols_valid:
-                        mDest[row0 + r, sFeat[c]] = (old[u] + add[u]).to(mDest.element_type)
+                        mDest[row0 + r, sFeat[c, 0]] = (old[u] + add[u]).to(mDest.element_type)
 
     def _element(self, e, tidx):
         """(row, position) of a thread's ``e``-th element: lanes along ``dest``'s contiguous
@@ -154,7 +158,7 @@ class ScatterAdd:
         return flat // TILE_COLS, flat % TILE_COLS
 
     @cute.jit
-    def bulk_tiles(self, mSrc, mDest, mIdx, mCounts, sT, tidx, bidx, gdim):
+    def bulk_tiles(self, mSrc, mDest, mIdx, mCounts, sT, sFeat, tidx, bidx, gdim):
         """The bulk path's loop: per tile, load the source tile into registers (the previous
         tile's bulk reductions still reading the other buffer), wait until this buffer's
         reductions of two tiles ago have read it, transpose it in, issue one bulk reduction
@@ -179,22 +183,49 @@ class ScatterAdd:
                     pos = cutlass.min(j0 + tidx, count - 1)
                     feat = cutlass.min(cutlass.max(mIdx[g, pos], 0), mDest.shape[1] - 1)
                 self.load_tile(mSrc, frag, row0, rows_valid, j0, cols_valid, tidx)
-                if tidx < TILE_COLS:
+                if cutlass.const_expr(self.red):
+                    if tidx < TILE_COLS:
+                        sFeat[tidx, buf] = feat
+                elif tidx < TILE_COLS:
                     cute.arch.cp_async_bulk_wait_group(BULK_BUFFERS - 1, read=True)
                 cute.arch.sync_threads()  # buffer ``buf`` is free for every thread
                 self.store_tile(sT, frag, buf, tidx)
-                # the bulk copies read sT through the async proxy
-                cute.arch.fence_proxy("async.shared", space="cta")
+                if cutlass.const_expr(not self.red):
+                    # the bulk copies read sT through the async proxy
+                    cute.arch.fence_proxy("async.shared", space="cta")
                 cute.arch.sync_threads()
-                if tidx < TILE_COLS:
+                if cutlass.const_expr(self.red):
+                    self.red_tile(mDest, sT, sFeat, buf, row0, rows_valid, cols_valid, tidx,
+                                  suffix)
+                elif tidx < TILE_COLS:
                     if tidx < cols_valid:
                         dst = mDest.iterator + cute.crd2idx((row0, feat), mDest.layout)
                         src = sT.iterator + cute.crd2idx((0, tidx, buf), sT.layout)
                         bulk_reduce_add_s2g(dst.toint(), src.toint(), rows_valid * 2, suffix)
                     cute.arch.cp_async_bulk_commit_group()
                 buf = (buf + 1) % BULK_BUFFERS
-        if tidx < TILE_COLS:  # smem must outlive the last reductions' reads
-            cute.arch.cp_async_bulk_wait_group(0, read=True)
+        if cutlass.const_expr(not self.red):
+            if tidx < TILE_COLS:  # smem must outlive the last reductions' reads
+                cute.arch.cp_async_bulk_wait_group(0, read=True)
+
+    @cute.jit
+    def red_tile(self, mDest, sT, sFeat, buf, row0, rows_valid, cols_valid, tidx, suffix):
+        """``red``: every thread adds 16-byte pieces of the transposed tile's columns into
+        ``dest`` with ``red.global.add.v4`` (lanes along a column's rows: one warp covers two
+        128-row columns, 512 contiguous bytes). rows_valid is a multiple of 8 (the op sends
+        only M % 8 == 0 here)."""
+        pieces = self.group // VEC
+        for e in cutlass.range_constexpr(pieces * TILE_COLS // self.threads):
+            u = e * self.threads + tidx
+            col, r = u // pieces, u % pieces * VEC
+            if col < cols_valid and r < rows_valid:
+                src = sT.iterator + cute.crd2idx((r, col, buf), sT.layout)
+                words = cute.make_rmem_tensor((4,), Int32)
+                cute.autovec_copy(cute.make_tensor(cute.make_ptr(
+                    Int32, src.toint(), cute.AddressSpace.smem, assumed_align=16),
+                    cute.make_layout(4)), words)
+                dst = mDest.iterator + cute.crd2idx((row0 + r, sFeat[col, buf]), mDest.layout)
+                red_add_v4_16x2(dst.toint(), [words[i] for i in range(4)], suffix)
 
     @cute.jit
     def load_tile(self, mSrc, frag, row0, rows_valid, j0, cols_valid, tidx):

@@ -60,6 +60,9 @@ TILE_N, TILE_K = 128, 64
 #: 64-wide tiles 2.35-2.38 (128-wide 2.65-2.71, 8 warps 2.72-3.78)
 UP_CONFIG = {"tile_k": 32, "stages": 4, "cache_batch": 64, "warps": (2, 2)}
 DOWN_CONFIG = {"tile_n": 64, "tile_k": TILE_K, "stages": 3, "warps": (2, 2)}
+#: Whether scatter_add's bulk path adds with vector ``red.global.add.v4`` from the threads
+#: instead of ``cp.reduce.async.bulk`` (an experiment: perf/column_sparse_mlp.py times both)
+SCATTER_RED = False
 #: groups are the kernels' grid z
 MAX_GROUPS = 65535
 
@@ -455,7 +458,8 @@ def _run_scatter(src_packed, dest, indices, counts, group, num_sms) -> None:
     tiles = indices.shape[0] * -(-indices.shape[1] // 64)
     if num_sms is None:  # one CTA per tile, unless an SmPartition region without green
         num_sms = confining_grid(dest.device)  # contexts must keep it on its SMs
-    _launch("scatter", dest.device, (dest.dtype, group, m_major, bulk, vec), mSrc=src_packed,
+    key = (dest.dtype, group, m_major, bulk, vec, bulk and SCATTER_RED)
+    _launch("scatter", dest.device, key, mSrc=src_packed,
             mDest=dest, mIdx=indices, mCounts=counts,
             num_ctas=min(tiles, num_sms) if num_sms is not None else tiles)
 
@@ -526,8 +530,8 @@ def make_build(op: str, key: tuple):
                      mIdx=fake_compact(INDEX_DTYPE, 2), mCounts=fake_compact(INDEX_DTYPE, 1),
                      mOut=rows16(), num_ctas=cutlass.Int32(1))
     elif op == "scatter":
-        _, group, m_major, bulk, vec = key
-        kernel = scatter_add_kernel.ScatterAdd(group, m_major, bulk, vec)
+        _, group, m_major, bulk, vec, red = key
+        kernel = scatter_add_kernel.ScatterAdd(group, m_major, bulk, vec, red)
         dest = make_fake_tensor(dt, (sym(), sym()), (1, sym(8) if bulk else sym()) if m_major
                                 else (sym(), 1), assumed_align=16 if bulk else 2)
         # vec: 16-byte aligned rows of any width (a padded packed buffer's view)

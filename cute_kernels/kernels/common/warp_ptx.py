@@ -98,3 +98,15 @@ def red_max_s32(gmem_address, value, *, loc=None, ip=None) -> None:
         None, [Int64(gmem_address).ir_value(), _i32(value)],
         "red.relaxed.gpu.global.max.s32 [$0], $1;", "l,r", has_side_effects=True,
         is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip)
+
+
+@dsl_user_op
+def red_add_v4_16x2(gmem_address, words, dtype_suffix: str, *, loc=None, ip=None) -> None:
+    """``red.global.add.noftz.v4.{bf16x2,f16x2}``: add 8 16-bit values (four 32-bit words,
+    two values each) into 16 aligned bytes of global memory at ``gmem_address`` (an Int64),
+    atomically per element, without a return trip. sm_90+."""
+    llvm.inline_asm(
+        None, [Int64(gmem_address).ir_value(), *(_i32(w) for w in words)],
+        f"red.global.add.noftz.v4.{dtype_suffix}x2 [$0], {{$1, $2, $3, $4}};", "l,r,r,r,r",
+        has_side_effects=True, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT,
+        loc=loc, ip=ip)
