@@ -238,11 +238,15 @@ def test_forced_skinny_schedules(forced_schedule, swap, splits, tile_n, m, n, k,
 
 
 @HOPPER_ONLY
-def test_skinny_schedule_into_strided_out(forced_schedule):
+@pytest.mark.parametrize("splits", [1, 2], ids=["swap-direct", "swap-split-2"])
+def test_skinny_schedule_into_strided_out(forced_schedule, splits):
     """``out`` with padded rows (8-element multiples) gets only its (M, N) window written;
     rows of other strides are refused before launch (fp32 rows of 4-element multiples are
-    16-byte aligned but not whole 32-byte sectors of the kernels' 8-element row rule)."""
-    forced_schedule(swap=True, splits=2)
+    16-byte aligned but not whole 32-byte sectors of the kernels' 8-element row rule).
+    Unsplit, the swapped kernel stores C^T into ``out`` itself (no workspace, no reduce)."""
+    import cute_kernels.ops.gemm as gemm_ops
+
+    forced_schedule(swap=True, splits=splits)
     x, w = rand(13, 512), rand(264, 512)
     ref = x.float() @ w.float().t()
     for dtype in (torch.bfloat16, torch.float32):
@@ -250,6 +254,8 @@ def test_skinny_schedule_into_strided_out(forced_schedule):
         ck.gemm(x, w.t(), out=big[:, :264])
         check(big[:, :264], ref, (x @ w.t()).float(), f"{dtype} out row stride 272")
         assert torch.isnan(big[:, 264:]).all(), "wrote outside out's window"
+        routes = {(plan.swap, plan.reduce is None) for plan in gemm_ops._PLANS.values()}
+        assert routes == {(True, splits == 1)}, routes
     for dtype, cols in ((torch.bfloat16, 267), (torch.float32, 268)):
         big = torch.empty((13, cols), dtype=dtype, device="cuda")
         with pytest.raises(ValueError, match="stride"):

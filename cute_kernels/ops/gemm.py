@@ -145,7 +145,7 @@ def gemm_build(kernel, dtype, out_dtype, a_major: str, b_major: str, bias_dtype,
 
     ``c_form``: "rows" (row-major C, N a multiple of 8), "workspace" (the split-K fp32
     workspace: row-major, any column count) or "transposed" (column-major C of any column
-    count: a swap-AB launch writing C^T into its fp32 workspace)."""
+    count: a swap-AB launch writing C^T, into its fp32 workspace or into the output)."""
     import cutlass
     from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_tensor
 
@@ -250,8 +250,15 @@ def launch(plan: GemmPlan, a, b_nk, bias, out=None):
     ``out`` or a new tensor."""
     if out is None:
         out = torch.empty(plan.shape, dtype=plan.out_dtype, device=a.device)
-    if plan.reduce is not None:  # swap-AB and split-K launches
+    if plan.reduce is not None:  # split-K launches (swapped or not)
         return _via_workspace(a, b_nk, bias, out, plan)
+    if plan.swap:  # C^T = W X^T stored into out seen column-major (N, M, 1)
+        n, m = plan.shape[-1], plan.shape[-2]
+        rows = out.stride(0)
+        plan.kernel(*gemm_params().call_args(
+            mA=_as_mkl(b_nk), mB=_as_mkl(a), mC=out.as_strided((n, m, 1), (1, rows, rows * m)),
+            mBias=bias, num_ctas=plan.ctas, mSync=None))
+        return out
     plan.kernel(*gemm_params().call_args(
         mA=_as_mkl(a), mB=_as_mkl(b_nk), mC=_as_mkl(out), mBias=bias, num_ctas=plan.ctas,
         mSync=drift_counter(a.device, plan.drift)))
@@ -333,6 +340,10 @@ def _plan(a, b_nk, bias, out, out_dtype, epilogue, a_name, b_name) -> GemmPlan:
     tile, cluster_m, ctas, drift = plan.tile, plan.cluster_m, plan.ctas, plan.drift
     bias_dtype = bias.dtype if bias is not None else None
     if plan.skinny and (forced_path() or device_target(a.device)[0]) == "hopper":
+        out_rows = out.stride(0) if out is not None else shape[-1]
+        if plan.splits == 1 and a.dim() == 2 and out_rows % 8 == 0:
+            return _swap_plan(a, out_dtype, epilogue, bias_dtype, shape, plan, a_major,
+                              b_major)
         return _workspace_plan(a, b_nk, out_dtype, epilogue, bias_dtype, shape, plan,
                                a_major, b_major)
     # drift changes the launch signature on both paths, so it joins the common key; the
@@ -344,6 +355,22 @@ def _plan(a, b_nk, bias, out, out_dtype, epilogue, a_name, b_name) -> GemmPlan:
         _epilogue(bias=bias_dtype is not None, activation=epilogue), bias_dtype, cluster_m,
         tile, drift), hopper_key=(cluster_m, tile))
     return GemmPlan(shape, out_dtype, kernel, ctas, drift)
+
+
+def _swap_plan(a, out_dtype, epilogue, bias_dtype, shape, sched, a_major,
+               b_major) -> GemmPlan:
+    """Swap-AB without split-K, in one launch: the kernel computes C^T = W X^T with the
+    weight's rows as its M and stores C^T straight into ``out`` seen column-major (rows of 8
+    elements' multiples: TMA's stride rule), the epilogue adding the bias per C^T row. Saves
+    the fp32 workspace, the reduce's launch and its pass over C (decode shapes)."""
+    lhs_major, rhs_major = _flip(b_major), _flip(a_major)
+    key = ("gemm_swap", a.dtype, out_dtype, lhs_major, rhs_major, epilogue, bias_dtype)
+    kernel = kernel_for(a.device, key, lambda path, target: make_build(
+        path, a.dtype, out_dtype, lhs_major, rhs_major,
+        _epilogue(bias_dtype is not None, epilogue, bias_dim=0), bias_dtype,
+        sched.cluster_m, sched.tile, False, sched.max_stages, c_form="transposed"),
+        hopper_key=(sched.cluster_m, sched.tile, sched.max_stages))
+    return GemmPlan(shape, out_dtype, kernel, sched.ctas, False, None, True)
 
 
 def _workspace_plan(a, b_nk, out_dtype, epilogue, bias_dtype, shape, sched, a_major,
@@ -370,10 +397,10 @@ def _flip(major: str) -> str:
     return {"k": "k", "m": "n", "n": "m"}[major]
 
 
-def _epilogue(bias: bool, activation):
+def _epilogue(bias: bool, activation, bias_dim: int = 1):
     from ..kernels.gemm.epilogue import Epilogue
 
-    return Epilogue(bias=bias, activation=activation)
+    return Epilogue(bias=bias, activation=activation, bias_dim=bias_dim)
 
 
 def _degenerate(a, bias, out, plan: GemmPlan, epilogue):

@@ -108,8 +108,10 @@ class GemmSchedule(NamedTuple):
             parts.append("swap-AB")
         if self.splits > 1:
             parts.append(f"split-K {self.splits}")
-        if self.skinny:
+        if self.splits > 1:
             parts.append("fp32 workspace + reduce")
+        elif self.swap:  # one launch; an out whose rows are not 16-byte multiples: workspace
+            parts.append("C^T stored into out")
         if self.drift:
             parts.append("drift limiter")
         return ", ".join(parts)
