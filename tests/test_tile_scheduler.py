@@ -68,9 +68,13 @@ def test_skinny_schedules():
     assert schedule(64, 4096, 14336, 1, 132).splits > 1
     assert schedule(65, 4096, 4096, 1, 132).tile[0] == 128
     assert schedule(64, 14336, 4096, 1, 132, skinny=False).tile[0] == 128  # gated: 128 rows
-    # 32 row tiles of a 4096-row weight: split 2 ways, 64 CTAs stream it at HBM speed
-    assert schedule(1, 4096, 14336, 1, 132).splits == 2
+    # 32 tiles of 128 rows of a 4096-row weight: 64 tiles of 64 rows instead, unsplit (64
+    # CTAs stream it at HBM speed, and C^T goes straight into the output)
+    assert schedule(1, 4096, 14336, 1, 132).splits == 1
+    assert schedule(1, 4096, 14336, 1, 132).tile == (64, 16, 128)
     assert schedule(1, 4096, 14336, 1, 132).ctas == 64
+    # 1024 rows: 16 tiles of 64 rows, still too few: split 4 ways
+    assert schedule(7, 1024, 4096, 1, 132).splits == 4
     assert schedule(13, 14336, 4096, 1, 132).splits == 1  # 112 tiles: no split
     # M = 128 x 4096 x 14336: 32 tiles of 128 x 128, split 4 ways
     assert schedule(128, 4096, 14336, 1, 132).splits == 4

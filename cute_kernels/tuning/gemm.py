@@ -74,6 +74,14 @@ SPLIT_MIN_K = 512
 #: on 112 CTAs 46.4, split 2 / 4 ways 48.1 / 50.4; H100, perf/gemm_skinny.py), so it splits
 #: only as far as needed to have them
 STREAM_CTAS = 64
+#: a swapped launch with fewer 128-row tiles than ``STREAM_CTAS`` takes 64-row tiles first
+#: (one consumer warpgroup), and splits K only if that is not enough: unsplit it stores C^T
+#: straight into the output, no workspace and no reduce. 1 / 8 / 13 x 4096 x 14336, us eager
+#: (graph): 128-row tiles split 2 ways 34.8 / 35.4 / 36.6 (32.4 / 33.7 / 33.8), 64-row tiles
+#: unsplit 33.7 / 33.5 / 34.1 (32.0 / 32.1 / 32.3), cuBLAS 31.7 / 33.1 / 33.4 (30.3 / 31.9 /
+#: 32.1); at 13 x 14336 x 4096 (112 tiles of 128 rows) 64-row tiles gain nothing (H200,
+#: perf/gemm_skinny.py --tiles w64x16x128s1)
+SWAP_HALF_ROWS = 64
 #: an unswapped launch is split only when its best tile leaves more than half the SMs idle:
 #: at 64 x 14336 x 4096, 112 unsplit 128x128 tiles ran 46.4 us, 64 128x224 tiles split twice
 #: 61.2 (cuBLAS 44.4; H100, perf/gemm_skinny.py)
@@ -170,6 +178,9 @@ def schedule(m: int, n: int, k: int, batch: int, sms: int, *,
     if skinny and batch == 1 and m <= SWAP_MAX_M:
         tile = (DEFAULT_TILE[0], next(t for t in SWAP_TILES_N if t >= m), SWAP_K_TILE)
         units = cluster_tiles(n, m, 1, tile, 1)
+        if units < STREAM_CTAS:  # 64-row tiles before K slices (``SWAP_HALF_ROWS``)
+            tile = (SWAP_HALF_ROWS, *tile[1:])
+            units = cluster_tiles(n, m, 1, tile, 1)
         splits = next((s for s in split_options(k) if units * s >= min(STREAM_CTAS, sms)),
                       max(split_options(k)))
         ctas = persistent_grid(units * splits, sms)
