@@ -66,18 +66,24 @@ def test_green_contexts_confine_every_kernel():
     assert part.side_sms + part.main_sms <= total
 
 
+def problem(g, rows: int, k: int, n: int, m: int, f: int, counts: list[int]):
+    """A GEMM (x (rows, k), w (n, k)) and a writeback (src (m, L), an M-major dest (m, f),
+    distinct random lists per group of 128 rows, ``counts``) on fresh random inputs."""
+    x = torch.randn(rows, k, device="cuda", generator=g).bfloat16()
+    w = torch.randn(n, k, device="cuda", generator=g).bfloat16() / 16
+    width = max(counts)
+    src = torch.randn(m, width, device="cuda", generator=g).bfloat16()
+    dest = torch.randn(f, m, device="cuda", generator=g).bfloat16().t()
+    indices = torch.stack([torch.randperm(f, device="cuda", generator=g)[:width]
+                           for _ in range(len(counts))]).int()
+    return x, w, src, dest, indices, torch.tensor(counts, dtype=torch.int32, device="cuda")
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_ops_in_a_partition_match_references(mode):
     part = partition(mode)
-    g = gen()
-    x = torch.randn(1000, 512, device="cuda", generator=g).bfloat16()
-    w = torch.randn(768, 512, device="cuda", generator=g).bfloat16() / 16
-    m, f, width = 640, 1024, 100
-    src = torch.randn(m, width, device="cuda", generator=g).bfloat16()
-    dest = torch.randn(f, m, device="cuda", generator=g).bfloat16().t()  # m-major
-    indices = torch.stack([torch.randperm(f, device="cuda", generator=g)[:width]
-                           for _ in range(m // 128)]).int()
-    counts = torch.tensor([width, 0, 37, 99, 64], dtype=torch.int32, device="cuda")
+    x, w, src, dest, indices, counts = problem(gen(), 1000, 512, 768, 640, 1024,
+                                               [100, 0, 37, 99, 64])
     want_dest = ck.reference.scatter_add(src, dest, indices, counts)
     out = torch.full((1000, 768), float("nan"), dtype=torch.bfloat16, device="cuda")
     with part:
@@ -98,14 +104,7 @@ def test_ops_in_a_partition_match_references(mode):
 def test_partition_in_a_cuda_graph(mode):
     part = partition(mode)
     g = gen()
-    x = torch.randn(512, 256, device="cuda", generator=g).bfloat16()
-    w = torch.randn(384, 256, device="cuda", generator=g).bfloat16() / 16
-    m, f, width = 256, 512, 64
-    src = torch.randn(m, width, device="cuda", generator=g).bfloat16()
-    dest = torch.zeros(f, m, device="cuda").bfloat16().t()
-    indices = torch.stack([torch.randperm(f, device="cuda", generator=g)[:width]
-                           for _ in range(2)]).int()
-    counts = torch.tensor([width, 17], dtype=torch.int32, device="cuda")
+    x, w, src, dest, indices, counts = problem(g, 512, 256, 384, 256, 512, [64, 17])
     out = torch.empty(512, 384, dtype=torch.bfloat16, device="cuda")
 
     def step():
@@ -119,7 +118,7 @@ def test_partition_in_a_cuda_graph(mode):
         step()
     for _ in range(2):  # fresh inputs through the captured pointers
         x.copy_(torch.randn(512, 256, device="cuda", generator=g))
-        src.copy_(torch.randn(m, width, device="cuda", generator=g))
+        src.copy_(torch.randn(src.shape, device="cuda", generator=g))
         out.fill_(float("nan"))
         before = dest.clone()
         graph.replay()
