@@ -3,10 +3,13 @@ at 93% absent reach 0.46 of the ideal at S 8k, bar 0.6): the op in an eager loop
 calls replayed from a CUDA graph (GPU time only), the host time per call, and our dense
 kernel, each at the given sequence lengths.
 
-    python perf/block_sparse_small.py [--seq 8192,32768] [--block 32] [--rounds 10]
+    python perf/block_sparse_small.py [--seq 8192,32768] [--block 32] [--rounds 10] [--profile]
 
 B 1, H 16, D 128, bf16, random (128, block) blocks with 93% absent (``perf/block_sparse.py``'s
-case). Of ideal = (dense ms / ours ms) x visible share, as there. Needs a CUDA GPU.
+case). Of ideal = (dense ms / ours ms) x visible share, as there. The graph column includes
+the block lists' conversion (the op converts them again under capture: its cache of converted
+lists is off while capturing). ``--profile``: per S, the host functions with the most own time
+(cProfile) and the GPU kernels (torch.profiler) of 50 calls. Needs a CUDA GPU.
 """
 
 from __future__ import annotations
@@ -52,11 +55,33 @@ def graph_ms(fn, reps: int = 10, inner: int = 10) -> float:
     return sorted(times)[len(times) // 2]
 
 
+def profile(fn, s: int, calls: int = 50) -> None:
+    import cProfile
+    import io
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    prof.disable()
+    torch.cuda.synchronize()
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(14)
+    print(f"\n=== S {s}: host, {calls} calls\n" + "\n".join(text.getvalue().splitlines()[6:24]))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as p:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    print(p.key_averages().table(sort_by="cuda_time_total", row_limit=8))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seq", default="8192,32768")
     ap.add_argument("--block", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--profile", action="store_true")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("perf/block_sparse_small.py needs a CUDA GPU (docs/gpu.md)")
@@ -83,6 +108,8 @@ def main() -> None:
         host = host_us(ours, 100, warmup=5) / 1e3
         rows.append([s, share, eager, g_ours, host, dense_ms, g_dense,
                      dense_ms / eager * share, g_dense / g_ours * share])
+        if args.profile:
+            profile(ours, s)
     print(f"{device_name()} | commit {commit_id()} | B{B} H{H} D{D}, {args.block}-key blocks, "
           f"93% absent\n")
     print(format_table(["S", "visible", "eager ms", "graph ms", "host ms / call", "dense ms",
