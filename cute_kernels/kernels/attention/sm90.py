@@ -44,6 +44,11 @@ from .tiles import HOPPER_DEFAULT_TILE, LONGEST_FIRST_CHUNK_TILES, colsum_spans_
 
 #: consumer warpgroups -> (producer, consumer) registers per thread (setmaxnreg)
 REGISTERS = {1: None, 2: (40, 232), 3: (32, 160)}  # None: no reallocation
+#: (producer, consumer) registers of a 64-row tile at two CTAs per SM: 128 each at launch
+#: (256 threads x 2 CTAs x 128 = the SM's 64 Ki), (40 + 208) x 128 after the exchange
+TWO_CTA_REGISTERS = (40, 208)
+#: shared memory one CTA may take at two CTAs per SM (228 KiB less 1 KiB reserved per CTA)
+TWO_CTA_SMEM = 113 * 1024
 PRODUCER_WARPGROUP = 0
 TMA_WARP = 0  # the producer warp that issues every load
 STORE_WARP = 4  # the first consumer warp, which issues the epilogue's TMA store
@@ -179,7 +184,7 @@ class AttentionSm90:
                  gather_entry_keys: int = 1,
                  block_sparse: bool = False, mask=None, split_kv: bool = False,
                  persistent: bool = False, longest_first: bool = False,
-                 tile_order: bool = False):
+                 tile_order: bool = False, ctas_per_sm: int = 1):
         self.head_dim, self.causal, self.stages, self.colsum = head_dim, causal, stages, colsum
         # overlap: the softmax of S(n) runs while O += P(n + 1) V(n + 1) is on the tensor cores
         # (intra-warpgroup pipelining)
@@ -235,6 +240,14 @@ class AttentionSm90:
         # (256 threads) already gets up to 255 each, so it reallocates nothing
         self.registers = REGISTERS[self.consumer_wgs]
         self.threads = 128 * (1 + self.consumer_wgs)
+        # ctas_per_sm 2 (64-row tiles only): two CTAs share an SM, so one's prologue (Q load,
+        # pipeline fill) and epilogue run beside the other's MMAs; ptxas then caps the launch
+        # at 128 registers a thread and the producer hands its share to the consumer
+        if ctas_per_sm not in (1, 2) or (ctas_per_sm == 2 and self.block_m != 64):
+            raise ValueError(f"ctas_per_sm must be 1, or 2 with block_m 64, got {ctas_per_sm}")
+        self.ctas_per_sm = ctas_per_sm
+        if ctas_per_sm == 2:
+            self.registers = TWO_CTA_REGISTERS
         # pingpong (sequential loop only): consumer warpgroups take turns issuing Q K^T
         if pingpong and overlap:
             raise ValueError("pingpong applies to the sequential loop (overlap=False)")
@@ -308,6 +321,11 @@ class AttentionSm90:
             raise ValueError(f"block {self.block_m} x {self.block_n} at head dim {head_dim} "
                              f"needs {self.smem_bytes()} bytes of shared memory, more than the "
                              f"{SM90_SMEM_BYTES} an sm_90 CTA may have")
+        if ctas_per_sm == 2 and self.smem_bytes() > TWO_CTA_SMEM:
+            raise ValueError(f"ctas_per_sm 2: block {self.block_m} x {self.block_n} with "
+                             f"{stages} stages needs {self.smem_bytes()} bytes of shared memory, "
+                             f"more than the {TWO_CTA_SMEM} of half an SM (fewer stages or a "
+                             f"narrower block_n)")
         self.sums = NoColumnSums()
         if colsum:
             self.sums = ColumnSumsSm90(
@@ -413,7 +431,9 @@ class AttentionSm90:
                     sF_layout, out_scale, mFullIndices, mFullCounts, mDocIds,
                     mQ.shape[0] if cutlass.const_expr(self.split_kv) else None,
                     mTileOrder).launch(
-            grid=grid, block=(self.threads, 1, 1), stream=stream)
+            grid=grid, block=(self.threads, 1, 1), stream=stream,
+            **({"min_blocks_per_mp": 2, "preferred_smem_carveout": 100}
+               if cutlass.const_expr(self.ctas_per_sm == 2) else {}))
 
 
     @cute.kernel
