@@ -88,6 +88,30 @@ def test_persistent_ctas_walk_many_tiles(config, causal, s_q, s_kv):
     check(o, lse, q, k, v, causal)
 
 
+@pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("b, h, h_kv, s_q, s_kv, dtype", [
+    (4, 16, 4, 2000, 2000, torch.bfloat16),  # 2,048 CTAs of 64 rows: many per SM slot
+    (2, 6, 2, 500, 1999, torch.float16),  # S_q < S_kv
+    (3, 4, 4, 2048, 333, torch.bfloat16),  # S_q > S_kv: rows that see no key
+    (1, 2, 1, 65, 65, torch.bfloat16),  # one full and one 1-row tile
+])
+def test_short_causal_two_ctas_per_sm(b, h, h_kv, s_q, s_kv, dtype):
+    """Causal D = 128 with S_kv <= SHORT_CAUSAL_MAX_KEYS, unpacked and unsplit (asserted), is
+    ``make_plan``'s short-causal route: the 64 x 64 tiles two CTAs run per SM. GQA, fp16,
+    residue tiles, a poisoned output, against the float32 reference."""
+    from cute_kernels.ops.attention import make_plan
+    from cute_kernels.tuning.attention import SHORT_CAUSAL_MAX_KEYS
+
+    assert s_kv <= SHORT_CAUSAL_MAX_KEYS
+    q, k, v = qkv(b, h, h_kv, s_q, s_kv, 128, dtype)
+    plan = make_plan(q, k, True, 128 ** -0.5, 1)
+    assert plan.pack is None and plan.splits == 1
+    poisoned = torch.full_like(q, float("nan"))
+    o, lse = ck.attention(q, k, v, causal=True, return_lse=True, out=poisoned)
+    assert o is poisoned
+    check(o, lse, q, k, v, True)
+
+
 @pytest.mark.parametrize("path", PATHS)
 def test_default_output_is_fresh_fp16_and_scaled(path):
     q, k, v = qkv(1, 4, 4, 333, 500, 64, torch.float16)

@@ -256,6 +256,30 @@ def test_attention_persistent_ptx(head_dim, causal):
     assert ptx.count("mbarrier.init.shared") == plain.count("mbarrier.init.shared") + 2
 
 
+def test_attention_short_causal_ptx():
+    """Short causal D = 128 (``short_causal``): 64 x 64 tiles asking ptxas for two CTAs per SM
+    (``.minnctapersm 2``: 128 registers at launch), the producer giving registers to the
+    consumer (setmaxnreg both ways: one consumer warpgroup reallocates nothing otherwise), no
+    spills; an invalid request is refused before compiling."""
+    import torch
+
+    from cute_kernels.kernels.attention.sm90 import AttentionSm90
+    from cute_kernels.ops.attention import make_build
+    from cute_kernels.runtime.compile import compile_ptx
+
+    ptx = compile_ptx(make_build("hopper", torch.bfloat16, 128, True, short_causal=True),
+                      "sm_90a")
+    assert ".minnctapersm 2" in ptx
+    assert "setmaxnreg.inc.sync.aligned.u32 \t208;" in ptx
+    assert "setmaxnreg.dec.sync.aligned.u32 \t40;" in ptx
+    assert all(instruction_mix(ptx)[f] > 0 for f in HOPPER)
+    _assert_no_spills(ptx, "sm_90a")
+    with pytest.raises(ValueError, match="ctas_per_sm must be 1, or 2 with block_m 64"):
+        AttentionSm90(128, True, ctas_per_sm=2)
+    with pytest.raises(ValueError, match="half an SM"):
+        AttentionSm90(128, True, block_m=64, block_n=128, stages=2, ctas_per_sm=2)
+
+
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("target", TARGETS)
 def test_split_combine_ptx(head_dim, target):

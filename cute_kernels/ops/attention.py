@@ -34,6 +34,7 @@ from ..runtime.validate import (
 )
 from ..tuning.attention import (
     PERSISTENT_MAX_KEYS,
+    SHORT_CAUSAL_MAX_KEYS,
     SHORT_QUERY_ROWS,
     ampere_config,
     hopper_config,
@@ -170,13 +171,15 @@ def _hopper_colsum_atomic(head_dim: int, group: int, config_key: tuple) -> bool:
 
 def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = False,
                group: int = 192, config: dict | None = None, split_kv: bool = False,
-               short_query: bool = False, persistent: bool = False):
+               short_query: bool = False, persistent: bool = False,
+               short_causal: bool = False):
     """The attention kernel of ``path`` against symbolic (B, H, S, D) tensors (unit-stride head
     dim, other strides multiples of 8 elements), a compact fp32 lse and, for the column-sum
     variant, compact fp32 prev_lse (B, H, S_q) and colsum (B, H, G, S_kv). ``config``
     overrides the Hopper kernel's keyword arguments (tuning and tests); ``split_kv``: the
     split-KV variant (o and lse with n_splits x B batch entries); ``short_query``: the Hopper
-    tile for at most 64 query rows; ``persistent``: its persistent schedule (both
+    tile for at most 64 query rows; ``persistent``: its persistent schedule;
+    ``short_causal``: its two-CTAs-per-SM tiles for short causal sequences (all
     ``hopper_config``, chosen by ``make_plan``)."""
     import cutlass
 
@@ -193,8 +196,8 @@ def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = Fal
     if path == "hopper":
         from ..kernels.attention.sm90 import AttentionSm90
 
-        cfg = (hopper_config(head_dim, causal, colsum, group, split_kv, short_query, persistent)
-               if config is None else config)
+        cfg = (hopper_config(head_dim, causal, colsum, group, split_kv, short_query, persistent,
+                             short_causal) if config is None else config)
         kernel = AttentionSm90(head_dim, causal, **cfg, **({"split_kv": True} if split_kv else {}))
     else:
         from ..kernels.attention.sm80 import AttentionSm80
@@ -349,12 +352,15 @@ def make_plan(q, k, causal: bool, scale: float, num_splits: int,
     persistent = (config is None and pack is None and not short and not causal and n == 1
                   and d == 128 and s_kv <= PERSISTENT_MAX_KEYS
                   and device_target(q.device)[0] == HOPPER)
+    # short causal D = 128 (S_kv <= SHORT_CAUSAL_MAX_KEYS): 64 x 64 tiles, two CTAs per SM
+    short_causal = (config is None and pack is None and not short and causal and n == 1
+                    and d == 128 and s_kv <= SHORT_CAUSAL_MAX_KEYS)
     key = ("attention", q.dtype, d, bool(causal), *(("split",) if n > 1 else ()))
     kernel = kernel_for(q.device, key, lambda path, target: make_build(
         path, q.dtype, d, bool(causal), config=config, split_kv=n > 1, short_query=short,
-        persistent=persistent),
+        persistent=persistent, short_causal=short_causal),
         hopper_key=_config_key(config) + (("short_query",) if short else ())
-        + (("persistent",) if persistent else ()))
+        + (("persistent",) if persistent else ()) + (("short_causal",) if short_causal else ()))
     order, ctas = None, None
     if persistent or (n == 1 and config is not None and config.get("persistent")
                       and device_target(q.device)[0] == HOPPER):

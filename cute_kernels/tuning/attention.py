@@ -9,11 +9,18 @@ SHORT_QUERY_ROWS = 64
 #: B x H x S = 512 x 1024: 0.475 against 0.500 ms one CTA per tile; 256 x 2048: 0.938 / 0.950;
 #: 128 x 4096: the same; perf/RESULTS.md "Short sequences and D = 64")
 PERSISTENT_MAX_KEYS = 2048
+#: Keys up to which causal D = 128 runs 64 x 64 tiles two CTAs to an SM (``short_causal``):
+#: one CTA's Q load, pipeline fill and epilogue then run beside the other's MMAs. ms against
+#: the 128 x 128 one-CTA tiles walked longest first (H200, perf/attention_tuning.py --causal):
+#: B32 H16 S1024 0.373 / 0.459, B8 H16 S1024 0.097 / 0.112, B8 H16 S2048 0.320 / 0.329, B16
+#: H16 S2048 0.663 / 0.696; from S 4096 the big tiles win (1.240 / 1.153, S 8192 2.380 /
+#: 2.060). 64 x 80 tiles measured the same; longest first 1-5% slower on the small tiles
+SHORT_CAUSAL_MAX_KEYS = 2048
 
 
 def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
                   group: int = 192, split_kv: bool = False, short_query: bool = False,
-                  persistent: bool = False) -> dict:
+                  persistent: bool = False, short_causal: bool = False) -> dict:
     """AttentionSm90 keyword arguments per problem class, from perf/attention_tuning.py on an
     H100 (perf/RESULTS.md): D = 128 -> 128 x 128 tiles with softmax/MMA overlap; D = 64 ->
     192 x 128 on three consumer warpgroups (the softmax's exp2 is the bottleneck there; a
@@ -33,7 +40,8 @@ def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
     S_kv 4k split 8 ways 17.2 against 20.3 us, B1 S_kv 64k 99.2 against 100.5 us, B16 S_kv 4k
     92.2 against 94.2 us). ``persistent`` (non-causal D = 128, at most ``PERSISTENT_MAX_KEYS``
     keys): the persistent schedule, its producer loading the next tile's Q and K/V during
-    this one."""
+    this one. ``short_causal`` (causal D = 128, at most ``SHORT_CAUSAL_MAX_KEYS`` keys): 64 x 64
+    tiles, two CTAs per SM."""
     if colsum:
         if head_dim == 64:
             return dict(block_m=192, colsum=True, group=group, colsum_method="mma_sync")
@@ -43,6 +51,8 @@ def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
         return dict(overlap=True, block_m=64) if head_dim == 128 else dict(block_m=64)
     if persistent:
         return dict(overlap=True, persistent=True)
+    if short_causal:
+        return dict(block_m=64, block_n=64, stages=2, overlap=True, ctas_per_sm=2)
     if head_dim == 128:
         return dict(overlap=True, longest_first=True) if causal and not split_kv else dict(
             overlap=True)
