@@ -198,8 +198,10 @@ class AttentionSm90:
             raise ValueError(f"block_m must be 64, 128 or 192, got {self.block_m}")
         # 64 rows (one consumer warpgroup): decoding's few packed query rows, where a second
         # warpgroup's MMAs would run on padding and halve the tensor cores' share for the rest
-        if self.block_m == 64 and (colsum or gather or pingpong or block_sparse or persistent):
-            raise ValueError("block_m 64 applies to plain (dense, causal, split-KV) attention")
+        if self.block_m == 64 and (colsum or pingpong or block_sparse or persistent
+                                   or (gather and ctas_per_sm != 2)):
+            raise ValueError("block_m 64 applies to plain (dense, causal, split-KV) attention "
+                             "and, at two CTAs per SM, to the gather variant")
         if self.block_n % 16 or not 32 <= self.block_n <= 256:
             raise ValueError(f"block_n must be a multiple of 16 in [32, 256], got "
                              f"{self.block_n}")
@@ -258,9 +260,10 @@ class AttentionSm90:
             if causal or colsum:
                 raise ValueError("the gather (column-sparse) variant is neither causal nor a "
                                  "column-sum kernel")
-            if group != self.block_m:
-                raise ValueError(f"the gather variant needs block_m == group (the rows of a "
-                                 f"tile share one key list), got {self.block_m} and {group}")
+            if group % self.block_m:
+                raise ValueError(f"the gather variant needs block_m to divide group (the rows "
+                                 f"of a tile share one key list), got {self.block_m} and "
+                                 f"{group}")
         # accumulate: out += out_scale * O by a TMA reduce-add store (the cross-step delta);
         # each output tile belongs to one CTA, which adds it once, so no two adds race
         if accumulate and colsum:
@@ -525,8 +528,10 @@ class AttentionSm90:
             # the group's packed key list: visits walk packed positions [0, count), the count
             # clamped into [0, L] so a bad one never reads past the list (as the Ampere
             # kernel's; the op checks values in debug mode)
-            rows = mIndices[batch, head, m_block, None]
-            count = cutlass.min(cutlass.max(mCounts[batch, head, m_block], Int32(0)),
+            # (a tile of block_m rows lies in one group: block_m divides group)
+            grp = m_block // (self.group // self.block_m)
+            rows = mIndices[batch, head, grp, None]
+            count = cutlass.min(cutlass.max(mCounts[batch, head, grp], Int32(0)),
                                 Int32(mIndices.shape[3]) * self.kv_loader.entry_keys)
             blocks = self.key_blocks.tile(m_block, s_q, count)
         else:
