@@ -104,11 +104,35 @@ def test_uneven_counts_run_longest_first(path, group):
         lambda n: torch.randint(0, s_kv + 1, (n,), generator=gen).tolist())
     poisoned = torch.full_like(q, float("nan"))
     with force_path(path):
-        block_m, wave = _gather_tiling(q.device, group)
+        block_m, wave, _ = _gather_tiling(q.device, group, 128, indices.shape[-1])
         assert b * h * -(-s_q // block_m) > wave  # the ordered grid
         o, lse = column_sparse_attention(q, k, v, indices, counts, group=group, out=poisoned,
                                          return_lse=True)
     check(o, lse, q, k, v, indices, counts, group)
+
+
+@pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the Hopper tiles' choice)")
+@pytest.mark.parametrize("width, short", [(1024, True), (1025, False)])
+def test_short_lists_run_two_ctas_per_sm(width, short):
+    """Lists of at most SHORT_GATHER_MAX_KEYS keys (the width here) take the 64 x 64 gather
+    tiles two CTAs run per SM, a longer width the 128 x 128 ones (asserted); either way
+    uneven counts in [0, width] over more tiles than a wave (the longest-first order over
+    64-row tiles reading 128-row groups' lists), GQA, strided q, poisoned output."""
+    from cute_kernels.ops.column_sparse import _gather_tiling
+
+    b, h, s_q, s_kv = 2, 16, 4000, 3000
+    gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
+    q, k, v, indices, counts = make_inputs(
+        b, h, 4, s_q, s_kv, 128, 128,
+        lambda n: torch.randint(0, width + 1, (n,), generator=gen).tolist(), length=width)
+    block_m, wave, chosen = _gather_tiling(q.device, 128, 128, indices.shape[-1])
+    assert chosen == short and block_m == (64 if short else 128)
+    assert b * h * -(-s_q // block_m) > wave
+    poisoned = torch.full_like(q, float("nan"))
+    o, lse = column_sparse_attention(q, k, v, indices, counts, group=128, out=poisoned,
+                                     return_lse=True)
+    assert o is poisoned
+    check(o, lse, q, k, v, indices, counts, 128)
 
 
 @pytest.mark.parametrize("path", PATHS)

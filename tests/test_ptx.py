@@ -280,6 +280,22 @@ def test_attention_short_causal_ptx():
         AttentionSm90(128, True, block_m=64, block_n=128, stages=2, ctas_per_sm=2)
 
 
+@pytest.mark.parametrize("entry_keys", [1, 32])
+def test_column_sparse_short_lists_ptx(entry_keys):
+    """Short gathered lists (``hopper_gather_config(short=True)``): 64 x 64 tiles for two CTAs
+    per SM, cp.async gathers, WGMMA, no spills, with and without 32-key block entries."""
+    import torch
+
+    from cute_kernels.ops.column_sparse import make_build
+    from cute_kernels.runtime.compile import compile_ptx
+
+    ptx = compile_ptx(make_build("hopper", torch.bfloat16, 128, 128, False,
+                                 entry_keys=entry_keys, short=True), "sm_90a")
+    assert ".minnctapersm 2" in ptx
+    assert all(instruction_mix(ptx)[f] > 0 for f in HOPPER | {"cp.async"})
+    _assert_no_spills(ptx, "sm_90a")
+
+
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("target", TARGETS)
 def test_split_combine_ptx(head_dim, target):

@@ -31,7 +31,7 @@ from ..runtime.bridge import kernel_for
 from ..runtime.validate import check_int, check_tensor, value_checks
 from .attention import ATTENTION_KERNELS, _check_device_args, validate_attention
 from .derived import DerivedCache
-from .dispatch import KernelOp
+from .dispatch import KernelOp, plain_eager
 
 #: the block of the block-list kernels (query and key)
 BLOCK = 128
@@ -316,6 +316,15 @@ def packed_rows(lists: BlockLists, s_kv: int) -> tuple[torch.Tensor, torch.Tenso
 PACKED_EXPANSION_IN_KERNEL = True
 
 
+def _longest_list(counts: torch.Tensor) -> int | None:
+    """The longest packed list in keys (one device sync, which the caller caches per mask:
+    short lists take the gather kernel's two-CTAs-per-SM tiles), or None where a sync is not
+    allowed or not wanted: during CUDA-graph capture and tracing (the default tiles then)."""
+    if torch.cuda.is_current_stream_capturing() or not plain_eager((counts,), ()):
+        return None
+    return int(counts.max()) if counts.numel() else 0
+
+
 def packed_entries(lists: BlockLists, s_kv: int):
     """Packed small blocks as the gather kernels' block lists (``entry_keys`` = the key
     block): per query block, its partial then its full listed blocks merged into one int32
@@ -586,8 +595,10 @@ def block_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bl
                              lambda: packed_entries(lists, s_kv))
                   if PACKED_EXPANSION_IN_KERNEL else None)
         if merged is not None:  # no sync, no host expansion: the kernels expand the blocks
+            max_keys = _LISTS.get(lists.tensors(), ("packed max keys", s_kv),
+                                  lambda: _longest_list(merged[1]))
             o, lse = _COLUMN_SPARSE_ATTENTION(q, k, v, *merged, None, lists.block_size[0],
-                                              scale, 1.0, lists.block_size[1])
+                                              scale, 1.0, lists.block_size[1], max_keys)
             return (o, lse) if return_lse else o
         indices, counts = packed_rows(lists, s_kv)
         return column_sparse_attention(q, k, v, indices, counts, group=lists.block_size[0],

@@ -46,6 +46,7 @@ from ..runtime.validate import (
     check_tensor,
     value_checks,
 )
+from ..tuning.attention import SHORT_GATHER_MAX_KEYS, hopper_gather_config
 from .attention import _check_device_args, validate_attention
 from .bitpack import pack_mask, packed_width, unpack_mask_reference
 from .column_lists import counts_unchecked, lists_unchecked
@@ -186,16 +187,18 @@ def column_sparse_attention_reference(q, k, v, indices, counts, *, group: int = 
 # written on another branch; ``make_build`` is the one place that waits for them.
 
 
-def gather_block_m(path: str, group: int) -> int:
-    """The query rows of a column-sparse CTA: the group on Hopper (128 or 192), else the
-    Ampere kernel's 64-row tile (128 for group 128)."""
+def gather_block_m(path: str, group: int, short: bool = False) -> int:
+    """The query rows of a column-sparse CTA: the group on Hopper (128 or 192; 64 for
+    ``short`` lists of group 128, ``hopper_gather_config``), else the Ampere kernel's 64-row
+    tile (128 for group 128)."""
     if path == "hopper" and group in (128, 192):
-        return group
+        return hopper_gather_config(128, group, short)["block_m"]
     return 64 if group % 128 else 128
 
 
 def make_build(path: str, dtype, head_dim: int, group: int, accumulate: bool,
-               config: dict | None = None, entry_keys: int = 1, ordered: bool = False):
+               config: dict | None = None, entry_keys: int = 1, ordered: bool = False,
+               short: bool = False):
     """The column-sparse attention kernel of ``path`` (``AttentionSm90`` / ``AttentionSm80``
     in their gather configuration) against symbolic tensors: q/k/v/o (B, H, S, D) as
     :func:`.attention.make_build`, compact int32 indices (B, H, G, L) and counts (B, H, G), a
@@ -203,21 +206,20 @@ def make_build(path: str, dtype, head_dim: int, group: int, accumulate: bool,
     epilogue. ``config``: Hopper overrides (tests, tuning). ``entry_keys`` > 1: the lists
     name blocks of that many consecutive keys, expanded in the kernels (block-sparse
     attention's packed small blocks). ``ordered``: the CTAs take their tiles from an int32
-    tile order (``tile_order``; the op passes the longest lists first)."""
+    tile order (``tile_order``; the op passes the longest lists first). ``short``: lists of at
+    most ``SHORT_GATHER_MAX_KEYS`` keys (``hopper_gather_config``)."""
     import cutlass
 
     from ..runtime.bridge import fake_bhsd, fake_compact, fake_vector
     from ..runtime.compile import Build
     from ..runtime.launch import launch_args
-    from ..tuning.attention import hopper_gather_config
-
     def bhsd():
         return fake_bhsd(dtype, head_dim)
 
     if path == "hopper" and group in (128, 192):
         from ..kernels.attention.sm90 import AttentionSm90
 
-        cfg = hopper_gather_config(head_dim, group) if config is None else config
+        cfg = hopper_gather_config(head_dim, group, short) if config is None else config
         entry = {"gather_entry_keys": entry_keys} if entry_keys != 1 else {}
         kernel = AttentionSm90(head_dim, False, **cfg, **entry, accumulate=accumulate,
                                tile_order=ordered)
@@ -253,24 +255,32 @@ _TILING: dict = {}
 _ORDERS = DerivedCache()
 
 
-def _gather_tiling(device: torch.device, group: int) -> tuple[int, int]:
-    """(query rows per CTA, the SM count) of the gather kernel on ``device`` for ``group``,
-    the rows cached per device, forced path and group (resolving the path costs more than a
-    launch); the SM count is read on every call (an ``SmPartition`` region changes it)."""
+def _gather_tiling(device: torch.device, group: int, head_dim: int = 128,
+                   max_keys: int | None = None) -> tuple[int, int, bool]:
+    """(query rows per CTA, CTAs per wave, short) of the gather kernel on ``device`` for
+    ``group`` and lists of at most ``max_keys`` keys (None: long): the path cached per device,
+    forced path and group (resolving it costs more than a launch); the SM count read on every
+    call (an ``SmPartition`` region changes it). ``short``: the Hopper 64 x 64 tiles at two
+    CTAs per SM (``hopper_gather_config``)."""
     key = (device.index, forced_path(), group)
     if key not in _TILING:
-        path, _ = device_target(device)
-        _TILING[key] = gather_block_m(path, group)
-    return _TILING[key], sm_count(device)
+        _TILING[key] = device_target(device)[0]
+    path = _TILING[key]
+    short = (path == "hopper" and group == 128 and head_dim == 128 and max_keys is not None
+             and max_keys <= SHORT_GATHER_MAX_KEYS)
+    return gather_block_m(path, group, short), sm_count(device) * (2 if short else 1), short
 
 
 def _column_sparse_attention(q, k, v, indices, counts, base, group: int, scale: float,
-                             out_scale: float, entry_keys: int = 1, out=None):
+                             out_scale: float, entry_keys: int = 1,
+                             max_keys: int | None = None, out=None):
     """The direct route, after ``validate_column_sparse``: (o, lse) from the path's kernel.
     ``base``: the tensor the attention is added onto (None: written), read and left unchanged
     unless it is ``out`` itself (the eager ``accumulate=True`` call); o is ``out`` when given,
     else a new tensor in q's memory layout. ``entry_keys`` > 1: ``indices`` name blocks of
-    that many keys and ``counts`` count key positions (``make_build``)."""
+    that many keys and ``counts`` count key positions (``make_build``). ``max_keys``: a bound
+    on every count known to the caller (default the lists' width in keys), which picks the
+    short-list tiles."""
     tensors = {"q": q, "k": k, "v": v, "indices": indices, "counts": counts}
     if base is not None:
         tensors["base"] = base
@@ -280,14 +290,17 @@ def _column_sparse_attention(q, k, v, indices, counts, base, group: int, scale: 
     if out is not None:
         check_no_overlap("out", out, q, k, v, indices, counts)
     b, h, s_q, d = q.shape
-    block_m, wave = _gather_tiling(q.device, group)
+    if max_keys is None:
+        max_keys = indices.shape[-1] * entry_keys
+    block_m, wave, short = _gather_tiling(q.device, group, d, max_keys)
     # more tiles than one wave of CTAs: uneven lists would leave the last wave ragged, so the
     # longest go first (below one wave every tile starts at once anyway)
     ordered = b * h * -(-s_q // block_m) > wave
     key = ("column_sparse_attention", q.dtype, d, group, base is not None, entry_keys,
-           ordered)
+           ordered, short)
     kernel = kernel_for(q.device, key, lambda path, target: make_build(
-        path, q.dtype, d, group, base is not None, entry_keys=entry_keys, ordered=ordered))
+        path, q.dtype, d, group, base is not None, entry_keys=entry_keys, ordered=ordered,
+        short=short))
     if out is None:
         o = torch.empty_like(q) if base is None else base.clone()
     else:
@@ -318,14 +331,15 @@ def _column_sparse_params():
 def _column_sparse_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                 indices: torch.Tensor, counts: torch.Tensor,
                                 base: torch.Tensor | None, group: int, scale: float,
-                                out_scale: float, entry_keys: int = 1
+                                out_scale: float, entry_keys: int = 1,
+                                max_keys: int | None = None
                                 ) -> tuple[torch.Tensor, torch.Tensor]:
     return _column_sparse_attention(q, k, v, indices, counts, base, group, scale, out_scale,
-                                    entry_keys)
+                                    entry_keys, max_keys)
 
 
 @_column_sparse_attention_op.register_fake
-def _(q, k, v, indices, counts, base, group, scale, out_scale, entry_keys=1):
+def _(q, k, v, indices, counts, base, group, scale, out_scale, entry_keys=1, max_keys=None):
     b, h, s_q, _ = q.shape
     return torch.empty_like(q), q.new_empty(b, h, s_q, dtype=torch.float32)
 

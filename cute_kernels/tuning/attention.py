@@ -71,7 +71,14 @@ def ampere_config(head_dim: int) -> dict:
     return dict(warps=4) if head_dim == 128 else dict()
 
 
-def hopper_gather_config(head_dim: int, group: int) -> dict:
+#: Listed keys per group up to which the Hopper gather kernel (D = 128, group 128) runs 64 x 64
+#: tiles two CTAs to an SM (``short``), as short causal attention does: random lists of B1 H16
+#: S8192, ms, 128 x 128 tiles against 64 x 64 (H200, perf/column_sparse_tuning.py): 574 keys
+#: 0.127 / 0.107, 246 keys 0.090 / 0.067; B1 H16 S32768 with 2,294 keys 1.287 / 1.420
+SHORT_GATHER_MAX_KEYS = 1024
+
+
+def hopper_gather_config(head_dim: int, group: int, short: bool = False) -> dict:
     """AttentionSm90 keyword arguments for column-sparse attention (the gather loader): the
     query tile is the group (its rows share one key list), so group 128 runs two consumer
     warpgroups and group 192 three. Measured on an H100 (perf/column_sparse_tuning.py, B1 H24
@@ -81,9 +88,14 @@ def hopper_gather_config(head_dim: int, group: int) -> dict:
     bytes (ptxas, CUDA 13.0; 160 registers per consumer thread; 64-key tiles spill nothing);
     group 128 with the softmax/MMA overlap 0.78x against 0.70x sequential (before the staged
     addresses). Stages beyond two measured the same (2-5, group 192, 64-key tiles): the
-    loader is issue-bound, not latency-bound. D = 64 is not tuned yet."""
+    loader is issue-bound, not latency-bound. D = 64 is not tuned yet. ``short`` (D = 128,
+    group 128, lists of at most ``SHORT_GATHER_MAX_KEYS`` keys): 64 x 64 tiles two CTAs per
+    SM, whose prologues and epilogues overlap each other's MMAs."""
     if group not in (128, 192):
         raise ValueError(f"the Hopper gather kernel takes group 128 or 192 (one consumer "
                          f"warpgroup per 64 rows of a group), got {group}")
     overlap = head_dim == 128 and group == 128
+    if short and overlap:  # at most SHORT_GATHER_MAX_KEYS keys per group
+        return dict(block_m=64, block_n=64, gather=True, group=group, overlap=True,
+                    ctas_per_sm=2)
     return dict(block_m=group, block_n=128, gather=True, group=group, overlap=overlap)
