@@ -316,13 +316,14 @@ def packed_rows(lists: BlockLists, s_kv: int) -> tuple[torch.Tensor, torch.Tenso
 PACKED_EXPANSION_IN_KERNEL = True
 
 
-def _longest_list(counts: torch.Tensor) -> int | None:
-    """The longest packed list in keys (one device sync, which the caller caches per mask:
-    short lists take the gather kernel's two-CTAs-per-SM tiles), or None where a sync is not
-    allowed or not wanted: during CUDA-graph capture and tracing (the default tiles then)."""
+def _mean_list(counts: torch.Tensor) -> int | None:
+    """The packed lists' mean length in keys (one device sync, which the caller caches per
+    mask: short lists take the gather kernel's two-CTAs-per-SM tiles; the mean, not the
+    longest, sets the pace of a grid of many tiles), or None where a sync is not allowed or
+    not wanted: during CUDA-graph capture and tracing (the default tiles then)."""
     if torch.cuda.is_current_stream_capturing() or not plain_eager((counts,), ()):
         return None
-    return int(counts.max()) if counts.numel() else 0
+    return int(counts.float().mean()) if counts.numel() else 0
 
 
 def packed_entries(lists: BlockLists, s_kv: int):
@@ -595,10 +596,10 @@ def block_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bl
                              lambda: packed_entries(lists, s_kv))
                   if PACKED_EXPANSION_IN_KERNEL else None)
         if merged is not None:  # no sync, no host expansion: the kernels expand the blocks
-            max_keys = _LISTS.get(lists.tensors(), ("packed max keys", s_kv),
-                                  lambda: _longest_list(merged[1]))
+            list_keys = _LISTS.get(lists.tensors(), ("packed mean keys", s_kv),
+                                   lambda: _mean_list(merged[1]))
             o, lse = _COLUMN_SPARSE_ATTENTION(q, k, v, *merged, None, lists.block_size[0],
-                                              scale, 1.0, lists.block_size[1], max_keys)
+                                              scale, 1.0, lists.block_size[1], list_keys)
             return (o, lse) if return_lse else o
         indices, counts = packed_rows(lists, s_kv)
         return column_sparse_attention(q, k, v, indices, counts, group=lists.block_size[0],

@@ -256,9 +256,9 @@ _ORDERS = DerivedCache()
 
 
 def _gather_tiling(device: torch.device, group: int, head_dim: int = 128,
-                   max_keys: int | None = None) -> tuple[int, int, bool]:
+                   list_keys: int | None = None) -> tuple[int, int, bool]:
     """(query rows per CTA, CTAs per wave, short) of the gather kernel on ``device`` for
-    ``group`` and lists of at most ``max_keys`` keys (None: long): the path cached per device,
+    ``group`` and lists of about ``list_keys`` keys (None: long): the path cached per device,
     forced path and group (resolving it costs more than a launch); the SM count read on every
     call (an ``SmPartition`` region changes it). ``short``: the Hopper 64 x 64 tiles at two
     CTAs per SM (``hopper_gather_config``)."""
@@ -266,21 +266,21 @@ def _gather_tiling(device: torch.device, group: int, head_dim: int = 128,
     if key not in _TILING:
         _TILING[key] = device_target(device)[0]
     path = _TILING[key]
-    short = (path == "hopper" and group == 128 and head_dim == 128 and max_keys is not None
-             and max_keys <= SHORT_GATHER_MAX_KEYS)
+    short = (path == "hopper" and group == 128 and head_dim == 128 and list_keys is not None
+             and list_keys <= SHORT_GATHER_MAX_KEYS)
     return gather_block_m(path, group, short), sm_count(device) * (2 if short else 1), short
 
 
 def _column_sparse_attention(q, k, v, indices, counts, base, group: int, scale: float,
                              out_scale: float, entry_keys: int = 1,
-                             max_keys: int | None = None, out=None):
+                             list_keys: int | None = None, out=None):
     """The direct route, after ``validate_column_sparse``: (o, lse) from the path's kernel.
     ``base``: the tensor the attention is added onto (None: written), read and left unchanged
     unless it is ``out`` itself (the eager ``accumulate=True`` call); o is ``out`` when given,
     else a new tensor in q's memory layout. ``entry_keys`` > 1: ``indices`` name blocks of
-    that many keys and ``counts`` count key positions (``make_build``). ``max_keys``: a bound
-    on every count known to the caller (default the lists' width in keys), which picks the
-    short-list tiles."""
+    that many keys and ``counts`` count key positions (``make_build``). ``list_keys``: the
+    lists' typical length in keys where the caller knows it (default their width), which picks
+    the short-list tiles (a choice of speed only: either tile runs any list)."""
     tensors = {"q": q, "k": k, "v": v, "indices": indices, "counts": counts}
     if base is not None:
         tensors["base"] = base
@@ -290,9 +290,9 @@ def _column_sparse_attention(q, k, v, indices, counts, base, group: int, scale: 
     if out is not None:
         check_no_overlap("out", out, q, k, v, indices, counts)
     b, h, s_q, d = q.shape
-    if max_keys is None:
-        max_keys = indices.shape[-1] * entry_keys
-    block_m, wave, short = _gather_tiling(q.device, group, d, max_keys)
+    if list_keys is None:
+        list_keys = indices.shape[-1] * entry_keys
+    block_m, wave, short = _gather_tiling(q.device, group, d, list_keys)
     # more tiles than one wave of CTAs: uneven lists would leave the last wave ragged, so the
     # longest go first (below one wave every tile starts at once anyway)
     ordered = b * h * -(-s_q // block_m) > wave
@@ -332,14 +332,14 @@ def _column_sparse_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
                                 indices: torch.Tensor, counts: torch.Tensor,
                                 base: torch.Tensor | None, group: int, scale: float,
                                 out_scale: float, entry_keys: int = 1,
-                                max_keys: int | None = None
+                                list_keys: int | None = None
                                 ) -> tuple[torch.Tensor, torch.Tensor]:
     return _column_sparse_attention(q, k, v, indices, counts, base, group, scale, out_scale,
-                                    entry_keys, max_keys)
+                                    entry_keys, list_keys)
 
 
 @_column_sparse_attention_op.register_fake
-def _(q, k, v, indices, counts, base, group, scale, out_scale, entry_keys=1, max_keys=None):
+def _(q, k, v, indices, counts, base, group, scale, out_scale, entry_keys=1, list_keys=None):
     b, h, s_q, _ = q.shape
     return torch.empty_like(q), q.new_empty(b, h, s_q, dtype=torch.float32)
 

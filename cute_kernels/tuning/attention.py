@@ -72,9 +72,11 @@ def ampere_config(head_dim: int) -> dict:
 
 
 #: Listed keys per group up to which the Hopper gather kernel (D = 128, group 128) runs 64 x 64
-#: tiles two CTAs to an SM (``short``), as short causal attention does: random lists of B1 H16
-#: S8192, ms, 128 x 128 tiles against 64 x 64 (H200, perf/column_sparse_tuning.py): 574 keys
-#: 0.127 / 0.107, 246 keys 0.090 / 0.067; B1 H16 S32768 with 2,294 keys 1.287 / 1.420
+#: tiles two CTAs to an SM (``short``), as short causal attention does: random lists, ms,
+#: 128 x 128 tiles against 64 x 64 (H200, perf/column_sparse_tuning.py): B1 H16 S8192 574 keys
+#: 0.127 / 0.107, 246 keys 0.090 / 0.067; S16384 1,147 keys 0.384 / 0.385, 1,475 keys 0.469 /
+#: 0.513; S32768 2,294 keys 1.287 / 1.420. 32-key blocks packed at S8192 (576 keys on
+#: average): 0.1155 / 0.1081
 SHORT_GATHER_MAX_KEYS = 1024
 
 
