@@ -27,32 +27,9 @@ from cute_kernels.bench import (  # noqa: E402
     commit_id,
     device_name,
     format_table,
+    graph_ms,
     host_us,
 )
-
-
-def graph_ms(fn, reps: int = 10, inner: int = 10) -> float:
-    """GPU ms per call: ``inner`` calls captured in one CUDA graph, median of ``reps``."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            for _ in range(inner):
-                fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / inner)
-    return sorted(times)[len(times) // 2]
 
 
 def profile(fn, s: int, calls: int = 50) -> None:
@@ -104,7 +81,8 @@ def main() -> None:
         t = bench_interleaved({"ours": lambda _: ours(), "dense": lambda _: dense()}, [None],
                               rounds=args.rounds, warmup=2)
         eager, dense_ms = t["ours"].median_ms, t["dense"].median_ms
-        g_ours, g_dense = graph_ms(ours), graph_ms(dense)
+        g_ours = graph_ms(lambda _: ours(), inner=10, reps=10)
+        g_dense = graph_ms(lambda _: dense(), inner=10, reps=10)
         host = host_us(ours, 100, warmup=5) / 1e3
         rows.append([s, share, eager, g_ours, host, dense_ms, g_dense,
                      dense_ms / eager * share, g_dense / g_ours * share])

@@ -27,6 +27,7 @@ from cute_kernels.bench import (
     commit_id,
     device_name,
     format_table,
+    graph_ms,
     host_us,
     input_sets_needed,
     plot_lines,
@@ -68,28 +69,8 @@ def run_plan(plan, x, w, out):
 
 
 def graph_us(fn, sets, inner: int = 20, reps: int = 15) -> float:
-    """GPU µs per call: ``inner`` calls over the rotating sets captured in one CUDA graph,
-    replayed ``reps`` times (median), so no host cost is in the number."""
-    graph = torch.cuda.CUDAGraph()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn(sets[0])  # warm the caching allocator on the capture stream
-        torch.cuda.synchronize()
-        with torch.cuda.graph(graph, stream=stream):
-            for i in range(inner):
-                fn(sets[i % len(sets)])
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / inner)
-    return sorted(times)[len(times) // 2]
+    """GPU µs per call from a CUDA graph of ``inner`` calls (``bench.graph_ms``)."""
+    return graph_ms(fn, sets, inner=inner, reps=reps) * 1e3
 
 
 def main() -> None:
