@@ -76,8 +76,12 @@ def test_gather_config_rules():
 
     with pytest.raises(ValueError, match="group 128 or 192"):
         hopper_gather_config(128, 64)
-    with pytest.raises(ValueError, match="block_m == group"):
+    with pytest.raises(ValueError, match="block_m to divide group"):
         AttentionSm90(128, False, block_m=128, gather=True, group=192)
+    with pytest.raises(ValueError, match="at two CTAs per SM, to the gather variant"):
+        AttentionSm90(128, False, block_m=64, gather=True, group=128)  # one CTA per SM
+    assert hopper_gather_config(128, 128, short=True)["ctas_per_sm"] == 2
+    assert "ctas_per_sm" not in hopper_gather_config(128, 192, short=True)  # measured: 128
     with pytest.raises(ValueError, match="neither causal"):
         AttentionSm90(128, True, gather=True, group=128)
 
