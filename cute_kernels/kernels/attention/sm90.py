@@ -161,6 +161,14 @@ class AttentionSm90:
     (perf/RESULTS.md): 5% faster at non-causal S = 1k; on causal and block-sparse tiles the
     static round-robin balances worse than one CTA per tile (4-19% slower).
 
+    Two CTAs per SM (``ctas_per_sm=2``, 64-row tiles only; the op's choice for causal D = 128
+    with at most 2,048 keys and for gathered lists of at most 1,024 keys, tuning/attention.py):
+    ptxas builds for 128 registers a thread at launch (``.minnctapersm 2``), the producer
+    hands its share to the consumer (40 / 208), and shared memory stays under 113 KiB (64 x 64
+    key tiles, two stages: 83 KiB at D = 128), so one CTA's Q load, pipeline fill and epilogue
+    run beside the other's MMAs. A gather tile of 64 rows reads its group's list (the group a
+    multiple of 64). On an H200: 13-23% faster at causal S = 1k, 16-25% on 250-570-key lists.
+
     Device tile order (``tile_order``, column-sparse): CTA r of the one-CTA-per-tile grid runs
     tile ``mTileOrder[r]`` (``ordered_tile``), the op's order (ops/tile_order.py: longest
     lists first within chunks of heads).
