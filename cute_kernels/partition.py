@@ -26,7 +26,10 @@ Two ways to split, ``mode``:
   (``fallback_reason`` says why).
 
 In both modes the regions also size our persistent grids (``runtime.arch.sm_budget``). The
-fork and join are CUDA events, so a partitioned block can be captured in a CUDA graph.
+fork and join are CUDA events, so a partitioned block can be captured in a CUDA graph. As
+with any side stream, a tensor allocated inside ``main()`` / ``side()`` and used after the
+join belongs to that stream's memory pool: ``run`` calls ``record_stream`` on the tensors it
+returns; with the context managers, call ``t.record_stream(torch.cuda.current_stream())``.
 Green contexts are made once per (device, side SMs) and kept for the process.
 """
 
@@ -254,9 +257,24 @@ class SmPartition:
         Returns:
             ``(main_fn(), side_fn())``; the current stream has waited for both.
         """
+        outer = torch.cuda.current_stream(self.device)
         with self:
             with self.main():
                 main_out = main_fn()
             with self.side():
                 side_out = side_fn()
+        for out in (main_out, side_out):
+            _record(out, outer)
         return main_out, side_out
+
+
+def _record(value, stream: torch.cuda.Stream) -> None:
+    """``record_stream`` on every CUDA tensor of ``value`` (a tensor, or a tuple / list of
+    them): a tensor allocated on the main or side stream and used after the join on
+    ``stream`` must not go back to its pool before ``stream``'s work on it is done."""
+    if isinstance(value, torch.Tensor):
+        if value.is_cuda:
+            value.record_stream(stream)
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            _record(v, stream)
