@@ -200,6 +200,30 @@ class AttentionSm90:
         self.persistent = persistent  # (checked below; smem_bytes reads q_stages)
         self.q_stages = 2 if persistent else 1
         self.gather, self.gather_prefetch = gather, gather_prefetch  # (smem_bytes reads it)
+        # each step checks its arguments against those set before it, in this order
+        self._init_tile(block_m, block_n, colsum, pingpong, block_sparse, persistent, gather,
+                        ctas_per_sm)
+        self._init_column_sums(causal, colsum, colsum_method, group, colsum_rounds,
+                               colsum_writers, colsum_stages)
+        self._init_warps(ctas_per_sm)
+        self._init_variant(causal, colsum, pingpong, overlap, gather, group, accumulate,
+                           block_sparse, mask, split_kv)
+        self._init_schedule(causal, colsum, gather, gather_entry_keys, persistent, pingpong,
+                            longest_first, tile_order)
+        self._init_memory(head_dim, stages, gather, gather_hoist, gather_addresses,
+                          gather_entry_keys, ctas_per_sm)
+        self.sums = NoColumnSums()
+        if colsum:
+            self.sums = ColumnSumsSm90(
+                method=colsum_method, block_m=self.block_m, block_n=self.block_n,
+                consumer_wgs=self.consumer_wgs, group=group, partials=self.colsum_partials,
+                rounds=colsum_rounds, writers=colsum_writers, stages=colsum_stages,
+                atomic=self.colsum_atomic, operands_barrier=NamedBarrier.COLSUM_OPERANDS,
+                key_blocks=self.key_blocks)
+
+    def _init_tile(self, block_m, block_n, colsum, pingpong, block_sparse, persistent, gather,
+                   ctas_per_sm):
+        """``block_m`` x ``block_n``: 64 x consumers rows, 16-multiples of 32-256 keys."""
         self.block_m = block_m or HOPPER_DEFAULT_TILE[0]
         self.block_n = block_n or HOPPER_DEFAULT_TILE[1]
         if self.block_m // 64 not in REGISTERS or self.block_m % 64:
@@ -213,6 +237,11 @@ class AttentionSm90:
         if self.block_n % 16 or not 32 <= self.block_n <= 256:
             raise ValueError(f"block_n must be a multiple of 16 in [32, 256], got "
                              f"{self.block_n}")
+
+    def _init_column_sums(self, causal, colsum, colsum_method, group, colsum_rounds,
+                          colsum_writers, colsum_stages):
+        """The column-sum collaborator's configuration (checked even when ``colsum`` is off:
+        the group and ring settings are the kernel's fields either way)."""
         if colsum:
             if causal:
                 raise ValueError("the column-sum variant is non-causal")
@@ -246,8 +275,11 @@ class AttentionSm90:
         # per warp and lane spread (shuffle sums)
         self.colsum_partials = {"mma": self.consumer_wgs, "mma_sync": self.consumer_wgs * 4}.get(
             colsum_method, self.consumer_wgs * 4 << (3 - colsum_rounds))
-        # (producer, consumer) registers per thread after setmaxnreg; one consumer warpgroup
-        # (256 threads) already gets up to 255 each, so it reallocates nothing
+
+    def _init_warps(self, ctas_per_sm):
+        """Threads, CTAs per SM and the (producer, consumer) registers after setmaxnreg."""
+        # one consumer warpgroup (256 threads) already gets up to 255 registers each, so it
+        # reallocates nothing
         self.registers = REGISTERS[self.consumer_wgs]
         self.threads = 128 * (1 + self.consumer_wgs)
         # ctas_per_sm 2 (64-row tiles only): two CTAs share an SM, so one's prologue (Q load,
@@ -258,12 +290,17 @@ class AttentionSm90:
         self.ctas_per_sm = ctas_per_sm
         if ctas_per_sm == 2:
             self.registers = TWO_CTA_REGISTERS
+
+    def _init_variant(self, causal, colsum, pingpong, overlap, gather, group, accumulate,
+                      block_sparse, mask, split_kv):
+        """Which kernel this is (pingpong, gather, accumulate, block-sparse, split-KV) and so
+        which key blocks its tiles visit (``self.key_blocks``)."""
         # pingpong (sequential loop only): consumer warpgroups take turns issuing Q K^T
         if pingpong and overlap:
             raise ValueError("pingpong applies to the sequential loop (overlap=False)")
         self.pingpong = pingpong
         # gather (column-sparse attention): each query group attends to its own list of key
-        # rows, packed into dense tiles by the gather loader; the tile must be the group
+        # rows, packed into dense tiles by the gather loader; a tile lies in one group
         if gather:
             if causal or colsum:
                 raise ValueError("the gather (column-sparse) variant is neither causal nor a "
@@ -299,11 +336,15 @@ class AttentionSm90:
             if colsum or gather or block_sparse or accumulate:
                 raise ValueError("split_kv applies to plain (dense or causal) attention")
             self.key_blocks = SplitKeyBlocks(self.key_blocks)
+
+    def _init_schedule(self, causal, colsum, gather, gather_entry_keys, persistent, pingpong,
+                       longest_first, tile_order):
+        """The order the tiles run in: persistent, longest first or a device tile order."""
         # persistent: one CTA per SM walks a host-ordered tile list (longest rows first), so
         # a tile's Q load, K/V prologue and epilogue overlap its neighbours' mainloops; Q
         # gets two stages (the next tile's Q lands while this one's O leaves through the
         # other). Dense, causal and block-list kernels.
-        if persistent and (colsum or gather or split_kv or accumulate or pingpong):
+        if persistent and (colsum or gather or self.split_kv or self.accumulate or pingpong):
             raise ValueError("persistent applies to the dense, causal and block-sparse "
                              "kernels without pingpong")
         if gather_entry_keys != 1 and not gather:
@@ -312,8 +353,8 @@ class AttentionSm90:
         # wave of tiles (LONGEST_FIRST_CHUNK_TILES), a chunk's heads' longest query tiles
         # first, so the short diagonal tiles fill each chunk's tail and the K/V a chunk reads
         # (a few heads') stays in L2
-        if longest_first and (not causal or persistent or split_kv or colsum or gather
-                              or block_sparse):
+        if longest_first and (not causal or persistent or self.split_kv or colsum or gather
+                              or self.block_sparse):
             raise ValueError("longest_first applies to the causal one-CTA-per-tile kernel")
         self.longest_first = longest_first
         # tile_order (gather): the grid's CTAs run the tiles in the order ``mTileOrder`` gives
@@ -323,6 +364,11 @@ class AttentionSm90:
         if tile_order and not gather:
             raise ValueError("tile_order applies to the gather (column-sparse) variant")
         self.tile_order = tile_order
+
+    def _init_memory(self, head_dim, stages, gather, gather_hoist, gather_addresses,
+                     gather_entry_keys, ctas_per_sm):
+        """The K/V loader (TMA, or the gather's cp.async) and the shared-memory budget: an
+        sm_90 CTA's, or half an SM's at two CTAs per SM."""
         self.kv_loader = (GatherKVLoader(self.block_n, head_dim, NamedBarrier.GATHER_INDICES,
                                          hoist_swizzle=gather_hoist,
                                          stage_addresses=gather_addresses,
@@ -337,14 +383,6 @@ class AttentionSm90:
                              f"{stages} stages needs {self.smem_bytes()} bytes of shared memory, "
                              f"more than the {TWO_CTA_SMEM} of half an SM (fewer stages or a "
                              f"narrower block_n)")
-        self.sums = NoColumnSums()
-        if colsum:
-            self.sums = ColumnSumsSm90(
-                method=colsum_method, block_m=self.block_m, block_n=self.block_n,
-                consumer_wgs=self.consumer_wgs, group=group, partials=self.colsum_partials,
-                rounds=colsum_rounds, writers=colsum_writers, stages=colsum_stages,
-                atomic=self.colsum_atomic, operands_barrier=NamedBarrier.COLSUM_OPERANDS,
-                key_blocks=self.key_blocks)
 
     def smem_bytes(self) -> int:
         """Shared memory of the SharedStorage built in ``__call__`` (alignment included)."""
