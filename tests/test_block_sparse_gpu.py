@@ -199,6 +199,36 @@ def test_a_reused_mask_is_converted_once_and_in_place_edits_are_seen(kv_block, p
     assert len(calls) > before + 1  # an equal copy is another mask
 
 
+@pytest.mark.skipif(not torch.cuda.is_available()
+                    or torch.cuda.get_device_capability() != (9, 0),
+                    reason="needs an sm_90 GPU (the Hopper gather tiles' choice)")
+def test_a_reused_mask_takes_the_short_list_tiles(monkeypatch):
+    """Packed 32-key lists averaging far below 1,024 keys: the first call of a mask runs the
+    default gather tiles without a sync, the second the two-CTAs-per-SM 64 x 64 tiles (the
+    lists' mean read back once); both against the float32 reference, partial and full lists."""
+    import cute_kernels.ops.column_sparse as cs
+
+    chosen = []
+    tiling = cs._gather_tiling
+    monkeypatch.setattr(cs, "_gather_tiling",
+                        lambda *a: chosen.append(tiling(*a)[2]) or tiling(*a))
+    s = 64 * 32
+    m, n = s // 128, s // 32
+    on = torch.rand(2, 4, m, n, device="cuda") < 0.2
+    on[..., 0] = True
+    full = on & (torch.rand(2, 4, m, n, device="cuda") < 0.5)
+
+    def lists(sel):
+        order = torch.argsort((~sel).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+        return sel.sum(-1).to(torch.int32), order
+
+    block_lists = (*lists(on & ~full), *lists(full))
+    q, k, v = fresh(2, 4, s, 128), fresh(2, 2, s, 128), fresh(2, 2, s, 128)
+    check(q, k, v, block_lists, block_size=(128, 32))
+    check(q, k, v, block_lists, block_size=(128, 32))
+    assert chosen == [False, True], chosen
+
+
 def test_bad_list_values_are_clamped_not_read_out_of_bounds(path):
     """Without debug mode the lists' values are not checked (that needs a device sync): the
     kernels clamp counts to the list width and blocks into the key range, so garbage gives

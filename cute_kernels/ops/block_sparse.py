@@ -316,14 +316,23 @@ def packed_rows(lists: BlockLists, s_kv: int) -> tuple[torch.Tensor, torch.Tenso
 PACKED_EXPANSION_IN_KERNEL = True
 
 
-def _mean_list(counts: torch.Tensor) -> int | None:
-    """The packed lists' mean length in keys (one device sync, which the caller caches per
-    mask: short lists take the gather kernel's two-CTAs-per-SM tiles; the mean, not the
-    longest, sets the pace of a grid of many tiles), or None where a sync is not allowed or
-    not wanted: during CUDA-graph capture and tracing (the default tiles then)."""
-    if torch.cuda.is_current_stream_capturing() or not plain_eager((counts,), ()):
-        return None
-    return int(counts.float().mean()) if counts.numel() else 0
+class _MeanListKeys:
+    """The packed lists' mean length in keys, kept with a mask's converted lists: short lists
+    take the gather kernel's two-CTAs-per-SM tiles (the mean, not the longest, sets the pace
+    of a grid of many tiles). The mean is reduced on the device when the lists are packed and
+    read back on the mask's second use (one sync per reused mask, none for a mask used once);
+    ``get`` is None until then, and during CUDA-graph capture and tracing (the default tiles)."""
+
+    def __init__(self, counts: torch.Tensor):
+        eager = not torch.cuda.is_current_stream_capturing() and plain_eager((counts,), ())
+        self._mean = counts.float().mean() if eager and counts.numel() else None
+        self._uses, self._keys = 0, None
+
+    def get(self) -> int | None:
+        self._uses += 1
+        if self._mean is not None and self._uses > 1 and self._keys is None:
+            self._keys = int(self._mean)
+        return self._keys
 
 
 def packed_entries(lists: BlockLists, s_kv: int):
@@ -597,7 +606,7 @@ def block_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bl
                   if PACKED_EXPANSION_IN_KERNEL else None)
         if merged is not None:  # no sync, no host expansion: the kernels expand the blocks
             list_keys = _LISTS.get(lists.tensors(), ("packed mean keys", s_kv),
-                                   lambda: _mean_list(merged[1]))
+                                   lambda: _MeanListKeys(merged[1])).get()
             o, lse = _COLUMN_SPARSE_ATTENTION(q, k, v, *merged, None, lists.block_size[0],
                                               scale, 1.0, lists.block_size[1], list_keys)
             return (o, lse) if return_lse else o

@@ -213,6 +213,7 @@ def make_build(path: str, dtype, head_dim: int, group: int, accumulate: bool,
     from ..runtime.bridge import fake_bhsd, fake_compact, fake_vector
     from ..runtime.compile import Build
     from ..runtime.launch import launch_args
+
     def bhsd():
         return fake_bhsd(dtype, head_dim)
 
