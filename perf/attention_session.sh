@@ -39,6 +39,43 @@ if [ "$PART" = ab ]; then  # longest_first at the perf table's short causal shap
   step causal-2k-b16 100 $TUNE --causal --shape 16,16,2048,128 --configs "$LF"
   step causal-1k-b8 100 $TUNE --causal --shape 8,16,1024,128 --configs "$LF"
 fi
+if [ "$PART" = walks ]; then  # 64 x 64 at two CTAs per SM: one CTA per tile vs persistent walks
+  SC="dict(block_m=64, block_n=64, stages=2, overlap=True, ctas_per_sm=2)"
+  SCP="dict(block_m=64, block_n=64, stages=2, overlap=True, ctas_per_sm=2, persistent=True)"
+  step walks-tests 300 python -m pytest -q -x tests/test_attention_gpu.py -k \
+    "persistent or short_causal or hopper_configs"
+  step walks-c1k-b32 100 $TUNE --causal --shape 32,16,1024,128 --configs "[$SC, $SCP]"
+  step walks-c2k-b16 100 $TUNE --causal --shape 16,16,2048,128 --configs "[$SC, $SCP]"
+  step walks-c1k-b8 100 $TUNE --causal --shape 8,16,1024,128 --configs "[$SC, $SCP]"
+  step walks-c4k-b8 100 $TUNE --causal --shape 8,16,4096,128 --configs \
+    "[dict(overlap=True, longest_first=True), $SCP, dict(overlap=True, persistent=True)]"
+  step walks-n1k-b32 100 $TUNE --shape 32,16,1024,128 --configs \
+    "[dict(overlap=True, persistent=True), dict(overlap=True), $SCP]"
+  for f in "$OUT"/walks-[cn]*.log; do echo "--- $f"; grep -v DEBUG "$f" | tail -5; done
+fi
+if [ "$PART" = walks-checks ]; then  # the persistent defaults: GPU tests, sanitizers
+  step walks-attention-tests 330 python -m pytest -q --tb=short -p no:logging \
+    tests/test_attention_gpu.py tests/test_dispatch_gpu.py
+  step walks-gather-tests 200 python -m pytest -q --tb=short -p no:logging \
+    tests/test_column_sparse_op_gpu.py
+  for p in "hopper 1000 1000 4 2 128 1" "hopper 4097 4097 2 2 128 1"; do
+    step "walks-memcheck-${p// /-}" 60 "${SANITIZE[@]}" --tool memcheck \
+      python perf/attention_probe.py $p
+  done
+  for p in "hopper 1000 1000 2 2 128 1" "hopper 3000 3000 2 2 128 1"; do
+    step "walks-racecheck-${p// /-}" 120 "${SANITIZE[@]}" --tool racecheck \
+      python perf/attention_probe.py $p
+  done
+fi
+if [ "$PART" = walks-perf ]; then  # through the op, against cuDNN (perf/RESULTS.md)
+  step walks-attention-d128 300 python perf/attention.py --d 128 \
+    --s 1024,2048,4096,8192,16384 --no-flex --out "$OUT"
+  step walks-attention-b8 100 python perf/attention_tuning.py --causal --rounds 10 \
+    --shape 8,16,1024,128 --configs "[dict(block_m=64, block_n=64, stages=2, overlap=True, \
+ctas_per_sm=2), dict(block_m=64, block_n=64, stages=2, overlap=True, ctas_per_sm=2, \
+persistent=True)]"
+  for f in "$OUT"/walks-attention-*.log; do echo "--- $f"; grep -v DEBUG "$f" | tail -16; done
+fi
 if [ "$PART" = prof ]; then  # short sequences: where the per-tile time goes (ncu), vs cuDNN
   NCU=(ncu --nvtx --nvtx-include "profile/" --section SpeedOfLight --section WarpStateStats \
        --section ComputeWorkloadAnalysis --section LaunchStats --section Occupancy)

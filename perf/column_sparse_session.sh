@@ -37,4 +37,46 @@ if [ "$PART" = all ] || [ "$PART" = perf ]; then
   step gather-order-uneven 150 python perf/column_sparse_tuning.py --rounds 6 \
     --configs "[dict(), dict(tile_order=True)]" --sparsity 0.5,0.93 --uneven 0.9
 fi
+if [ "$PART" = walks ]; then  # short lists: the ordered grid against persistent CTAs' walks
+  step walks-tests 300 python -m pytest -q --tb=short -p no:logging \
+    tests/test_column_sparse_op_gpu.py tests/test_block_sparse_gpu.py -k "short or packed or 32"
+  SHORT="block_m=64, block_n=64, overlap=True, ctas_per_sm=2"
+  step walks-tuning 200 python perf/column_sparse_tuning.py --group 128 --rounds 10 \
+    --shape 1,16,8192,128 --sparsity 0.93,0.97 \
+    --configs "[dict($SHORT, tile_order=True), dict($SHORT, persistent=True)]"
+  for on in True False; do
+    step "walks-small-$on" 150 python -c "import runpy, sys
+import cute_kernels.ops.column_sparse as cs
+cs.SHORT_GATHER_PERSISTENT = $on
+sys.argv = ['block_sparse_small.py', '--seq', '8192', '--rounds', '10']
+runpy.run_path('perf/block_sparse_small.py', run_name='__main__')"
+  done
+  step walks-memcheck 150 "${SANITIZE[@]}" --tool memcheck \
+    python perf/column_sparse_probe.py hopper 20000 3000 128 128
+  step walks-racecheck 200 "${SANITIZE[@]}" --tool racecheck \
+    python perf/column_sparse_probe.py hopper 20000 3000 128 128
+  for f in "$OUT"/walks-tuning.log "$OUT"/walks-small-*.log; do
+    echo "--- $f"; grep -v DEBUG "$f" | tail -8; done
+fi
+if [ "$PART" = walks2 ]; then  # the packed 32-key op: where the persistent kernel's gain goes
+  for on in True False; do
+    step "walks-profile-$on" 150 python -c "import runpy, sys
+import cute_kernels.ops.column_sparse as cs
+cs.SHORT_GATHER_PERSISTENT = $on
+sys.argv = ['block_sparse_small.py', '--seq', '8192', '--rounds', '10', '--profile']
+runpy.run_path('perf/block_sparse_small.py', run_name='__main__')"
+  done
+  TUNE="python perf/attention_tuning.py --rounds 6 --causal"
+  LP="[dict(overlap=True, longest_first=True), dict(overlap=True, persistent=True)]"
+  step walks-c8k 120 $TUNE --shape 4,16,8192,128 --configs "$LP"
+  step walks-c16k 120 $TUNE --shape 2,16,16384,128 --configs "$LP"
+  step walks-c2k128 120 $TUNE --shape 16,16,2048,128 --configs "[dict(overlap=True, \
+persistent=True), dict(block_m=64, block_n=64, stages=2, overlap=True, ctas_per_sm=2, \
+persistent=True)]"
+  step walks-c4kd64 120 $TUNE --shape 8,32,4096,64 --configs "[dict(), dict(persistent=True), \
+dict(block_m=192, persistent=True)]"
+  for f in "$OUT"/walks-profile-*.log; do
+    echo "--- $f"; grep -v DEBUG "$f" | grep -E "tottime|^ +[0-9]+ +[0-9.]+ +[0-9.]+|Self CUDA|kernel|Kernel|^8192" | head -30; done
+  for f in "$OUT"/walks-c*.log; do echo "--- $f"; grep -v DEBUG "$f" | tail -5; done
+fi
 echo; printf '%s\n' "${summary[@]}"

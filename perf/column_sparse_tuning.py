@@ -97,6 +97,8 @@ def main() -> None:
     from cute_kernels.bench import bench_interleaved, format_table, input_sets_needed
     from cute_kernels.ops.attention import attention_params
     from cute_kernels.ops.column_sparse import gather_tile_order
+    from cute_kernels.ops.tile_order import snake_walks
+    from cute_kernels.runtime.arch import sm_count
     from cute_kernels.runtime.compile import compile_build
 
     column_sparse.B, column_sparse.H, column_sparse.D = b, h, d
@@ -128,14 +130,21 @@ def main() -> None:
         for i, kern in enumerate(kernels):
             name = f"c{i} p={p}"
             meta[name] = (i, p, count)
-            order = (gather_tile_order(cnt, s, args.group, args.group)
-                     if configs[i].get("tile_order") else None)
+            cfg = kernel_config(d, args.group, configs[i])
+            order, ctas = None, None
+            if cfg.get("tile_order") or cfg.get("persistent"):
+                order = gather_tile_order(cnt, s, cfg["block_m"], args.group)
+            if cfg.get("persistent"):  # the CTAs' walks, dealt from the longest-first order
+                ctas = sm_count(torch.device("cuda")) * cfg.get("ctas_per_sm", 1)
+                order = snake_walks(order, ctas)
+                ctas = min(ctas, b * h * -(-s // cfg["block_m"]))
 
-            def run(x, kern=kern, idx=idx, cnt=cnt, order=order):
+            def run(x, kern=kern, idx=idx, cnt=cnt, order=order, ctas=ctas):
                 o = torch.empty_like(x[0])
                 kern(*params.call_args(mQ=x[0], mK=x[1], mV=x[2], mO=o, mLSE=lse,
                                        mPrevLSE=None, mColsum=None, mIndices=idx, mCounts=cnt,
-                                       scale=scale, out_scale=None, mTileOrder=order))
+                                       scale=scale, out_scale=None, mTileOrder=order,
+                                       num_ctas=ctas))
                 return o
 
             fns[name] = run

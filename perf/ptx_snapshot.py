@@ -23,7 +23,9 @@ from concurrent.futures import ProcessPoolExecutor
 
 ATTENTION_CONFIGS = [dict(), dict(overlap=True), dict(block_m=192), dict(block_m=192, block_n=64),
                      dict(block_n=176, overlap=True), dict(pingpong=True),
-                     dict(block_m=192, pingpong=True)]
+                     dict(block_m=192, pingpong=True), dict(overlap=True, persistent=True),
+                     dict(block_m=64, block_n=64, stages=2, overlap=True, ctas_per_sm=2,
+                          persistent=True)]
 COLSUM_CONFIGS = [dict(), dict(pingpong=True), dict(block_m=192, block_n=64),
                   dict(block_m=192, pingpong=True), dict(block_m=192, colsum_method="shuffle"),
                   dict(overlap=True), dict(overlap=True, colsum_method="shuffle"),

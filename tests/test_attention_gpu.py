@@ -75,7 +75,9 @@ def test_hopper_configs(config, d, causal):
 
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU")
 @pytest.mark.parametrize("config", [dict(persistent=True), dict(overlap=True, persistent=True),
-                                    dict(block_m=192, persistent=True)], ids=str)
+                                    dict(block_m=192, persistent=True),
+                                    dict(block_m=64, block_n=64, stages=2, overlap=True,
+                                         ctas_per_sm=2, persistent=True)], ids=str)
 @pytest.mark.parametrize("causal, s_q, s_kv", [(True, 4097, 4097), (True, 3000, 5001),
                                                (False, 4097, 777)])
 def test_persistent_ctas_walk_many_tiles(config, causal, s_q, s_kv):
@@ -353,25 +355,31 @@ def test_repeat_calls_run_the_cached_plan_on_fresh_data(path, s_q, s_kv, splits)
                 ck.attention(q, k, v, out=q, num_splits=splits)
 
 
-def test_persistent_default_captures_in_a_cuda_graph():
-    """Non-causal D = 128 with few keys takes the persistent schedule by default (its tile
-    order is made at the first, warm-up call); captured in a CUDA graph, replays on new
-    inputs copied into the captured ones match the reference."""
-    q, k, v = qkv(2, 4, 2, 333, 700, 128)
+@pytest.mark.parametrize("s_q, s_kv, causal", [(333, 700, False), (333, 700, True),
+                                               (2100, 2500, True)])
+def test_persistent_default_captures_in_a_cuda_graph(s_q, s_kv, causal):
+    """D = 128 takes the persistent schedule by default (non-causal with few keys; causal:
+    64-row tiles two CTAs per SM up to 2,048 keys, 128-row tiles past it), its walks made at
+    the first, warm-up call; captured in a CUDA graph, replays on new inputs copied into the
+    captured ones match the reference."""
+    from cute_kernels.ops.attention import make_plan
+
+    q, k, v = qkv(2, 4, 2, s_q, s_kv, 128)
+    assert make_plan(q, k, causal, 128 ** -0.5, 1).order is not None
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # warm up (compile, plan, allocator) off the capture
         for _ in range(2):
-            ck.attention(q, k, v, return_lse=True)
+            ck.attention(q, k, v, causal=causal, return_lse=True)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        o, lse = ck.attention(q, k, v, return_lse=True)
+        o, lse = ck.attention(q, k, v, causal=causal, return_lse=True)
     for _ in range(2):
-        fresh = qkv(2, 4, 2, 333, 700, 128)
+        fresh = qkv(2, 4, 2, s_q, s_kv, 128)
         for dst, src in zip((q, k, v), fresh):
             dst.copy_(src)
         o.fill_(float("nan"))
         graph.replay()
         torch.cuda.synchronize()
-        check(o, lse, *fresh, False)
+        check(o, lse, *fresh, causal)

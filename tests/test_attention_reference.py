@@ -295,12 +295,14 @@ def test_plans_take_the_64_row_tile_for_at_most_64_query_rows(monkeypatch, h, h_
 @pytest.mark.parametrize("s_q, s_kv, causal, d, persistent", [(1000, 2048, False, 128, True),
                                                               (65, 300, False, 128, True),
                                                               (1000, 2049, False, 128, False),
-                                                              (1000, 1000, True, 128, False),
+                                                              (1000, 1000, True, 128, True),
+                                                              (3000, 5000, True, 128, True),
                                                               (1000, 1000, False, 64, False),
                                                               (64, 1000, False, 128, False)])
 def test_plans_run_short_keys_persistent(monkeypatch, s_q, s_kv, causal, d, persistent):
-    """Non-causal D = 128 with at most PERSISTENT_MAX_KEYS keys takes the Hopper kernel's
-    persistent schedule (its own key, a tile order and one CTA per SM); nothing else does."""
+    """D = 128 takes the Hopper kernel's persistent schedule (its own key, the CTAs' walks
+    and one CTA per SM, two for short causal's 64-row tiles) when causal or with at most
+    PERSISTENT_MAX_KEYS keys; nothing else does."""
     from cute_kernels.ops import attention as att
 
     seen = []
@@ -314,6 +316,9 @@ def test_plans_run_short_keys_persistent(monkeypatch, s_q, s_kv, causal, d, pers
     assert ("persistent" in seen[0]) == persistent
     assert (plan.order is not None) == persistent
     if persistent:
-        tiles = 2 * 4 * -(-s_q // 128)
-        assert sorted(plan.order.tolist()) == list(range(tiles))
-        assert plan.ctas == min(tiles, 132)
+        short_causal = causal and s_kv <= 2048
+        tiles = 2 * 4 * -(-s_q // (64 if short_causal else 128))
+        assert plan.ctas == min(tiles, 132 * (2 if short_causal else 1))
+        walks = plan.order.tolist()  # CSR: the CTAs' offsets, then the tiles
+        assert walks[0] == plan.ctas + 1 and walks[plan.ctas] == len(walks)
+        assert sorted(walks[plan.ctas + 1:]) == list(range(tiles))

@@ -368,15 +368,43 @@ def test_64_row_query_block_kernel_ptx(target):
     _assert_no_spills(ptx, target)
 
 
-def test_dense_tile_order_causal_longest_first_per_head(monkeypatch):
+def test_dense_tile_order_balances_causal_tiles(monkeypatch):
+    """The persistent walks (CSR): fewer tiles than CTAs, one tile each; causal tiles dealt
+    longest first to the CTA that frees up first, so the CTAs' estimated work ends within
+    one tile; two CTAs per SM double the CTAs."""
     from cute_kernels.ops import attention as attn
 
     monkeypatch.setattr(attn, "_TILE_ORDERS", {})
     monkeypatch.setattr(attn, "sm_count", lambda device: 132)  # no GPU here
-    order, ctas = attn.dense_tile_order(1, 2, 300, 300, True, 128, torch.device("cpu"))
-    assert order.tolist() == [2, 1, 0, 5, 4, 3] and ctas == 6
-    order, _ = attn.dense_tile_order(1, 2, 300, 300, False, 128, torch.device("cpu"))
-    assert order.tolist() == list(range(6))
+    cpu = torch.device("cpu")
+    walks, ctas = attn.dense_tile_order(1, 2, 300, 300, True, (128, 128), 1, cpu)
+    assert ctas == 6 and walks.tolist() == [7, 8, 9, 10, 11, 12, 13, 2, 5, 1, 4, 0, 3]
+    walks, _ = attn.dense_tile_order(1, 2, 300, 300, False, (128, 128), 1, cpu)
+    assert walks.tolist()[7:] == list(range(6))
+    walks, ctas = attn.dense_tile_order(4, 16, 2048, 2048, True, (64, 64), 2, cpu)
+    assert ctas == 264 and walks.dtype == torch.int32
+    walks = walks.tolist()
+    assert sorted(walks[265:]) == list(range(4 * 16 * 32))
+    costs = attn.tile_costs(32, 2048, 2048, True, (64, 64))
+    work = [sum(costs[t % 32] for t in walks[walks[c]:walks[c + 1]]) for c in range(264)]
+    assert max(work) - min(work) <= max(costs)
+
+
+def test_snake_walks_deal_laps_both_ways():
+    """The device-side walks of a tile order: a lap of CTAs forward, the next backward; CSR
+    offsets first; fewer tiles than CTAs, one each."""
+    from cute_kernels.ops.tile_order import snake_walks
+
+    order = torch.arange(100, 110, dtype=torch.int32)
+    assert snake_walks(order, 3).tolist() == [4, 7, 10, 14, 100, 105, 106, 101, 104, 107,
+                                              102, 103, 108, 109]
+    assert snake_walks(order, 20).tolist() == list(range(11, 22)) + list(range(100, 110))
+    for n, c in [(2048, 264), (13, 7), (14, 7), (15, 7)]:
+        walks = snake_walks(torch.randperm(n).int(), c).tolist()
+        c = min(c, n)
+        assert walks[c] == len(walks) and sorted(walks[c + 1:]) == list(range(n))
+        sizes = [walks[i + 1] - walks[i] for i in range(c)]
+        assert max(sizes) - min(sizes) <= 1
 
 
 @pytest.mark.parametrize("q_block, kv_block", [(128, 32), (64, 16)])

@@ -112,13 +112,19 @@ def test_uneven_counts_run_longest_first(path, group):
 
 
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the Hopper tiles' choice)")
-@pytest.mark.parametrize("width, short", [(1024, True), (1025, False)])
-def test_short_lists_run_two_ctas_per_sm(width, short):
+@pytest.mark.parametrize("width, short, persistent", [(1024, True, True), (1024, True, False),
+                                                      (1025, False, True)])
+def test_short_lists_run_two_ctas_per_sm(monkeypatch, width, short, persistent):
     """Lists of at most SHORT_GATHER_MAX_KEYS keys (the width here) take the 64 x 64 gather
     tiles two CTAs run per SM, a longer width the 128 x 128 ones (asserted); either way
     uneven counts in [0, width] over more tiles than a wave (the longest-first order over
-    64-row tiles reading 128-row groups' lists), GQA, strided q, poisoned output."""
+    64-row tiles reading 128-row groups' lists: the short tiles' persistent CTAs walk it,
+    or with SHORT_GATHER_PERSISTENT off the ordered grid runs it), GQA, strided q, poisoned
+    output."""
+    from cute_kernels.ops import column_sparse as cs
     from cute_kernels.ops.column_sparse import _gather_tiling
+
+    monkeypatch.setattr(cs, "SHORT_GATHER_PERSISTENT", persistent)
 
     b, h, s_q, s_kv = 2, 16, 4000, 3000
     gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))

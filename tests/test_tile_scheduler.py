@@ -3,7 +3,11 @@ import itertools
 import pytest
 import torch
 
-from cute_kernels.kernels.common.tile_scheduler import grouped_tile_coord, persistent_grid
+from cute_kernels.kernels.common.tile_scheduler import (
+    balanced_walks,
+    grouped_tile_coord,
+    persistent_grid,
+)
 
 
 @pytest.mark.parametrize("tiles_m, tiles_n, group_m, batches",
@@ -150,3 +154,29 @@ def test_longest_first_walk_is_a_permutation_longest_first_per_chunk(n_m, n_h, n
         ms = [m for m, _, _ in walk[start:start + chunk]]
         assert ms == sorted(ms, reverse=True)
         assert ms[0] == n_m - 1
+
+
+def test_balanced_walks_deal_each_tile_once_to_the_earliest_free_cta():
+    """CSR form (offsets, then tile ids); every tile once; each tile goes to the CTA whose
+    list ends first, so the lists' costs end within one tile of each other when dealt
+    longest first."""
+    import random
+
+    rng = random.Random(0)
+    tiles = list(range(500))
+    rng.shuffle(tiles)
+    costs = sorted((rng.randint(1, 20) for _ in tiles), reverse=True)
+    walks = balanced_walks(tiles, costs, 37)
+    assert walks[0] == 38 and walks[37] == len(walks) == 38 + 500
+    cost_of = dict(zip(tiles, costs, strict=True))
+    assert sorted(walks[38:]) == list(range(500))
+    loads = [sum(cost_of[t] for t in walks[walks[c]:walks[c + 1]]) for c in range(37)]
+    assert max(loads) - min(loads) <= max(costs)
+    # a CTA's list keeps the deal order (the operand-sharing groups run together)
+    position = {t: i for i, t in enumerate(tiles)}
+    for c in range(37):
+        walk = walks[walks[c]:walks[c + 1]]
+        assert walk == sorted(walk, key=position.get)
+    # equal costs: round robin; fewer tiles than CTAs: one CTA per tile
+    assert balanced_walks([5, 6, 7, 8], [1] * 4, 2) == [3, 5, 7, 5, 7, 6, 8]
+    assert balanced_walks([9, 4], [3, 1], 8) == [3, 4, 5, 9, 4]

@@ -347,26 +347,29 @@ def make_plan(q, k, causal: bool, scale: float, num_splits: int,
     n = max(1, min(num_splits, -(-s_kv // 128)))
     # at most 64 query rows per tile (decoding): the Hopper kernel's 64-row tile
     short = config is None and (pack[2] if pack else s_q) <= SHORT_QUERY_ROWS
-    # few key blocks per tile (non-causal D = 128, S_kv <= PERSISTENT_MAX_KEYS): the
-    # persistent schedule, whose producer loads the next tile's Q and K/V during this one
-    persistent = (config is None and pack is None and not short and not causal and n == 1
-                  and d == 128 and s_kv <= PERSISTENT_MAX_KEYS
+    # D = 128 on Hopper, unpacked and unsplit: the persistent schedule, whose producer loads
+    # the next tile's Q and K/V during this one, for every causal shape (the CTAs' walks
+    # balance the causal tiles) and for few key blocks per tile (S_kv <= PERSISTENT_MAX_KEYS)
+    plain = config is None and pack is None and not short and n == 1 and d == 128
+    persistent = (plain and (causal or s_kv <= PERSISTENT_MAX_KEYS)
                   and device_target(q.device)[0] == HOPPER)
-    # short causal D = 128 (S_kv <= SHORT_CAUSAL_MAX_KEYS): 64 x 64 tiles, two CTAs per SM
-    short_causal = (config is None and pack is None and not short and causal and n == 1
-                    and d == 128 and s_kv <= SHORT_CAUSAL_MAX_KEYS)
+    # short causal (S_kv <= SHORT_CAUSAL_MAX_KEYS): 64 x 64 tiles, two CTAs per SM
+    short_causal = plain and causal and s_kv <= SHORT_CAUSAL_MAX_KEYS
     key = ("attention", q.dtype, d, bool(causal), *(("split",) if n > 1 else ()))
     kernel = kernel_for(q.device, key, lambda path, target: make_build(
         path, q.dtype, d, bool(causal), config=config, split_kv=n > 1, short_query=short,
         persistent=persistent, short_causal=short_causal),
         hopper_key=_config_key(config) + (("short_query",) if short else ())
         + (("persistent",) if persistent else ()) + (("short_causal",) if short_causal else ()))
+    cfg = config if config is not None else hopper_config(
+        d, causal, persistent=persistent, short_causal=short_causal)
     order, ctas = None, None
-    if persistent or (n == 1 and config is not None and config.get("persistent")
-                      and device_target(q.device)[0] == HOPPER):
-        order, ctas = dense_tile_order(b, h, s_q, s_kv, bool(causal),
-                                       (config or {}).get("block_m") or HOPPER_DEFAULT_TILE[0],
-                                       q.device)
+    if cfg.get("persistent") and n == 1 and device_target(q.device)[0] == HOPPER:
+        order, ctas = dense_tile_order(
+            b, h, s_q, s_kv, bool(causal),
+            (cfg.get("block_m") or HOPPER_DEFAULT_TILE[0],
+             cfg.get("block_n") or HOPPER_DEFAULT_TILE[1]), cfg.get("ctas_per_sm", 1),
+            q.device)
     return AttentionPlan(kernel, float(scale), pack, n, order, ctas)
 
 
@@ -434,23 +437,53 @@ def _packed_view(o: torch.Tensor, shape) -> torch.Tensor | None:
 _TILE_ORDERS: dict[tuple, torch.Tensor] = {}
 
 
-def dense_tile_order(b: int, h: int, s_q: int, s_kv: int, causal: bool, block_m: int,
-                     device) -> tuple[torch.Tensor, int]:
-    """(tile order, CTAs) of the persistent Hopper kernel (``config={"persistent": True}``):
-    tiles ``(b * H + h) * M + m``, head after head (the CTAs running at once share K/V in
-    L2); causal: a head's last query tiles (the most key blocks) first. Cached per shape (a
-    few KiB each)."""
-    key = (b, h, s_q, s_kv, causal, block_m, device)
+def dense_tile_order(b: int, h: int, s_q: int, s_kv: int, causal: bool, tile: tuple,
+                     ctas_per_sm: int, device) -> tuple[torch.Tensor, int]:
+    """(walks, CTAs) of the persistent Hopper kernel (``config={"persistent": True}``): the
+    CTAs' static tile lists in CSR form (``tile_scheduler.balanced_walks``), tiles
+    ``(b * H + h) * M + m`` of ``tile`` = (block_m, block_n). Tiles are dealt a chunk of heads
+    (about a wave of tiles) at a time, so the CTAs running at once share K/V in L2, longest
+    first within a chunk (causal: a head's last query tiles), each to the CTA that frees up
+    first by the estimate of ``tile_costs``. Cached per shape and CTA count (a few KiB)."""
+    ctas = sm_count(device) * ctas_per_sm  # not cached: SmPartition regions vary it
+    key = (b, h, s_q, s_kv, causal, tile, ctas, device)
     hit = _TILE_ORDERS.get(key)
     if hit is None:
-        m = -(-s_q // block_m)
-        ids = torch.arange(b * h * m, dtype=torch.int32).view(b * h, m)
-        order = (ids.flip(-1) if causal else ids).flatten()
-        hit = order.to(device)
+        from ..kernels.common.tile_scheduler import balanced_walks
+
+        m = -(-s_q // tile[0])
+        costs = tile_costs(m, s_q, s_kv, causal, tile)
+        chunk = max(1, ctas // m)  # heads per chunk
+        tiles, tile_cost = [], []
+        for first in range(0, b * h, chunk):
+            group = [(bh * m + i, costs[i]) for bh in range(first, min(first + chunk, b * h))
+                     for i in range(m)]
+            group.sort(key=lambda tc: -tc[1])  # stable: head after head among equals
+            tiles += [t for t, _ in group]
+            tile_cost += [c for _, c in group]
+        walks = balanced_walks(tiles, tile_cost, ctas)
+        hit = torch.tensor(walks, dtype=torch.int32).to(device)
         if len(_TILE_ORDERS) > 256:
             _TILE_ORDERS.clear()
         _TILE_ORDERS[key] = hit
-    return hit, min(hit.numel(), sm_count(device))  # not cached: SmPartition regions vary it
+    return hit, min(ctas, b * h * -(-s_q // tile[0]))
+
+
+#: A query tile's fixed cost (Q load, pipeline fill, epilogue) in key blocks, for the
+#: persistent walks' balance
+TILE_FIXED_BLOCKS = 2
+
+
+def tile_costs(m: int, s_q: int, s_kv: int, causal: bool, tile: tuple) -> list[int]:
+    """Estimated cost of query tile 0 .. m - 1 of a head: the key blocks it visits (causal:
+    bottom-right aligned, so tile i sees keys below (i + 1) block_m + s_kv - s_q) plus
+    ``TILE_FIXED_BLOCKS``."""
+    block_m, block_n = tile
+    costs = []
+    for i in range(m):
+        keys = min(s_kv, (i + 1) * block_m + s_kv - s_q) if causal else s_kv
+        costs.append(max(0, -(-keys // block_n)) + TILE_FIXED_BLOCKS)
+    return costs
 
 
 #: Whether split-KV combines with the kernel (kernels/attention/split_combine.py, one launch)

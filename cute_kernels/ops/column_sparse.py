@@ -46,13 +46,17 @@ from ..runtime.validate import (
     check_tensor,
     value_checks,
 )
-from ..tuning.attention import SHORT_GATHER_MAX_KEYS, hopper_gather_config
-from .attention import _check_device_args, validate_attention
+from ..tuning.attention import (
+    SHORT_GATHER_MAX_KEYS,
+    SHORT_GATHER_PERSISTENT,
+    hopper_gather_config,
+)
+from .attention import _check_device_args, schedule_args, validate_attention
 from .bitpack import pack_mask, packed_width, unpack_mask_reference
 from .column_lists import counts_unchecked, lists_unchecked
 from .derived import DerivedCache
 from .dispatch import KernelOp, is_meta
-from .tile_order import group_rows, longest_first_order
+from .tile_order import group_rows, longest_first_order, snake_walks
 from .topk import SCORE_DTYPES, topk_rows
 
 GROUPS = (64, 128, 192)
@@ -198,7 +202,7 @@ def gather_block_m(path: str, group: int, short: bool = False) -> int:
 
 def make_build(path: str, dtype, head_dim: int, group: int, accumulate: bool,
                config: dict | None = None, entry_keys: int = 1, ordered: bool = False,
-               short: bool = False):
+               short: bool = False, persistent: bool = False):
     """The column-sparse attention kernel of ``path`` (``AttentionSm90`` / ``AttentionSm80``
     in their gather configuration) against symbolic tensors: q/k/v/o (B, H, S, D) as
     :func:`.attention.make_build`, compact int32 indices (B, H, G, L) and counts (B, H, G), a
@@ -207,7 +211,8 @@ def make_build(path: str, dtype, head_dim: int, group: int, accumulate: bool,
     name blocks of that many consecutive keys, expanded in the kernels (block-sparse
     attention's packed small blocks). ``ordered``: the CTAs take their tiles from an int32
     tile order (``tile_order``; the op passes the longest lists first). ``short``: lists of at
-    most ``SHORT_GATHER_MAX_KEYS`` keys (``hopper_gather_config``)."""
+    most ``SHORT_GATHER_MAX_KEYS`` keys, and ``persistent`` their persistent CTAs walking
+    int32 tile walks instead of an ordered grid (``hopper_gather_config``)."""
     import cutlass
 
     from ..runtime.bridge import fake_bhsd, fake_compact, fake_vector
@@ -220,7 +225,8 @@ def make_build(path: str, dtype, head_dim: int, group: int, accumulate: bool,
     if path == "hopper" and group in (128, 192):
         from ..kernels.attention.sm90 import AttentionSm90
 
-        cfg = hopper_gather_config(head_dim, group, short) if config is None else config
+        cfg = (hopper_gather_config(head_dim, group, short, persistent) if config is None
+               else config)
         entry = {"gather_entry_keys": entry_keys} if entry_keys != 1 else {}
         kernel = AttentionSm90(head_dim, False, **cfg, **entry, accumulate=accumulate,
                                tile_order=ordered)
@@ -232,13 +238,16 @@ def make_build(path: str, dtype, head_dim: int, group: int, accumulate: bool,
         kernel = AttentionSm80(head_dim, False, block_m=gather_block_m(path, group), group=group,
                                gather=True, accumulate=accumulate,
                                gather_entry_keys=entry_keys, tile_order=ordered)
+    # the tile order of an ordered grid, or a persistent kernel's walks and CTA count
+    schedule = schedule_args(kernel) or ({"mFullIndices": None, "mFullCounts": None,
+                                          "mDocIds": None,
+                                          "mTileOrder": fake_vector(torch.int32, align=4)}
+                                         if ordered else {})
     return Build(kernel, launch_args(
         kernel, mQ=bhsd(), mK=bhsd(), mV=bhsd(), mO=bhsd(), mLSE=fake_compact(torch.float32, 3),
         mPrevLSE=None, mColsum=None, mIndices=fake_compact(torch.int32, 4),
         mCounts=fake_compact(torch.int32, 3), scale=cutlass.Float32(1.0),
-        out_scale=cutlass.Float32(1.0) if accumulate else None,
-        **({"mFullIndices": None, "mFullCounts": None, "mDocIds": None,
-            "mTileOrder": fake_vector(torch.int32, align=4)} if ordered else {})))
+        out_scale=cutlass.Float32(1.0) if accumulate else None, **schedule))
 
 
 def gather_tile_order(counts: torch.Tensor, s_q: int, block_m: int, group: int
@@ -295,13 +304,18 @@ def _column_sparse_attention(q, k, v, indices, counts, base, group: int, scale: 
         list_keys = indices.shape[-1] * entry_keys
     block_m, wave, short = _gather_tiling(q.device, group, d, list_keys)
     # more tiles than one wave of CTAs: uneven lists would leave the last wave ragged, so the
-    # longest go first (below one wave every tile starts at once anyway)
-    ordered = b * h * -(-s_q // block_m) > wave
+    # longest go first (below one wave every tile starts at once anyway); short lists of
+    # single keys then run persistent CTAs dealt the same order (SHORT_GATHER_PERSISTENT)
+    tiles = b * h * -(-s_q // block_m)
+    ordered = tiles > wave
+    persistent = (ordered and short and base is None and entry_keys == 1
+                  and SHORT_GATHER_PERSISTENT)
+    ordered = ordered and not persistent
     key = ("column_sparse_attention", q.dtype, d, group, base is not None, entry_keys,
-           ordered, short)
+           ordered, short, persistent)
     kernel = kernel_for(q.device, key, lambda path, target: make_build(
         path, q.dtype, d, group, base is not None, entry_keys=entry_keys, ordered=ordered,
-        short=short))
+        short=short, persistent=persistent))
     if out is None:
         o = torch.empty_like(q) if base is None else base.clone()
     else:
@@ -313,13 +327,27 @@ def _column_sparse_attention(q, k, v, indices, counts, base, group: int, scale: 
         mQ=q, mK=k, mV=v, mO=o, mLSE=lse, mPrevLSE=None, mColsum=None,
         mIndices=indices.contiguous(), mCounts=counts.contiguous(), scale=scale,
         out_scale=out_scale if base is not None else None,
-        **({"mTileOrder": _ORDERS.get((counts,), (s_q, block_m, group),
-                                      lambda: gather_tile_order(counts, s_q, block_m, group))}
-           if ordered else {})))
+        **_gather_schedule(counts, s_q, block_m, group, ordered, persistent, wave, tiles)))
     if base is None and out_scale != 1.0:
         # the writing kernel has no factor (the accumulating one applies it in registers)
         o.mul_(out_scale)
     return o, lse
+
+
+def _gather_schedule(counts, s_q: int, block_m: int, group: int, ordered: bool,
+                     persistent: bool, wave: int, tiles: int) -> dict:
+    """The schedule arguments of a gather launch: the ordered grid's tile order, or the
+    persistent CTAs' walks (the same order dealt to ``wave`` CTAs) and their count; each
+    cached per counts tensor (``_ORDERS``)."""
+    if persistent:
+        walks = _ORDERS.get((counts,), (s_q, block_m, group, wave), lambda: snake_walks(
+            gather_tile_order(counts, s_q, block_m, group), wave))
+        return {"mTileOrder": walks, "num_ctas": min(wave, tiles)}
+    if ordered:
+        return {"mTileOrder": _ORDERS.get((counts,), (s_q, block_m, group),
+                                          lambda: gather_tile_order(counts, s_q, block_m,
+                                                                    group))}
+    return {}
 
 
 def _column_sparse_params():

@@ -41,3 +41,31 @@ def longest_first_order(work: torch.Tensor) -> torch.Tensor:
     # chunk-major, then decreasing work: one stable sort of one key (work < 2^31)
     key = _chunk_keys(b, h, m, work.device) - work.reshape(-1)
     return torch.argsort(key, stable=True).to(torch.int32)
+
+
+@functools.lru_cache(maxsize=64)
+def _snake(tiles: int, ctas: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(int32 offsets (ctas + 1,), int64 positions (tiles,)) of :func:`snake_walks`: shapes
+    only, so built once per grid (device ops only: capturable)."""
+    laps, rest = divmod(tiles, ctas)
+    position = torch.arange(tiles, device=device)
+    lap, slot = position // ctas, position % ctas
+    cta = torch.where(lap % 2 == 0, slot, ctas - 1 - slot)
+    # each CTA's positions in deal order (the keys are distinct: no stable sort needed)
+    positions = torch.argsort(cta * (laps + 1) + lap)
+    # every CTA gets one tile per whole lap; the last, partial lap runs forward when even
+    c = torch.arange(ctas, device=device)
+    sizes = laps + ((c < rest) if laps % 2 == 0 else (c >= ctas - rest)).long()
+    offsets = torch.cat([c[:1] * 0, sizes.cumsum(0)]) + ctas + 1
+    return offsets.to(torch.int32), positions
+
+
+def snake_walks(order: torch.Tensor, ctas: int) -> torch.Tensor:
+    """The persistent kernels' tile walks (CSR, as ``tile_scheduler.balanced_walks``) from a
+    device-side ``order`` (int32, longest first within chunks of heads:
+    :func:`longest_first_order`) without a sync: the order is dealt a lap of ``ctas`` tiles at
+    a time, every other lap in reverse, so the CTA that took a lap's longest tile takes the
+    next lap's shortest. Two small launches; the deal is cached per grid."""
+    ctas = max(1, min(ctas, order.numel()))
+    offsets, positions = _snake(order.numel(), ctas, order.device)
+    return torch.cat([offsets, order.index_select(0, positions)])

@@ -38,10 +38,15 @@ def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
     on one consumer warpgroup, whose MMAs no longer share the tensor cores with a second
     warpgroup's padding rows (H100, perf/decode_tiles.py, CUDA graphs, H 32 / H_kv 8: B1 S_q 1
     S_kv 4k split 8 ways 17.2 against 20.3 us, B1 S_kv 64k 99.2 against 100.5 us, B16 S_kv 4k
-    92.2 against 94.2 us). ``persistent`` (non-causal D = 128, at most ``PERSISTENT_MAX_KEYS``
+    92.2 against 94.2 us). ``persistent`` (D = 128: causal, or at most ``PERSISTENT_MAX_KEYS``
     keys): the persistent schedule, its producer loading the next tile's Q and K/V during
-    this one. ``short_causal`` (causal D = 128, at most ``SHORT_CAUSAL_MAX_KEYS`` keys): 64 x 64
-    tiles, two CTAs per SM."""
+    this one, the CTAs walking balanced static lists (``ops.attention.dense_tile_order``);
+    causal against the one-CTA-per-tile grid walked longest first (H200, ms vs cuDNN): B8
+    H16 S4096 0.985x against 0.934x, B4 H16 S8192 1.039x / 0.993x, B2 H16 S16384 1.072x /
+    1.030x. ``short_causal`` (causal D = 128, at most ``SHORT_CAUSAL_MAX_KEYS`` keys): 64 x 64
+    tiles, two CTAs per SM, persistent with ``persistent``: B8 H16 S1024 0.952x against
+    0.878x one CTA per tile, B32 H16 S1024 0.885x / 0.858x, B16 H16 S2048 0.900x / 0.862x
+    (128 x 128 persistent tiles measured the same there, 0.879x)."""
     if colsum:
         if head_dim == 64:
             return dict(block_m=192, colsum=True, group=group, colsum_method="mma_sync")
@@ -49,10 +54,11 @@ def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
                     colsum_writers=2)
     if short_query:  # one query tile per head: no tile order to choose
         return dict(overlap=True, block_m=64) if head_dim == 128 else dict(block_m=64)
+    if short_causal:
+        return dict(block_m=64, block_n=64, stages=2, overlap=True, ctas_per_sm=2,
+                    persistent=persistent)
     if persistent:
         return dict(overlap=True, persistent=True)
-    if short_causal:
-        return dict(block_m=64, block_n=64, stages=2, overlap=True, ctas_per_sm=2)
     if head_dim == 128:
         return dict(overlap=True, longest_first=True) if causal and not split_kv else dict(
             overlap=True)
@@ -80,7 +86,8 @@ def ampere_config(head_dim: int) -> dict:
 SHORT_GATHER_MAX_KEYS = 1024
 
 
-def hopper_gather_config(head_dim: int, group: int, short: bool = False) -> dict:
+def hopper_gather_config(head_dim: int, group: int, short: bool = False,
+                         persistent: bool = False) -> dict:
     """AttentionSm90 keyword arguments for column-sparse attention (the gather loader): the
     query tile is the group (its rows share one key list), so group 128 runs two consumer
     warpgroups and group 192 three. Measured on an H100 (perf/column_sparse_tuning.py, B1 H24
@@ -92,12 +99,23 @@ def hopper_gather_config(head_dim: int, group: int, short: bool = False) -> dict
     addresses). Stages beyond two measured the same (2-5, group 192, 64-key tiles): the
     loader is issue-bound, not latency-bound. D = 64 is not tuned yet. ``short`` (D = 128,
     group 128, lists of at most ``SHORT_GATHER_MAX_KEYS`` keys): 64 x 64 tiles two CTAs per
-    SM, whose prologues and epilogues overlap each other's MMAs."""
+    SM, whose prologues and epilogues overlap each other's MMAs; ``persistent`` (short lists,
+    more tiles than CTAs): those CTAs stay resident and walk their tiles
+    (``ops.tile_order.snake_walks``), each fetching its next tile's Q and K/V while it
+    finishes the last."""
     if group not in (128, 192):
         raise ValueError(f"the Hopper gather kernel takes group 128 or 192 (one consumer "
                          f"warpgroup per 64 rows of a group), got {group}")
     overlap = head_dim == 128 and group == 128
     if short and overlap:  # at most SHORT_GATHER_MAX_KEYS keys per group
         return dict(block_m=64, block_n=64, gather=True, group=group, overlap=True,
-                    ctas_per_sm=2)
+                    ctas_per_sm=2, **({"persistent": True} if persistent else {}))
     return dict(block_m=group, block_n=128, gather=True, group=group, overlap=overlap)
+
+#: Whether short gathered lists of single keys (``SHORT_GATHER_MAX_KEYS``, the writing kernel)
+#: with more tiles than CTAs run persistent CTAs (``hopper_gather_config(persistent=True)``)
+#: instead of the ordered grid: H200, perf/column_sparse_tuning.py --group 128, B1 H16 S8192,
+#: random lists, ms ordered grid / persistent: 574 keys 0.114 / 0.107, 246 keys 0.073 / 0.061.
+#: Block-sparse's packed 32-key entries keep the ordered grid: 0.110 / 0.112 ms there
+#: (perf/block_sparse_small.py, the kernel alone in torch.profiler)
+SHORT_GATHER_PERSISTENT = True

@@ -151,15 +151,18 @@ class AttentionSm90:
     blocks (``mIndices``/``mCounts``) then its full ones (``mFullIndices``/``mFullCounts``),
     one list entry read per visit; partial blocks get the element ``mask`` (``mask_mod.py``) in
     the softmax; loads, roles and pipelines are the dense kernel's.
-    Persistent schedule (``persistent``; the op's default for non-causal D = 128 with at most
-    2,048 keys, tuning/attention.py): ``num_ctas`` CTAs (one per SM) walk the host's tile
-    order ``mTileOrder`` (causal: a head's longest rows first), CTA c taking entries c,
-    c + num_ctas, ...; every role carries its pipeline states from tile to tile, so the
-    producer loads the next tile's Q (two Q stages, +32 KiB) and first K/V blocks while the
-    consumers finish this one, and a consumer releases its Q stage once the TMA store has read
-    O out of it, hiding the per-tile launch, Q load and pipeline fill of short rows. On an H100
-    (perf/RESULTS.md): 5% faster at non-causal S = 1k; on causal and block-sparse tiles the
-    static round-robin balances worse than one CTA per tile (4-19% slower).
+    Persistent schedule (``persistent``; the op's default for causal D = 128 and non-causal
+    D = 128 with at most 2,048 keys, and for short gathered lists, tuning/attention.py):
+    ``num_ctas`` CTAs (one or two per SM) walk static tile lists ``mTileOrder`` in CSR form
+    (entries c and c + 1 bound CTA c's list: the host's ``balanced_walks``, causal tiles dealt
+    longest first to the CTA that frees up first, or the device's ``snake_walks`` of a gather
+    order); every role carries its pipeline states from tile to tile, so the producer loads
+    the next tile's Q (two Q stages) and first K/V blocks while the consumers finish this
+    one, and a consumer releases its Q stage once the TMA store has read O out of it, hiding
+    the per-tile launch, Q load and pipeline fill. On an H200 (perf/RESULTS.md): causal
+    S 4k-16k 4-6% faster than the longest-first grid, short causal at two CTAs per SM 3-8%,
+    246-574-key gathered lists 6-20%. The gather variant's whole producer warpgroup walks
+    (warp 0 also issues Q).
 
     Two CTAs per SM (``ctas_per_sm=2``, 64-row tiles only; the op's choice for causal D = 128
     with at most 2,048 keys and for gathered lists of at most 1,024 keys, tuning/attention.py):
@@ -173,8 +176,8 @@ class AttentionSm90:
     tile ``mTileOrder[r]`` (``ordered_tile``), the op's order (ops/tile_order.py: longest
     lists first within chunks of heads).
 
-    Tile order (``longest_first``, the causal D = 128 default: tuning/attention.py): the
-    one-CTA-per-tile grid is walked in chunks of about a wave of tiles
+    Tile order (``longest_first``, causal D = 128 where the op runs no persistent schedule:
+    packed or split): the one-CTA-per-tile grid is walked in chunks of about a wave of tiles
     (``longest_first_coords``), each chunk's heads' last query tiles (the most key blocks)
     first, so the short diagonal tiles fill the chunk's tail while the K/V it reads stays in L2.
     Split-KV variant (``split_kv``, decoding; GPU tests pass on an H100): the grid's z is
@@ -230,10 +233,11 @@ class AttentionSm90:
             raise ValueError(f"block_m must be 64, 128 or 192, got {self.block_m}")
         # 64 rows (one consumer warpgroup): decoding's few packed query rows, where a second
         # warpgroup's MMAs would run on padding and halve the tensor cores' share for the rest
-        if self.block_m == 64 and (colsum or pingpong or block_sparse or persistent
+        if self.block_m == 64 and (colsum or pingpong or block_sparse
                                    or (gather and ctas_per_sm != 2)):
-            raise ValueError("block_m 64 applies to plain (dense, causal, split-KV) attention "
-                             "and, at two CTAs per SM, to the gather variant")
+            raise ValueError("block_m 64 applies to plain (dense, causal, split-KV, "
+                             "persistent) attention and, at two CTAs per SM, to the gather "
+                             "variant")
         if self.block_n % 16 or not 32 <= self.block_n <= 256:
             raise ValueError(f"block_n must be a multiple of 16 in [32, 256], got "
                              f"{self.block_n}")
@@ -344,9 +348,10 @@ class AttentionSm90:
         # a tile's Q load, K/V prologue and epilogue overlap its neighbours' mainloops; Q
         # gets two stages (the next tile's Q lands while this one's O leaves through the
         # other). Dense, causal and block-list kernels.
-        if persistent and (colsum or gather or self.split_kv or self.accumulate or pingpong):
-            raise ValueError("persistent applies to the dense, causal and block-sparse "
-                             "kernels without pingpong")
+        if persistent and (colsum or self.split_kv or self.accumulate or pingpong
+                           or tile_order):
+            raise ValueError("persistent applies to the dense, causal, block-sparse and "
+                             "(writing, unordered) gather kernels without pingpong")
         if gather_entry_keys != 1 and not gather:
             raise ValueError("gather_entry_keys applies to the gather variant (gather=True)")
         # longest_first (causal): the one-CTA-per-tile grid is walked in chunks of about a
@@ -413,9 +418,9 @@ class AttentionSm90:
         ``accumulate``: O is added, times it, into ``mO``; each None when unused). Block
         lists (``block_sparse``): the partial blocks in ``mIndices`` (B, H, M, N) /
         ``mCounts`` (B, H, M), the full ones in ``mFullIndices`` / ``mFullCounts``; the
-        document mask's ids (B, S) in ``mDocIds``. ``persistent``: ``mTileOrder`` (int32,
-        one entry per query tile, ``(b * H + h) * M + m``) is the order the ``num_ctas`` CTAs
-        take the tiles in (CTA c: entries c, c + num_ctas, ...)."""
+        document mask's ids (B, S) in ``mDocIds``. ``persistent``: ``mTileOrder`` (int32) is
+        the ``num_ctas`` CTAs' walks: entries c and c + 1 bound CTA c's list of query tiles
+        ``(b * H + h) * M + m`` (``tile_scheduler.balanced_walks``)."""
         dtype = mQ.element_type
         BM, BN, D = self.block_m, self.block_n, self.head_dim
         qk_mma = sm90_utils.make_trivial_tiled_mma(
@@ -591,16 +596,20 @@ class AttentionSm90:
                     mLSE, mIndices, mCounts, mFullIndices, mFullCounts, mDocIds, mTileOrder,
                     sQ, sK, sV, storage, sP_layout, sF_layout, pipes, s_q, s_kv, q_per_kv,
                     scale_log2, tidx, warp, wg, out_scale):
-        """The persistent schedule: each role walks the CTA's share of ``mTileOrder`` (entries
-        ``blockIdx.x``, ``+ gridDim.x``, ...) and carries its pipeline states from tile to
-        tile, so the producer fetches the next tile's Q and first K/V blocks while the
-        consumers still work on (or store) this one; the producer's tails run once, after
-        the last tile. Each consumer releases its Q stage once O has left it."""
+        """The persistent schedule: each role walks the CTA's list of ``mTileOrder`` (entries
+        ``mTileOrder[blockIdx.x]`` up to ``mTileOrder[blockIdx.x + 1]``) and carries its
+        pipeline states from tile to tile, so the producer fetches the next tile's Q and
+        first K/V blocks while the consumers still work on (or store) this one; the
+        producer's tails run once, after the last tile. Each consumer releases its Q stage
+        once O has left it."""
         tiles = self._tile_walk(mTileOrder, s_q, mLSE)
         lists = (mIndices, mCounts, mFullIndices, mFullCounts, mDocIds)
         if wg == PRODUCER_WARPGROUP:
             self._producer_registers()
-            if warp == TMA_WARP:
+            if cutlass.const_expr(self.gather):
+                self._persistent_load_gathered(tma_q, tQ, tK, tV, sQ, sK, sV, storage, pipes,
+                                               tiles, lists, s_q, s_kv, q_per_kv, tidx, warp)
+            elif warp == TMA_WARP:
                 self._persistent_load(tma_q, tQ, tma_k, tK, tma_v, tV, sQ, sK, sV, pipes,
                                       tiles, lists, s_q, s_kv, q_per_kv)
         else:
@@ -611,11 +620,11 @@ class AttentionSm90:
 
     @cute.jit
     def _tile_walk(self, mTileOrder, s_q, mLSE):
-        """(order, first, stride, end, query tiles per head, heads): this CTA's entries of
-        the tile order are ``first, first + stride, ... < end``."""
-        first, _, _ = cute.arch.block_idx()
-        stride, _, _ = cute.arch.grid_dim()
-        return (mTileOrder, Int32(first), Int32(stride), Int32(cute.size(mTileOrder)),
+        """(walks, first, stride, end, query tiles per head, heads): this CTA's tiles are
+        entries ``first, first + stride, ... < end`` of the walks (CSR: entries c and c + 1
+        are where CTA c's list starts and ends, ``tile_scheduler.balanced_walks``)."""
+        cta, _, _ = cute.arch.block_idx()
+        return (mTileOrder, Int32(mTileOrder[cta]), Int32(1), Int32(mTileOrder[cta + 1]),
                 cute.ceil_div(s_q, self.block_m), mLSE.shape[1])
 
     def _fresh_states(self, role):
@@ -634,11 +643,33 @@ class AttentionSm90:
         kv = self.kv_loader.partition(tma_k, tma_v, gK, gV, sK, sV)
         q_state, k_state, v_state = self._fresh_states(pipeline.PipelineUserType.Producer)
         for t in cutlass.range(first, end, stride, unroll=1):
-            tile, blocks = self._scheduled_tile(order[t], m_tiles, heads, q_per_kv, s_q, s_kv,
-                                                lists)
+            tile, blocks, _ = self._scheduled_tile(order[t], m_tiles, heads, q_per_kv, s_q,
+                                                   s_kv, lists)
             q_state = self._load_q(tma_q, tQ, sQ, pipes.q_pipe, tile, q_state)
             k_state, v_state = self._load_kv_blocks(kv, pipes, blocks, tile, k_state, v_state)
         pipes.q_pipe.producer_tail(q_state)
+        pipes.k_pipe.producer_tail(k_state)
+        pipes.v_pipe.producer_tail(v_state)
+
+    @cute.jit
+    def _persistent_load_gathered(self, tma_q, tQ, mK, mV, sQ, sK, sV, storage, pipes, tiles,
+                                  lists, s_q, s_kv, q_per_kv, tidx, warp):
+        """Producer warpgroup, persistent gather: per tile of the walk, warp 0 issues Q by
+        TMA and every thread gathers its share of the tile's K/V rows (``load_gathered``), the
+        pipeline states carried across tiles; the tails once, after the last."""
+        order, first, stride, end, m_tiles, heads = tiles
+        sIdx = self.kv_loader.ring(storage.sIdx.data_ptr(), self.stages)
+        q_state, k_state, v_state = self._fresh_states(pipeline.PipelineUserType.Producer)
+        for t in cutlass.range(first, end, stride, unroll=1):
+            tile, blocks, rows = self._scheduled_tile(order[t], m_tiles, heads, q_per_kv, s_q,
+                                                      s_kv, lists)
+            if warp == TMA_WARP:
+                self._issue_q(tma_q, tQ, sQ, pipes.q_pipe, tile, q_state)
+            q_state.advance()  # every producer thread, so the state stays outside the branch
+            kv = self.kv_loader.partition(tidx, mK, mV, sK, sV, sIdx, rows, blocks.s_kv, s_kv)
+            k_state, v_state = self._load_kv_blocks(kv, pipes, blocks, tile, k_state, v_state)
+        if warp == TMA_WARP:
+            self._q_tail(pipes.q_pipe, q_state.clone())
         pipes.k_pipe.producer_tail(k_state)
         pipes.v_pipe.producer_tail(v_state)
 
@@ -650,8 +681,8 @@ class AttentionSm90:
         order, first, stride, end, m_tiles, heads = tiles
         q_state, k_state, v_state = self._fresh_states(pipeline.PipelineUserType.Consumer)
         for t in cutlass.range(first, end, stride, unroll=1):
-            tile, blocks = self._scheduled_tile(order[t], m_tiles, heads, q_per_kv, s_q, s_kv,
-                                                lists)
+            tile, blocks, _ = self._scheduled_tile(order[t], m_tiles, heads, q_per_kv, s_q,
+                                                   s_kv, lists)
             q_state, k_state, v_state = self.mma(
                 qk_mma, pv_mma, col_mma, sQ, sK, sV, storage, sP_layout, sF_layout, None,
                 pipes, blocks, tile, tma_o, tO, mLSE, None, s_q, scale_log2, tidx, warp,
@@ -659,13 +690,14 @@ class AttentionSm90:
 
     @cute.jit
     def _scheduled_tile(self, tile_id, m_tiles, heads, q_per_kv, s_q, s_kv, lists):
-        """(TileCoord, key-block view) of tile ``tile_id`` = ``(b * H + h) * M + m``."""
+        """(TileCoord, key-block view, gathered key list or None) of tile ``tile_id`` =
+        ``(b * H + h) * M + m``."""
         m_block = tile_id % m_tiles
         head = (tile_id // m_tiles) % heads
         batch = tile_id // (m_tiles * heads)
         tile = TileCoord(m_block, head, head // q_per_kv, batch)
-        blocks, _ = self._key_block_view(tile, s_q, s_kv, *lists, Int32(0), Int32(1))
-        return tile, blocks
+        blocks, rows = self._key_block_view(tile, s_q, s_kv, *lists, Int32(0), Int32(1))
+        return tile, blocks, rows
 
     @cute.jit
     def _pipelines(self, storage, dtype, sQ_layout, sK_layout, sV_layout):
@@ -721,24 +753,32 @@ class AttentionSm90:
     def _load_q(self, tma_q, tQ, sQ, q_pipe, tile, q_state=None):
         """The query tile by TMA: into the one stage, or (``q_state``, persistent) into the
         state's stage, returning the advanced state."""
+        carried = q_state is not None
+        if cutlass.const_expr(not carried):
+            q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+        self._issue_q(tma_q, tQ, sQ, q_pipe, tile, q_state)
+        if cutlass.const_expr(carried):
+            q_state.advance()
+        return q_state
+
+    @cute.jit
+    def _q_tail(self, q_pipe, q_state):
+        """The Q pipeline's producer tail (a method, so the branch that calls it carries no
+        pipeline state)."""
+        q_pipe.producer_tail(q_state)
+
+    @cute.jit
+    def _issue_q(self, tma_q, tQ, sQ, q_pipe, tile, q_state):
+        """The query tile's TMA into ``q_state``'s stage (the state is not advanced)."""
         gQ = cute.local_tile(tQ, (self.block_m, self.head_dim), (None, None, None, None))
         tQsQ, tQgQ = cpasync.tma_partition(tma_q, 0, cute.make_layout(1),
                                            cute.group_modes(sQ, 0, 2),
                                            cute.group_modes(gQ, 0, 2))
-        carried = q_state is not None
-        if cutlass.const_expr(not carried):
-            q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
-        stage = 0
-        if cutlass.const_expr(carried):
-            stage = q_state.index
         q_pipe.producer_acquire(q_state)
         cute.copy(tma_q, tQgQ[(None, tile.m_block, 0, tile.head, tile.batch)],
-                  tQsQ[(None, stage)],
+                  tQsQ[(None, q_state.index)],
                   tma_bar_ptr=q_pipe.producer_get_barrier(q_state))
         q_pipe.producer_commit(q_state)
-        if cutlass.const_expr(carried):
-            q_state.advance()
-        return q_state
 
     @cute.jit
     def _load_kv(self, kv, pipes, blocks, tile):

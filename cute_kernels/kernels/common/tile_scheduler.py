@@ -42,3 +42,34 @@ def cluster_tiles(m: int, n: int, batch: int, tile, cluster_m: int) -> int:
     """Work units of a clustered launch: M tiles rounded up to whole clusters, times N tiles."""
     tiles_m = -(-m // tile[0])
     return -(-tiles_m // cluster_m) * -(-n // tile[1]) * batch
+
+
+
+def balanced_walks(tiles, costs, ctas: int) -> list[int]:
+    """Static tile lists for ``ctas`` persistent CTAs that finish together, as one int list
+    in CSR form: entries ``0 .. ctas`` are offsets into the list itself (CTA c walks entries
+    ``[walks[c], walks[c + 1])``), then tile ids.
+
+    ``tiles`` are dealt in the order given (callers put tiles that share operands next to
+    each other, longest first within such a group), tile ``tiles[i]`` costing ``costs[i]``
+    (any unit: a causal tile's key blocks plus its fixed prologue and epilogue), each to the
+    CTA whose list ends earliest. A CTA's k-th tile then starts when it would if the hardware
+    handed tiles out as CTAs free up: greedy longest-processing-time scheduling (within 4/3 of
+    the best makespan), with the operand-sharing groups still running at the same time."""
+    import heapq
+
+    ctas = max(1, min(ctas, len(tiles)))
+    ends = [(0.0, c) for c in range(ctas)]  # (time the CTA's list ends, CTA); ties: lowest
+    lists: list[list[int]] = [[] for _ in range(ctas)]
+    for tile, cost in zip(tiles, costs, strict=True):
+        end, cta = heapq.heappop(ends)
+        lists[cta].append(int(tile))
+        heapq.heappush(ends, (end + cost, cta))
+    walks, offset = [], ctas + 1
+    for walk in lists:
+        walks.append(offset)
+        offset += len(walk)
+    walks.append(offset)
+    for walk in lists:
+        walks.extend(walk)
+    return walks
