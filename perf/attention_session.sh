@@ -76,6 +76,41 @@ ctas_per_sm=2), dict(block_m=64, block_n=64, stages=2, overlap=True, ctas_per_sm
 persistent=True)]"
   for f in "$OUT"/walks-attention-*.log; do echo "--- $f"; grep -v DEBUG "$f" | tail -16; done
 fi
+if [ "$PART" = walks-d64 ]; then  # D = 64 and long non-causal D = 128 with persistent walks
+  A="dict(block_m=64, block_n=128, overlap=True, ctas_per_sm=2, persistent=True)"
+  C="dict(block_m=64, block_n=64, stages=2, overlap=True, ctas_per_sm=2, persistent=True)"
+  E="dict(block_m=64, block_n=128, ctas_per_sm=2, persistent=True)"
+  step walks-d64-n4k 150 $TUNE --shape 8,32,4096,64 --configs "[dict(block_m=192), \
+dict(block_m=192, persistent=True), $A, $C, $E]"
+  step walks-d64-c4k 150 $TUNE --causal --shape 8,32,4096,64 --configs "[dict(), $A, $C, \
+dict(overlap=True, persistent=True), $E]"
+  step walks-d64-c2k 150 $TUNE --causal --shape 16,32,2048,64 --configs "[dict(), $A, $C, $E]"
+  step walks-d128-n4k 100 $TUNE --shape 8,16,4096,128 --configs "[dict(overlap=True), \
+dict(overlap=True, persistent=True)]"
+  for f in "$OUT"/walks-d*.log; do echo "--- $f"; grep -v DEBUG "$f" | tail -8; done
+fi
+if [ "$PART" = walks-d64b ]; then  # D = 64 persistent 64-row tiles across S
+  A="dict(block_m=64, block_n=128, overlap=True, ctas_per_sm=2, persistent=True)"
+  C="dict(block_m=64, block_n=64, stages=2, overlap=True, ctas_per_sm=2, persistent=True)"
+  step walks-d64-n1k 100 $TUNE --shape 32,32,1024,64 --configs "[dict(block_m=192), $A, $C]"
+  step walks-d64-n16k 150 $TUNE --shape 2,32,16384,64 --configs "[dict(block_m=192), $A]"
+  step walks-d64-c1k 100 $TUNE --causal --shape 32,32,1024,64 --configs "[dict(), $A, $C]"
+  step walks-d64-c16k 150 $TUNE --causal --shape 2,32,16384,64 --configs "[dict(), $A, $C]"
+  for f in "$OUT"/walks-d64*.log; do echo "--- $f"; grep -v DEBUG "$f" | tail -6; done
+fi
+if [ "$PART" = walks-final ]; then  # D = 64 and 128 defaults: tests, sanitizers, the op vs cuDNN
+  step final-attention-tests 330 python -m pytest -q --tb=short -p no:logging \
+    tests/test_attention_gpu.py tests/test_dispatch_gpu.py
+  for p in "hopper 1000 1000 4 2 64 1" "hopper 3000 3000 2 2 64 0"; do
+    step "final-memcheck-${p// /-}" 60 "${SANITIZE[@]}" --tool memcheck \
+      python perf/attention_probe.py $p
+  done
+  step final-racecheck-d64 120 "${SANITIZE[@]}" --tool racecheck \
+    python perf/attention_probe.py hopper 3000 3000 2 2 64 1
+  step final-attention 240 python perf/attention.py --d 64,128 \
+    --s 1024,2048,4096,8192,16384 --no-flex --out "$OUT"
+  grep -v DEBUG "$OUT/final-attention.log" | tail -24
+fi
 if [ "$PART" = prof ]; then  # short sequences: where the per-tile time goes (ncu), vs cuDNN
   NCU=(ncu --nvtx --nvtx-include "profile/" --section SpeedOfLight --section WarpStateStats \
        --section ComputeWorkloadAnalysis --section LaunchStats --section Occupancy)

@@ -355,17 +355,19 @@ def test_repeat_calls_run_the_cached_plan_on_fresh_data(path, s_q, s_kv, splits)
                 ck.attention(q, k, v, out=q, num_splits=splits)
 
 
-@pytest.mark.parametrize("s_q, s_kv, causal", [(333, 700, False), (333, 700, True),
-                                               (2100, 2500, True)])
-def test_persistent_default_captures_in_a_cuda_graph(s_q, s_kv, causal):
-    """D = 128 takes the persistent schedule by default (non-causal with few keys; causal:
-    64-row tiles two CTAs per SM up to 2,048 keys, 128-row tiles past it), its walks made at
-    the first, warm-up call; captured in a CUDA graph, replays on new inputs copied into the
-    captured ones match the reference."""
+@pytest.mark.parametrize("s_q, s_kv, causal, d", [(333, 700, False, 128), (333, 700, True, 128),
+                                                  (2100, 2500, True, 128),
+                                                  (333, 2500, False, 64),
+                                                  (2100, 2500, True, 64)])
+def test_persistent_default_captures_in_a_cuda_graph(s_q, s_kv, causal, d):
+    """The persistent schedule by default (D = 128 non-causal with few keys; causal: 64-row
+    tiles two CTAs per SM up to 2,048 keys, 128-row tiles past it; D = 64: 64-row tiles two
+    CTAs per SM), its walks made at the first, warm-up call; captured in a CUDA graph,
+    replays on new inputs copied into the captured ones match the reference."""
     from cute_kernels.ops.attention import make_plan
 
-    q, k, v = qkv(2, 4, 2, s_q, s_kv, 128)
-    assert make_plan(q, k, causal, 128 ** -0.5, 1).order is not None
+    q, k, v = qkv(2, 4, 2, s_q, s_kv, d)
+    assert make_plan(q, k, causal, d ** -0.5, 1).order is not None
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # warm up (compile, plan, allocator) off the capture
@@ -376,7 +378,7 @@ def test_persistent_default_captures_in_a_cuda_graph(s_q, s_kv, causal):
     with torch.cuda.graph(graph):
         o, lse = ck.attention(q, k, v, causal=causal, return_lse=True)
     for _ in range(2):
-        fresh = qkv(2, 4, 2, s_q, s_kv, 128)
+        fresh = qkv(2, 4, 2, s_q, s_kv, d)
         for dst, src in zip((q, k, v), fresh):
             dst.copy_(src)
         o.fill_(float("nan"))

@@ -297,12 +297,13 @@ def test_plans_take_the_64_row_tile_for_at_most_64_query_rows(monkeypatch, h, h_
                                                               (1000, 2049, False, 128, False),
                                                               (1000, 1000, True, 128, True),
                                                               (3000, 5000, True, 128, True),
-                                                              (1000, 1000, False, 64, False),
+                                                              (1000, 5000, False, 64, True),
+                                                              (1000, 1000, True, 64, True),
                                                               (64, 1000, False, 128, False)])
 def test_plans_run_short_keys_persistent(monkeypatch, s_q, s_kv, causal, d, persistent):
-    """D = 128 takes the Hopper kernel's persistent schedule (its own key, the CTAs' walks
-    and one CTA per SM, two for short causal's 64-row tiles) when causal or with at most
-    PERSISTENT_MAX_KEYS keys; nothing else does."""
+    """The Hopper kernel's persistent schedule (its own key, the CTAs' walks, one CTA per SM
+    or two for 64-row tiles) for D = 64, and for D = 128 when causal or with at most
+    PERSISTENT_MAX_KEYS keys; not for decoding's short query tiles (S_q <= 64)."""
     from cute_kernels.ops import attention as att
 
     seen = []
@@ -316,9 +317,9 @@ def test_plans_run_short_keys_persistent(monkeypatch, s_q, s_kv, causal, d, pers
     assert ("persistent" in seen[0]) == persistent
     assert (plan.order is not None) == persistent
     if persistent:
-        short_causal = causal and s_kv <= 2048
-        tiles = 2 * 4 * -(-s_q // (64 if short_causal else 128))
-        assert plan.ctas == min(tiles, 132 * (2 if short_causal else 1))
+        two = d == 64 or (causal and s_kv <= 2048)  # 64-row tiles, two CTAs per SM
+        tiles = 2 * 4 * -(-s_q // (64 if two else 128))
+        assert plan.ctas == min(tiles, 132 * (2 if two else 1))
         walks = plan.order.tolist()  # CSR: the CTAs' offsets, then the tiles
         assert walks[0] == plan.ctas + 1 and walks[plan.ctas] == len(walks)
         assert sorted(walks[plan.ctas + 1:]) == list(range(tiles))

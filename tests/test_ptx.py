@@ -280,6 +280,23 @@ def test_attention_short_causal_ptx():
         AttentionSm90(128, True, block_m=64, block_n=128, stages=2, ctas_per_sm=2)
 
 
+@pytest.mark.parametrize("causal, short_causal", [(False, False), (True, False), (True, True)])
+def test_attention_d64_persistent_ptx(causal, short_causal):
+    """D = 64's default Hopper builds: 64-row tiles (64 x 128, or 64 x 64 for short causal)
+    for two CTAs per SM, persistent (the walks' bounds read from global memory), at most a
+    few bytes of spill."""
+    import torch
+
+    from cute_kernels.ops.attention import make_build
+    from cute_kernels.runtime.compile import compile_ptx
+
+    ptx = compile_ptx(make_build("hopper", torch.bfloat16, 64, causal, persistent=True,
+                                 short_causal=short_causal), "sm_90a")
+    assert ".minnctapersm 2" in ptx and "%nctaid.x" not in ptx
+    assert all(instruction_mix(ptx)[f] > 0 for f in HOPPER)
+    _assert_no_spills(ptx, "sm_90a", allowed=8)
+
+
 @pytest.mark.parametrize("entry_keys", [1, 32])
 def test_column_sparse_short_lists_ptx(entry_keys):
     """Short gathered lists (``hopper_gather_config(short=True)``): 64 x 64 tiles for two CTAs

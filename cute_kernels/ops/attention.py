@@ -347,11 +347,12 @@ def make_plan(q, k, causal: bool, scale: float, num_splits: int,
     n = max(1, min(num_splits, -(-s_kv // 128)))
     # at most 64 query rows per tile (decoding): the Hopper kernel's 64-row tile
     short = config is None and (pack[2] if pack else s_q) <= SHORT_QUERY_ROWS
-    # D = 128 on Hopper, unpacked and unsplit: the persistent schedule, whose producer loads
-    # the next tile's Q and K/V during this one, for every causal shape (the CTAs' walks
-    # balance the causal tiles) and for few key blocks per tile (S_kv <= PERSISTENT_MAX_KEYS)
-    plain = config is None and pack is None and not short and n == 1 and d == 128
-    persistent = (plain and (causal or s_kv <= PERSISTENT_MAX_KEYS)
+    # Hopper, unpacked and unsplit: the persistent schedule, whose producer loads the next
+    # tile's Q and K/V during this one: D = 64 always (64-row tiles two CTAs per SM), D = 128
+    # causal (the CTAs' walks balance the causal tiles) or with few key blocks per tile
+    # (S_kv <= PERSISTENT_MAX_KEYS)
+    plain = config is None and pack is None and not short and n == 1
+    persistent = (plain and (d == 64 or causal or s_kv <= PERSISTENT_MAX_KEYS)
                   and device_target(q.device)[0] == HOPPER)
     # short causal (S_kv <= SHORT_CAUSAL_MAX_KEYS): 64 x 64 tiles, two CTAs per SM
     short_causal = plain and causal and s_kv <= SHORT_CAUSAL_MAX_KEYS

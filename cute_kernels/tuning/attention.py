@@ -5,11 +5,13 @@ from __future__ import annotations
 #: Query rows (after GQA packing) up to which the Hopper path runs 64-row tiles
 #: (``short_query``; perf/RESULTS.md "64-row tiles and cached plans")
 SHORT_QUERY_ROWS = 64
-#: Keys up to which non-causal D = 128 runs the Hopper kernel's persistent schedule (H100,
+#: Keys up to which non-causal D = 128 runs the Hopper kernel's persistent schedule (D = 64
+#: and causal D = 128 run it at any length: ``hopper_config``) (H100,
 #: B x H x S = 512 x 1024: 0.475 against 0.500 ms one CTA per tile; 256 x 2048: 0.938 / 0.950;
 #: 128 x 4096: the same; perf/RESULTS.md "Short sequences and D = 64")
 PERSISTENT_MAX_KEYS = 2048
-#: Keys up to which causal D = 128 runs 64 x 64 tiles two CTAs to an SM (``short_causal``):
+#: Keys up to which causal D = 128 and D = 64 run 64 x 64 tiles two CTAs to an SM
+#: (``short_causal``; D = 64 numbers: ``hopper_config``):
 #: one CTA's Q load, pipeline fill and epilogue then run beside the other's MMAs. ms against
 #: the 128 x 128 one-CTA tiles walked longest first (H200, perf/attention_tuning.py --causal):
 #: B32 H16 S1024 0.373 / 0.459, B8 H16 S1024 0.097 / 0.112, B8 H16 S2048 0.320 / 0.329, B16
@@ -46,7 +48,12 @@ def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
     1.030x. ``short_causal`` (causal D = 128, at most ``SHORT_CAUSAL_MAX_KEYS`` keys): 64 x 64
     tiles, two CTAs per SM, persistent with ``persistent``: B8 H16 S1024 0.952x against
     0.878x one CTA per tile, B32 H16 S1024 0.885x / 0.858x, B16 H16 S2048 0.900x / 0.862x
-    (128 x 128 persistent tiles measured the same there, 0.879x)."""
+    (128 x 128 persistent tiles measured the same there, 0.879x). D = 64 (``persistent``
+    for every unpacked, unsplit shape): 64 x 128 tiles, two CTAs per SM, with the overlap,
+    against the 192 x 128 one-CTA-per-tile default (H200, vs cuDNN): B32 H32 S1024 0.980x /
+    0.799x, B8 H32 S4096 1.029x / 0.976x, B2 H32 S16384 1.065x / 1.067x; causal, against the
+    128 x 128 launch-order grid: S 4096 0.908x / 0.771x, S 16384 1.031x / 0.898x, and short
+    causal's 64 x 64 tiles at S 1024 0.831x / 0.574x, S 2048 0.843x / 0.679x."""
     if colsum:
         if head_dim == 64:
             return dict(block_m=192, colsum=True, group=group, colsum_method="mma_sync")
@@ -58,6 +65,8 @@ def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
         return dict(block_m=64, block_n=64, stages=2, overlap=True, ctas_per_sm=2,
                     persistent=persistent)
     if persistent:
+        if head_dim == 64:
+            return dict(block_m=64, block_n=128, overlap=True, ctas_per_sm=2, persistent=True)
         return dict(overlap=True, persistent=True)
     if head_dim == 128:
         return dict(overlap=True, longest_first=True) if causal and not split_kv else dict(
