@@ -78,6 +78,7 @@ def test_batched(path):
     run_gemm(path, 64, 512, 256, batch=2, a_major="m", b_major="k")
 
 
+
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("epilogue", [None, "relu", "gelu", "gelu_tanh", "silu"])
 @pytest.mark.parametrize("bias", [False, True])
@@ -125,6 +126,20 @@ def test_gemm_rejects_bad_shapes_before_launch():
 
 
 HOPPER_ONLY = pytest.mark.skipif("hopper" not in PATHS, reason="needs a Hopper (sm_90) GPU")
+
+
+@HOPPER_ONLY
+def test_plain_plans_take_2d_operands_batched_ones_views():
+    """Hopper plans of 2-D operands hand the kernel the tensors themselves (it adds the
+    batch mode of one: ``plan.flat``), batched ones their (rows, K, L) views; both right,
+    with M-major and N-major operands."""
+    import cute_kernels.ops.gemm as gemm_ops
+
+    gemm_ops._PLANS.clear()
+    run_gemm("hopper", 200, 328, 264, a_major="m", b_major="n")
+    run_gemm("hopper", 257, 136, 64, batch=3)
+    flat = {len(plan.shape) == 2: plan.flat for plan in gemm_ops._PLANS.values()}
+    assert flat == {True: True, False: False}, flat
 
 
 @HOPPER_ONLY
@@ -254,8 +269,10 @@ def test_skinny_schedule_into_strided_out(forced_schedule, splits):
         ck.gemm(x, w.t(), out=big[:, :264])
         check(big[:, :264], ref, (x @ w.t()).float(), f"{dtype} out row stride 272")
         assert torch.isnan(big[:, 264:]).all(), "wrote outside out's window"
-        routes = {(plan.swap, plan.reduce is None) for plan in gemm_ops._PLANS.values()}
-        assert routes == {(True, splits == 1)}, routes
+        routes = {(plan.swap, plan.reduce is None, plan.flat)
+                  for plan in gemm_ops._PLANS.values()}
+        # unsplit: the plain 2-D operands and out, seen transposed by the kernel
+        assert routes == {(True, splits == 1, splits == 1)}, routes
     for dtype, cols in ((torch.bfloat16, 267), (torch.float32, 268)):
         big = torch.empty((13, cols), dtype=dtype, device="cuda")
         with pytest.raises(ValueError, match="stride"):

@@ -128,24 +128,30 @@ def gemm_kernel(path: str, cluster_m: int = DEFAULT_CLUSTER_M, tile=DEFAULT_TILE
 def make_build(path: str, dtype, out_dtype, a_major: str, b_major: str, epilogue,
                bias_dtype=None, cluster_m: int = DEFAULT_CLUSTER_M,
                tile=DEFAULT_TILE, drift: bool = False, max_stages: int | None = None,
-               c_form: str = "rows") -> Build:
+               c_form: str = "rows", batched: bool = True, c_transposed: bool = False
+               ) -> Build:
+    """The GEMM kernel of ``path`` against fake operands (``gemm_build``); ``c_transposed``
+    (Hopper): C is the row-major output of a swap-AB launch, stored transposed."""
     if epilogue.bias and bias_dtype is None:
         raise ValueError("a bias epilogue needs the bias dtype (bias_dtype)")
     kernel = gemm_kernel(path, cluster_m, tile, drift, max_stages, a_major=a_major,
-                         b_major=b_major, epilogue=epilogue)
+                         b_major=b_major, epilogue=epilogue,
+                         **({"c_transposed": True} if c_transposed else {}))
     return gemm_build(kernel, dtype, out_dtype, a_major, b_major,
-                      bias_dtype if epilogue.bias else None, drift, c_form)
+                      bias_dtype if epilogue.bias else None, drift, c_form, batched)
 
 
 def gemm_build(kernel, dtype, out_dtype, a_major: str, b_major: str, bias_dtype,
-               drift: bool, c_form: str = "rows") -> Build:
+               drift: bool, c_form: str = "rows", batched: bool = True) -> Build:
     """A GEMM-kernel object (dense or gated) against canonical (rows, K, L) fake operands, a
     bias when ``bias_dtype`` is set, a CTA count and, with the drift limiter, its int32 tile
     counter (left out otherwise: the kernel's default).
 
     ``c_form``: "rows" (row-major C, N a multiple of 8), "workspace" (the split-K fp32
     workspace: row-major, any column count) or "transposed" (column-major C of any column
-    count: a swap-AB launch writing C^T, into its fp32 workspace or into the output)."""
+    count: a swap-AB launch writing C^T, into its fp32 workspace or into the output).
+    ``batched=False`` (row-major C): plain (rows, K) and (M, N) operands, which the kernels
+    give their batch mode of one (no host-side views per call)."""
     import cutlass
     from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_tensor
 
@@ -153,10 +159,12 @@ def gemm_build(kernel, dtype, out_dtype, a_major: str, b_major: str, bias_dtype,
 
     bias = fake_vector(bias_dtype, align=4, divisibility=8) if bias_dtype is not None else None
     c_strides = {"workspace": (sym(8), 1, sym(8)), "transposed": (1, sym(8), sym(8))}
-    c = (fake_mkl(out_dtype, "k") if c_form == "rows" else make_fake_tensor(
+    if not batched and c_form != "rows":
+        raise ValueError("unbatched operands take a row-major C (c_form='rows')")
+    c = (fake_mkl(out_dtype, "k", batched) if c_form == "rows" else make_fake_tensor(
         cutlass_dtype(out_dtype), (sym(), sym(), sym()), c_strides[c_form], assumed_align=16))
     return Build(kernel, launch_args(
-        kernel, mA=fake_mkl(dtype, a_major), mB=fake_mkl(dtype, b_major),
+        kernel, mA=fake_mkl(dtype, a_major, batched), mB=fake_mkl(dtype, b_major, batched),
         mC=c, mBias=bias, num_ctas=cutlass.Int32(1),
         **({"mSync": make_fake_compact_tensor(cutlass.Int32, (1,), assumed_align=4)}
            if drift else {})))
@@ -214,6 +222,7 @@ class GemmPlan(NamedTuple):
     reduce: object = None  # SplitKReduce, compiled, for swap-AB / split-K launches
     swap: bool = False
     views: object = None  # WorkspaceViews of a swap-AB / split-K launch
+    flat: bool = False  # the kernel takes the plain 2-D operands (no (rows, K, 1) views)
 
 
 #: (argument metadata) -> GemmPlan: a call whose tensors have the
@@ -252,12 +261,14 @@ def launch(plan: GemmPlan, a, b_nk, bias, out=None):
         out = torch.empty(plan.shape, dtype=plan.out_dtype, device=a.device)
     if plan.reduce is not None:  # split-K launches (swapped or not)
         return _via_workspace(a, b_nk, bias, out, plan)
-    if plan.swap:  # C^T = W X^T stored into out seen column-major (N, M, 1)
-        n, m = plan.shape[-1], plan.shape[-2]
-        rows = out.stride(0)
+    if plan.swap:  # C^T = W X^T stored into out, which the kernel sees transposed
         plan.kernel(*gemm_params().call_args(
-            mA=_as_mkl(b_nk), mB=_as_mkl(a), mC=out.as_strided((n, m, 1), (1, rows, rows * m)),
-            mBias=bias, num_ctas=plan.ctas, mSync=None))
+            mA=b_nk, mB=a, mC=out, mBias=bias, num_ctas=plan.ctas, mSync=None))
+        return out
+    if plan.flat:  # the kernel adds the batch mode of one itself
+        plan.kernel(*gemm_params().call_args(
+            mA=a, mB=b_nk, mC=out, mBias=bias, num_ctas=plan.ctas,
+            mSync=drift_counter(a.device, plan.drift)))
         return out
     plan.kernel(*gemm_params().call_args(
         mA=_as_mkl(a), mB=_as_mkl(b_nk), mC=_as_mkl(out), mBias=bias, num_ctas=plan.ctas,
@@ -348,13 +359,17 @@ def _plan(a, b_nk, bias, out, out_dtype, epilogue, a_name, b_name) -> GemmPlan:
                                a_major, b_major)
     # drift changes the launch signature on both paths, so it joins the common key; the
     # epilogue is keyed by its fields (the Epilogue class lives with the DSL code)
+    # Hopper: 2-D operands reach the kernel as they are (it adds the batch mode of one), no
+    # views per call (the Ampere kernel keeps its (rows, K, L) operands: its 2-D build
+    # compiles to other address arithmetic, not measured)
+    flat = a.dim() == 2 and (forced_path() or device_target(a.device)[0]) == "hopper"
     key = ("gemm", a.dtype, out_dtype, a_major, b_major, bias is not None, epilogue, bias_dtype,
-           drift)
+           drift, *(("2d",) if flat else ()))
     kernel = kernel_for(a.device, key, lambda path, target: make_build(
         path, a.dtype, out_dtype, a_major, b_major,
         _epilogue(bias=bias_dtype is not None, activation=epilogue), bias_dtype, cluster_m,
-        tile, drift), hopper_key=(cluster_m, tile))
-    return GemmPlan(shape, out_dtype, kernel, ctas, drift)
+        tile, drift, batched=not flat), hopper_key=(cluster_m, tile))
+    return GemmPlan(shape, out_dtype, kernel, ctas, drift, flat=flat)
 
 
 def _swap_plan(a, out_dtype, epilogue, bias_dtype, shape, sched, a_major,
@@ -364,13 +379,14 @@ def _swap_plan(a, out_dtype, epilogue, bias_dtype, shape, sched, a_major,
     elements' multiples: TMA's stride rule), the epilogue adding the bias per C^T row. Saves
     the fp32 workspace, the reduce's launch and its pass over C (decode shapes)."""
     lhs_major, rhs_major = _flip(b_major), _flip(a_major)
-    key = ("gemm_swap", a.dtype, out_dtype, lhs_major, rhs_major, epilogue, bias_dtype)
+    key = ("gemm_swap", a.dtype, out_dtype, lhs_major, rhs_major, epilogue, bias_dtype, "2d")
+    # the plain 2-D operands and output (the kernel sees out transposed): no views per call
     kernel = kernel_for(a.device, key, lambda path, target: make_build(
         path, a.dtype, out_dtype, lhs_major, rhs_major,
         _epilogue(bias_dtype is not None, epilogue, bias_dim=0), bias_dtype,
-        sched.cluster_m, sched.tile, False, sched.max_stages, c_form="transposed"),
-        hopper_key=(sched.cluster_m, sched.tile, sched.max_stages))
-    return GemmPlan(shape, out_dtype, kernel, sched.ctas, False, None, True)
+        sched.cluster_m, sched.tile, False, sched.max_stages, batched=False,
+        c_transposed=True), hopper_key=(sched.cluster_m, sched.tile, sched.max_stages))
+    return GemmPlan(shape, out_dtype, kernel, sched.ctas, False, None, True, flat=True)
 
 
 def _workspace_plan(a, b_nk, out_dtype, epilogue, bias_dtype, shape, sched, a_major,

@@ -60,14 +60,17 @@ def fake_rows(dtype: torch.dtype, *, compact: bool, align: int | None = None):
     return make_fake_tensor(dt, (sym(), sym()), (sym(), 1), assumed_align=align)
 
 
-def fake_mkl(dtype: torch.dtype, major: str):
+def fake_mkl(dtype: torch.dtype, major: str, batched: bool = True):
     """A GEMM operand in canonical (rows, K, batch) form, 16-byte aligned, with the unit stride
     on K (``major == "k"``) or on the rows (``"m"``/``"n"``); other strides symbolic and
-    multiples of 8 elements (TMA's 16-byte stride rule for 16-bit types)."""
+    multiples of 8 elements (TMA's 16-byte stride rule for 16-bit types). ``batched=False``:
+    a plain (rows, K) tensor (the kernels add the batch mode of one themselves)."""
     from cutlass.cute.runtime import make_fake_tensor
 
     shape = (sym(), sym(8), sym())
     stride = (sym(8), 1, sym(8)) if major == "k" else (1, sym(8), sym(8))
+    if not batched:
+        shape, stride = shape[:2], stride[:2]
     return make_fake_tensor(cutlass_dtype(dtype), shape, stride, assumed_align=16)
 
 

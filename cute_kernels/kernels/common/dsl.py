@@ -22,3 +22,14 @@ def python_unrolled():
         warnings.filterwarnings("ignore", message="This static loop has",
                                 category=DSLOptimizationWarning)
         yield
+
+
+def with_batch_mode(t):
+    """A GEMM operand as (rows, K, L): a rank-2 (rows, K) tensor gets a batch mode of one
+    (stride 0), at trace time, so the op passes plain 2-D tensors (three host-side
+    ``unsqueeze`` views cost ~1.5 us each per call, more than a small GEMM's launch)."""
+    import cutlass.cute as cute
+
+    if cute.rank(t.layout) == 3:
+        return t
+    return cute.make_tensor(t.iterator, cute.append(t.layout, cute.make_layout(1, stride=0)))

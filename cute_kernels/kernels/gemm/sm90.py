@@ -20,7 +20,7 @@ from cutlass.tensor_utils import LayoutEnum
 from layouts import sm90_gated_c, tile_mma_tv
 
 from ..common.constants import SM90_BARRIER_RESERVE, SM90_SMEM_BYTES
-from ..common.dsl import python_unrolled
+from ..common.dsl import python_unrolled, with_batch_mode
 from ..common.tile_scheduler import grouped_tile_coord
 from ..common.warp_ptx import ld_acquire_gpu, nanosleep
 from .epilogue import Epilogue, gate_pairs, gated_store_copy
@@ -85,7 +85,7 @@ class GemmSm90:
                  tile=DEFAULT_TILE, max_stages: int = 5, group_m: int = 16,
                  epi_n: int = 32, epi_stages: int = 2, gated: str | None = None,
                  cluster_m: int = DEFAULT_CLUSTER_M,
-                 drift_slack: int | None = None):
+                 drift_slack: int | None = None, c_transposed: bool = False):
         # drift_slack (with a zeroed int32 counter passed as mSync): a cluster starts its j-th
         # tile only once every cluster has issued the loads of its first j - drift_slack tiles,
         # so clusters that share A / B panels in L2 stay within drift_slack tiles of each other
@@ -93,6 +93,9 @@ class GemmSm90:
         if drift_slack is not None and drift_slack < 0:
             raise ValueError(f"drift_slack must be >= 0, got {drift_slack}")
         self.drift_slack = drift_slack
+        # c_transposed: mC arrives as the row-major (N', M') output of a swap-AB launch and is
+        # seen as its column-major transpose (M', N'): no host-side view per call
+        self.c_transposed = c_transposed
         # cluster_m CTAs along M share B tiles (multicast)
         self.cluster_m = cluster_m
         self.a_major, self.b_major = a_major, b_major
@@ -120,6 +123,10 @@ class GemmSm90:
     @cute.jit
     def __call__(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, mBias,
                  num_ctas: cutlass.Int32, stream, mSync=None):
+        if cutlass.const_expr(self.c_transposed):
+            mC = cute.make_tensor(mC.iterator, cute.select(mC.layout, mode=[1, 0]))
+        # plain (rows, K) operands get their batch mode of one here (with_batch_mode)
+        mA, mB, mC = with_batch_mode(mA), with_batch_mode(mB), with_batch_mode(mC)
         ab_dtype, c_dtype = mA.element_type, mC.element_type
         bm, bn, bk = self.tile
         tiled_mma = sm90_utils.make_trivial_tiled_mma(
