@@ -18,6 +18,15 @@ if [ "$PART" = first ]; then
     --out "$OUT"
   step memcheck 120 "${SANITIZE[@]}" --tool memcheck python perf/gemm_skinny_probe.py
 fi
+if [ "$PART" = flat ]; then  # 2-D operands straight to the kernel: tests, memcheck, host cost
+  step gemm-gpu-tests 300 python -m pytest -q --tb=short -p no:logging tests/test_gemm_gpu.py \
+    tests/test_dispatch_gpu.py
+  step memcheck 90 "${SANITIZE[@]}" --tool memcheck python perf/gemm_skinny_probe.py
+  step flat-sweep 150 python perf/gemm_skinny.py --graphs --rounds 10 --out "$OUT" --shapes \
+1x14336x4096,13x14336x4096,1x4096x14336,8x4096x14336,1x28672x8192,64x14336x4096,\
+128x4096x14336,512x4096x14336,1024x1024x1024,2048x2048x2048,3000x5000x3072
+  grep -v DEBUG "$OUT/flat-sweep.log" | tail -16
+fi
 if [ "$PART" = checks ]; then  # every GEMM-family GPU test (both paths), sanitizers, the sweep
   step gemm-gpu-tests 300 python -m pytest -q --tb=short -p no:logging tests/test_gemm_gpu.py \
     tests/test_gated_mlp_gpu.py tests/test_dispatch_gpu.py
