@@ -51,8 +51,8 @@ def build_names() -> list[str]:
                 if d == 128 and c.get("block_m") == 192:
                     continue  # over the smem budget: refused at construction
                 names.append(f"colsum:{d}:{group}:{json.dumps(c, sort_keys=True)}")
-    names += ["gemm:drift", "gemm:bias-gelu", "gemm:fp32-out",
-              "gated:bias-swiglu", "attn-ampere-colsum:64:128"]
+    names += ["gemm:drift", "gemm:bias-gelu", "gemm:fp32-out", "gemm:flat", "gemm:flat-swap",
+              "gated:bias-swiglu", "attn-ampere-colsum:64:128", "gather:short-persistent"]
     return names
 
 
@@ -90,6 +90,18 @@ def _build(name: str):
                                bias_dtype=bf16), "sm_90a"
     if name == "gemm:fp32-out":
         return gemm.make_build("hopper", bf16, torch.float32, "k", "k", Epilogue()), "sm_90a"
+    if name == "gemm:flat":  # 2-D operands (the op's plain Hopper plans)
+        return gemm.make_build("hopper", bf16, bf16, "k", "k", Epilogue(),
+                               batched=False), "sm_90a"
+    if name == "gemm:flat-swap":  # a swap-AB launch storing C^T into the 2-D out
+        return gemm.make_build("hopper", bf16, bf16, "k", "k", Epilogue(bias_dim=0), None, 1,
+                               (128, 16, 128), False, 6, batched=False,
+                               c_transposed=True), "sm_90a"
+    if name == "gather:short-persistent":
+        from cute_kernels.ops import column_sparse
+
+        return column_sparse.make_build("hopper", bf16, 128, 128, False, short=True,
+                                        persistent=True), "sm_90a"
     if name == "gated:bias-swiglu":
         return gated_mlp.make_build("hopper", bf16, bf16, "k", "k", "swiglu",
                                     bias_dtype=bf16), "sm_90a"

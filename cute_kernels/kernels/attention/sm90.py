@@ -8,11 +8,11 @@ The kernel reads as its roles: ``kernel`` sets up what every role shares and dis
 ``_mainloop_overlapped``) and ``epilogue`` the consumers. Three seams: which key blocks a
 query tile visits (``self.key_blocks``, block_info.py), how K and V reach shared memory
 (``self.kv_loader``, kv_loader.py), and the column sums (``self.sums``, column_sums.py).
+The persistent schedule's walk is the mixin ``PersistentSchedule`` (persistent.py); the
+warp roles and the state they hand each other are in roles.py.
 """
 
 from __future__ import annotations
-
-import enum
 
 import cutlass
 import cutlass.cute as cute
@@ -40,6 +40,16 @@ from .online_softmax import (
     softmax_finish,
     store_lse,
 )
+from .persistent import PersistentSchedule
+from .roles import (
+    PRODUCER_WARPGROUP,
+    STORE_WARP,
+    TMA_WARP,
+    ConsumerTile,
+    NamedBarrier,
+    Pipelines,
+    TileCoord,
+)
 from .tiles import HOPPER_DEFAULT_TILE, LONGEST_FIRST_CHUNK_TILES, colsum_spans_ctas
 
 #: consumer warpgroups -> (producer, consumer) registers per thread (setmaxnreg)
@@ -49,52 +59,7 @@ REGISTERS = {1: None, 2: (40, 232), 3: (32, 160)}  # None: no reallocation
 TWO_CTA_REGISTERS = (40, 208)
 #: shared memory one CTA may take at two CTAs per SM (228 KiB less 1 KiB reserved per CTA)
 TWO_CTA_SMEM = 113 * 1024
-PRODUCER_WARPGROUP = 0
-TMA_WARP = 0  # the producer warp that issues every load
-STORE_WARP = 4  # the first consumer warp, which issues the epilogue's TMA store
-
-
-class NamedBarrier(enum.IntEnum):
-    """``bar.sync`` ids (0 is ``__syncthreads``)."""
-
-    EPILOGUE = 1  # the consumers, around the O tile's smem
-    PINGPONG = 2  # 2, 3, 4: consumer warpgroup c's turn to issue Q K^T
-    COLSUM_OPERANDS = 5  # 5, 6, 7: consumer c's column-sum operands (P, f) are in smem
-    GATHER_INDICES = 8  # the producer warpgroup: a key tile's row indices are in smem
-
-
-class Pipelines:
-    """The mbarrier pipelines of one CTA (``col_pipe``: the column-sum ring, or None)."""
-
-    def __init__(self, q_pipe, k_pipe, v_pipe, col_pipe):
-        self.q_pipe, self.k_pipe, self.v_pipe, self.col_pipe = q_pipe, k_pipe, v_pipe, col_pipe
-
-
-class TileCoord:
-    """Which query tile a CTA owns and the kv head it reads."""
-
-    def __init__(self, m_block, head, kv_head, batch, out_batch=None):
-        self.m_block, self.head, self.kv_head, self.batch = m_block, head, kv_head, batch
-        # the batch index of O and lse: split-KV writes split s of batch b at s * B + b
-        self.out_batch = batch if out_batch is None else out_batch
-
-
-class ConsumerTile:
-    """One consumer thread's mainloop state: the MMAs and their fragments, the K/V pipelines,
-    the running softmax (row max and sum), and the tile's key-block iterator."""
-
-    def __init__(self, *, qk_mma, pv_mma, tSrQ, tSrK, tOrV, acc_S, acc_O, rP, tOrP, k_pipe,
-                 v_pipe, row_max, row_sum, scale_log2, thr_qk, blocks, wg_c, q_stage=0):
-        self.qk_mma, self.pv_mma, self.tSrQ, self.tSrK, self.tOrV = (qk_mma, pv_mma, tSrQ,
-                                                                     tSrK, tOrV)
-        self.acc_S, self.acc_O, self.rP, self.tOrP = acc_S, acc_O, rP, tOrP
-        self.k_pipe, self.v_pipe = k_pipe, v_pipe
-        self.row_max, self.row_sum, self.scale_log2 = row_max, row_sum, scale_log2
-        self.thr_qk, self.blocks, self.wg_c = thr_qk, blocks, wg_c
-        self.q_stage = q_stage  # Q's smem stage (0 but in the persistent schedule)
-
-
-class AttentionSm90:
+class AttentionSm90(PersistentSchedule):
     """Warp-specialized flash attention, one CTA per (query block, head, batch), or one per SM
     walking the tiles (``persistent``).
 
@@ -592,114 +557,6 @@ class AttentionSm90:
         return blocks, rows
 
     @cute.jit
-    def _persistent(self, qk_mma, pv_mma, col_mma, tma_q, tQ, tma_k, tK, tma_v, tV, tma_o, tO,
-                    mLSE, mIndices, mCounts, mFullIndices, mFullCounts, mDocIds, mTileOrder,
-                    sQ, sK, sV, storage, sP_layout, sF_layout, pipes, s_q, s_kv, q_per_kv,
-                    scale_log2, tidx, warp, wg, out_scale):
-        """The persistent schedule: each role walks the CTA's list of ``mTileOrder`` (entries
-        ``mTileOrder[blockIdx.x]`` up to ``mTileOrder[blockIdx.x + 1]``) and carries its
-        pipeline states from tile to tile, so the producer fetches the next tile's Q and
-        first K/V blocks while the consumers still work on (or store) this one; the
-        producer's tails run once, after the last tile. Each consumer releases its Q stage
-        once O has left it."""
-        tiles = self._tile_walk(mTileOrder, s_q, mLSE)
-        lists = (mIndices, mCounts, mFullIndices, mFullCounts, mDocIds)
-        if wg == PRODUCER_WARPGROUP:
-            self._producer_registers()
-            if cutlass.const_expr(self.gather):
-                self._persistent_load_gathered(tma_q, tQ, tK, tV, sQ, sK, sV, storage, pipes,
-                                               tiles, lists, s_q, s_kv, q_per_kv, tidx, warp)
-            elif warp == TMA_WARP:
-                self._persistent_load(tma_q, tQ, tma_k, tK, tma_v, tV, sQ, sK, sV, pipes,
-                                      tiles, lists, s_q, s_kv, q_per_kv)
-        else:
-            self._consumer_registers()
-            self._persistent_mma(qk_mma, pv_mma, col_mma, sQ, sK, sV, storage, sP_layout,
-                                 sF_layout, pipes, tiles, lists, tma_o, tO, mLSE, s_q, s_kv,
-                                 q_per_kv, scale_log2, tidx, warp, out_scale)
-
-    @cute.jit
-    def _tile_walk(self, mTileOrder, s_q, mLSE):
-        """(walks, first, stride, end, query tiles per head, heads): this CTA's tiles are
-        entries ``first, first + stride, ... < end`` of the walks (CSR: entries c and c + 1
-        are where CTA c's list starts and ends, ``tile_scheduler.balanced_walks``)."""
-        cta, _, _ = cute.arch.block_idx()
-        return (mTileOrder, Int32(mTileOrder[cta]), Int32(1), Int32(mTileOrder[cta + 1]),
-                cute.ceil_div(s_q, self.block_m), mLSE.shape[1])
-
-    def _fresh_states(self, role):
-        """The Q, K and V pipeline states of ``role`` (producer or consumer) at stage 0."""
-        return (pipeline.make_pipeline_state(role, self.q_stages),
-                pipeline.make_pipeline_state(role, self.stages),
-                pipeline.make_pipeline_state(role, self.stages))
-
-    @cute.jit
-    def _persistent_load(self, tma_q, tQ, tma_k, tK, tma_v, tV, sQ, sK, sV, pipes, tiles,
-                         lists, s_q, s_kv, q_per_kv):
-        """Producer warp, persistent: per tile of the walk, Q then its K/V blocks, the
-        pipeline states carried across tiles; the tails once, after the last."""
-        order, first, stride, end, m_tiles, heads = tiles
-        gK, gV = self.kv_loader.tiles(tK, tV)
-        kv = self.kv_loader.partition(tma_k, tma_v, gK, gV, sK, sV)
-        q_state, k_state, v_state = self._fresh_states(pipeline.PipelineUserType.Producer)
-        for t in cutlass.range(first, end, stride, unroll=1):
-            tile, blocks, _ = self._scheduled_tile(order[t], m_tiles, heads, q_per_kv, s_q,
-                                                   s_kv, lists)
-            q_state = self._load_q(tma_q, tQ, sQ, pipes.q_pipe, tile, q_state)
-            k_state, v_state = self._load_kv_blocks(kv, pipes, blocks, tile, k_state, v_state)
-        pipes.q_pipe.producer_tail(q_state)
-        pipes.k_pipe.producer_tail(k_state)
-        pipes.v_pipe.producer_tail(v_state)
-
-    @cute.jit
-    def _persistent_load_gathered(self, tma_q, tQ, mK, mV, sQ, sK, sV, storage, pipes, tiles,
-                                  lists, s_q, s_kv, q_per_kv, tidx, warp):
-        """Producer warpgroup, persistent gather: per tile of the walk, warp 0 issues Q by
-        TMA and every thread gathers its share of the tile's K/V rows (``load_gathered``), the
-        pipeline states carried across tiles; the tails once, after the last."""
-        order, first, stride, end, m_tiles, heads = tiles
-        sIdx = self.kv_loader.ring(storage.sIdx.data_ptr(), self.stages)
-        q_state, k_state, v_state = self._fresh_states(pipeline.PipelineUserType.Producer)
-        for t in cutlass.range(first, end, stride, unroll=1):
-            tile, blocks, rows = self._scheduled_tile(order[t], m_tiles, heads, q_per_kv, s_q,
-                                                      s_kv, lists)
-            if warp == TMA_WARP:
-                self._issue_q(tma_q, tQ, sQ, pipes.q_pipe, tile, q_state)
-            q_state.advance()  # every producer thread, so the state stays outside the branch
-            kv = self.kv_loader.partition(tidx, mK, mV, sK, sV, sIdx, rows, blocks.s_kv, s_kv)
-            k_state, v_state = self._load_kv_blocks(kv, pipes, blocks, tile, k_state, v_state)
-        if warp == TMA_WARP:
-            self._q_tail(pipes.q_pipe, q_state.clone())
-        pipes.k_pipe.producer_tail(k_state)
-        pipes.v_pipe.producer_tail(v_state)
-
-    @cute.jit
-    def _persistent_mma(self, qk_mma, pv_mma, col_mma, sQ, sK, sV, storage, sP_layout,
-                        sF_layout, pipes, tiles, lists, tma_o, tO, mLSE, s_q, s_kv, q_per_kv,
-                        scale_log2, tidx, warp, out_scale):
-        """Consumers, persistent: ``mma`` per tile of the walk, the states carried."""
-        order, first, stride, end, m_tiles, heads = tiles
-        q_state, k_state, v_state = self._fresh_states(pipeline.PipelineUserType.Consumer)
-        for t in cutlass.range(first, end, stride, unroll=1):
-            tile, blocks, _ = self._scheduled_tile(order[t], m_tiles, heads, q_per_kv, s_q,
-                                                   s_kv, lists)
-            q_state, k_state, v_state = self.mma(
-                qk_mma, pv_mma, col_mma, sQ, sK, sV, storage, sP_layout, sF_layout, None,
-                pipes, blocks, tile, tma_o, tO, mLSE, None, s_q, scale_log2, tidx, warp,
-                out_scale, (q_state, k_state, v_state))
-
-    @cute.jit
-    def _scheduled_tile(self, tile_id, m_tiles, heads, q_per_kv, s_q, s_kv, lists):
-        """(TileCoord, key-block view, gathered key list or None) of tile ``tile_id`` =
-        ``(b * H + h) * M + m``."""
-        m_block = tile_id % m_tiles
-        head = (tile_id // m_tiles) % heads
-        batch = tile_id // (m_tiles * heads)
-        tile = TileCoord(m_block, head, head // q_per_kv, batch)
-        blocks, rows = self._key_block_view(tile, s_q, s_kv, *lists, Int32(0), Int32(1))
-        return tile, blocks, rows
-
-    @cute.jit
     def _pipelines(self, storage, dtype, sQ_layout, sK_layout, sV_layout):
         """Q (one stage, TMA), K and V (``stages`` each, made by the K/V loader) and, for
         column sums, the consumers -> writer ring; barriers carved from ``storage.mbar`` in
@@ -760,12 +617,6 @@ class AttentionSm90:
         if cutlass.const_expr(carried):
             q_state.advance()
         return q_state
-
-    @cute.jit
-    def _q_tail(self, q_pipe, q_state):
-        """The Q pipeline's producer tail (a method, so the branch that calls it carries no
-        pipeline state)."""
-        q_pipe.producer_tail(q_state)
 
     @cute.jit
     def _issue_q(self, tma_q, tQ, sQ, q_pipe, tile, q_state):
