@@ -79,9 +79,9 @@ def main() -> None:
     ap.add_argument("--variants", action="store_true")
     ap.add_argument("--graphs", action="store_true")
     ap.add_argument("--tiles", default="",
-                    help="tiles (and K slices) to force as variants, e.g. "
-                    "128x224x64,64x128x64s4; a leading w: swapped (decode shapes), "
-                    "w64x16x128s1")
+                    help="tiles (and K slices, cluster) to force as variants, e.g. "
+                    "128x224x64,64x128x64s4,128x64x64c1; a leading w: swapped (decode "
+                    "shapes), w64x16x128s1")
     ap.add_argument("--shapes", default="", help="MxNxK,... instead of the sweep")
     ap.add_argument("--kvariants", default="128:6",
                     help="swapped variants as k-tile:max-stages,... (with --variants)")
@@ -91,10 +91,14 @@ def main() -> None:
     shapes = QUICK if args.quick else SWEEP
     if args.shapes:
         shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
-    # "MxNxK" or "MxNxKsS" (S K slices); a leading "w": a swapped variant (M <= SWAP_MAX_M)
-    tiles = [(tuple(int(v) for v in t.lstrip("w").split("s")[0].split("x")),
-              int(t.split("s")[1]) if "s" in t else 1, t.startswith("w"))
-             for t in args.tiles.split(",") if t]
+    # "MxNxK" or "MxNxKsS" (S K slices), "...cC" (clusters of C along M); a leading "w": a
+    # swapped variant (M <= SWAP_MAX_M)
+    tiles = []
+    for t in (t for t in args.tiles.split(",") if t):
+        body, _, cluster = t.lstrip("w").partition("c")
+        shape, _, splits = body.partition("s")
+        tiles.append((tuple(int(v) for v in shape.split("x")), int(splits or 1),
+                      t.startswith("w"), int(cluster) if cluster else None))
     kvariants = [tuple(int(v) for v in t.split(":")) for t in args.kvariants.split(",") if t]
     rows, table, variant_table = [], [], []
     for m, n, k in shapes:
@@ -105,13 +109,14 @@ def main() -> None:
         contenders = {"cute": lambda s, out=out: ck.linear(s[0], s[1], out=out),
                       "cuBLAS": lambda s, out=out: torch.matmul(s[0], s[1].t(), out=out)}
         variants = {}
-        for tile, splits, swap in tiles:
+        for tile, splits, swap, cluster in tiles:
             if (swap == (m <= gemm_tuning.SWAP_MAX_M)
                     and splits in gemm_tuning.split_options(k)):
+                extra = {} if cluster is None else {"cluster_m": cluster}
                 variants[f"{'swap ' if swap else ''}tile {'x'.join(map(str, tile))} "
-                         f"s{splits}"] = forced_plan(
+                         f"s{splits}{'' if cluster is None else f' c{cluster}'}"] = forced_plan(
                     sets[0][0], sets[0][1], tile=tile, splits=splits, swap=swap,
-                    max_stages=gemm_tuning.SWAP_MAX_STAGES if swap else None)
+                    max_stages=gemm_tuning.SWAP_MAX_STAGES if swap else None, **extra)
         if args.variants and m <= 128:
             x0, w0 = sets[0]
             swapped = m <= gemm_tuning.SWAP_MAX_M
