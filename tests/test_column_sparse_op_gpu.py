@@ -141,6 +141,48 @@ def test_short_lists_run_two_ctas_per_sm(monkeypatch, width, short, persistent):
     check(o, lse, q, k, v, indices, counts, 128)
 
 
+@pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the persistent short-list route)")
+def test_persistent_short_lists_capture_a_fresh_grid():
+    """The short lists' persistent walks inside a CUDA graph on a grid never seen eagerly (a
+    warm-up on another S_q compiles the kernel): the deal is built and captured, not cached
+    from the capture (its tensors would live in the graph's pool); replays on new inputs and
+    an eager call after it match the reference."""
+    from cute_kernels.ops.column_sparse import _gather_tiling
+
+    gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
+
+    def inputs(s_q):
+        return make_inputs(2, 16, 4, s_q, 2000, 128, 128,
+                           lambda n: torch.randint(0, 513, (n,), generator=gen).tolist(),
+                           length=512)
+
+    def run(q, k, v, indices, counts):
+        return column_sparse_attention(q, k, v, indices, counts, group=128, return_lse=True)
+
+    warm = inputs(4000)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        run(*warm)
+    torch.cuda.current_stream().wait_stream(side)
+    captured = inputs(4100)
+    block_m, wave, short = _gather_tiling(captured[0].device, 128, 128, 512)
+    assert short and 2 * 16 * -(-4100 // block_m) > wave  # the persistent route
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        o, lse = run(*captured)
+    for _ in range(2):
+        fresh = inputs(4100)
+        for dst, src in zip(captured, fresh):
+            dst.copy_(src)
+        o.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        check(o, lse, *fresh, 128)
+    eager = inputs(4100)
+    check(*run(*eager), *eager, 128)
+
+
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("group", [128, 192])

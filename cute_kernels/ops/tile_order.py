@@ -12,7 +12,22 @@ import torch
 from ..kernels.attention.tiles import LONGEST_FIRST_CHUNK_TILES
 
 
-@functools.lru_cache(maxsize=64)
+def _per_grid(builder):
+    """``builder`` (shape ints, then a device) cached per arguments, except while a CUDA graph
+    is being captured: a tensor made then lives in the graph's memory pool and holds its
+    values only while the graph replays, so it is built afresh (and captured) instead."""
+    cached = functools.lru_cache(maxsize=64)(builder)
+
+    @functools.wraps(builder)
+    def get(*args):
+        if args[-1].type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return builder(*args)
+        return cached(*args)
+
+    return get
+
+
+@_per_grid
 def _chunk_keys(b: int, h: int, m: int, device: torch.device) -> torch.Tensor:
     """int64 (B * H * M,): each tile's chunk (whole heads, about a wave of tiles) times 2^32,
     the major part of the sort key; shapes only, so built once per grid."""
@@ -20,7 +35,7 @@ def _chunk_keys(b: int, h: int, m: int, device: torch.device) -> torch.Tensor:
     return (torch.arange(b * h * m, device=device) // (heads_per_chunk * m)) << 32
 
 
-@functools.lru_cache(maxsize=64)
+@_per_grid
 def group_rows(m_tiles: int, block_m: int, group: int, groups: int, device: torch.device
                ) -> torch.Tensor:
     """The index list of the group each of ``m_tiles`` query tiles of ``block_m`` rows reads
@@ -43,7 +58,7 @@ def longest_first_order(work: torch.Tensor) -> torch.Tensor:
     return torch.argsort(key, stable=True).to(torch.int32)
 
 
-@functools.lru_cache(maxsize=64)
+@_per_grid
 def _snake(tiles: int, ctas: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """(int32 offsets (ctas + 1,), int64 positions (tiles,)) of :func:`snake_walks`: shapes
     only, so built once per grid (device ops only: capturable)."""

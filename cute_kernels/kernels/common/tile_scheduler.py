@@ -16,6 +16,8 @@ from a device-side order. This module stays DSL-free: tuning/ imports it.)
 
 from __future__ import annotations
 
+import heapq
+
 
 def grouped_tile_coord(tile, tiles_m, tiles_n, group_m: int, minimum=min):
     """Linear tile index -> (m_tile, n_tile, batch) with grouped (swizzled) rasterization."""
@@ -44,7 +46,6 @@ def cluster_tiles(m: int, n: int, batch: int, tile, cluster_m: int) -> int:
     return -(-tiles_m // cluster_m) * -(-n // tile[1]) * batch
 
 
-
 def balanced_walks(tiles, costs, ctas: int) -> list[int]:
     """Static tile lists for ``ctas`` persistent CTAs that finish together, as one int list
     in CSR form: entries ``0 .. ctas`` are offsets into the list itself (CTA c walks entries
@@ -56,8 +57,6 @@ def balanced_walks(tiles, costs, ctas: int) -> list[int]:
     CTA whose list ends earliest. A CTA's k-th tile then starts when it would if the hardware
     handed tiles out as CTAs free up: greedy longest-processing-time scheduling (within 4/3 of
     the best makespan), with the operand-sharing groups still running at the same time."""
-    import heapq
-
     ctas = max(1, min(ctas, len(tiles)))
     ends = [(0.0, c) for c in range(ctas)]  # (time the CTA's list ends, CTA); ties: lowest
     lists: list[list[int]] = [[] for _ in range(ctas)]
