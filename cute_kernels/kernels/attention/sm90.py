@@ -309,10 +309,10 @@ class AttentionSm90(PersistentSchedule):
     def _init_schedule(self, causal, colsum, gather, gather_entry_keys, persistent, pingpong,
                        longest_first, tile_order):
         """The order the tiles run in: persistent, longest first or a device tile order."""
-        # persistent: one CTA per SM walks a host-ordered tile list (longest rows first), so
-        # a tile's Q load, K/V prologue and epilogue overlap its neighbours' mainloops; Q
-        # gets two stages (the next tile's Q lands while this one's O leaves through the
-        # other). Dense, causal and block-list kernels.
+        # persistent: one or two CTAs per SM each walk their own static tile list (the
+        # walks, persistent.py), so a tile's Q load, K/V prologue and epilogue overlap its
+        # neighbours' mainloops; Q gets two stages (the next tile's Q lands while this one's
+        # O leaves through the other). Dense, causal, block-list and writing gather kernels.
         if persistent and (colsum or self.split_kv or self.accumulate or pingpong
                            or tile_order):
             raise ValueError("persistent applies to the dense, causal, block-sparse and "
