@@ -29,9 +29,10 @@ def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
     third warpgroup hides it better than the overlap), 128 x 128 when causal (192 x 128 was
     2% faster there but its causal build spills 40 bytes) -- the configurations of launches
     the op does not run persistent (packed, split, short query; ``persistent`` below).
-    Column sums ride on the plain kernel's configuration. D = 128: sums by a small WGMMA on P stored to smem
-    (``colsum_method="mma"``), inside the 128 x 128 overlapped schedule, an 8-deep sums ring
-    and two writer warps (3-4% faster at S = 16k and 32k than 4 and one). D = 64: sums by
+    Column sums ride on the plain kernel's configuration. D = 128: sums by a small WGMMA on P
+    stored to smem (``colsum_method="mma"``), inside the 128 x 128 overlapped schedule, an
+    8-deep sums ring and two writer warps (3-4% faster at S = 16k and 32k than 4 and one).
+    D = 64: sums by
     mma.sync on P transposed in registers (``"mma_sync"``), issued just before O += P V, in the
     192-row tile: 1.11x the plain time against 1.32x for shuffle sums (perf/RESULTS.md).
     Causal D = 128 (one CTA per query tile) walks the tiles ``longest_first``: 2-6% faster
