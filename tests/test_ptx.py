@@ -252,6 +252,8 @@ def test_attention_persistent_ptx(head_dim, causal):
                                  config=dict(persistent=True)), "sm_90a")
     plain = compile_ptx(make_build("hopper", torch.bfloat16, head_dim, causal), "sm_90a")
     assert "%nctaid.x" not in ptx and "%nctaid.x" not in plain
+    # the CTA's list bounds and each role's next tile come from the walks in global memory
+    assert ptx.count("ld.global") >= 3 and "ld.global" not in plain
     assert all(instruction_mix(ptx)[f] > 0 for f in HOPPER)
     assert ptx.count("mbarrier.init.shared") == plain.count("mbarrier.init.shared") + 2
 

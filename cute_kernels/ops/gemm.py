@@ -149,7 +149,8 @@ def gemm_build(kernel, dtype, out_dtype, a_major: str, b_major: str, bias_dtype,
 
     ``c_form``: "rows" (row-major C, N a multiple of 8), "workspace" (the split-K fp32
     workspace: row-major, any column count) or "transposed" (column-major C of any column
-    count: a swap-AB launch writing C^T, into its fp32 workspace or into the output).
+    count: a swap-AB launch writing C^T into its fp32 workspace; an unsplit one writes the
+    output as ``batched=False`` rows seen transposed, ``make_build(c_transposed=True)``).
     ``batched=False`` (row-major C): plain (rows, K) and (M, N) operands, which the kernels
     give their batch mode of one (no host-side views per call)."""
     import cutlass
@@ -350,19 +351,20 @@ def _plan(a, b_nk, bias, out, out_dtype, epilogue, a_name, b_name) -> GemmPlan:
     _LOG.debug("gemm %s x %s: %s", tuple(a.shape), tuple(b_nk.shape), plan.describe())
     tile, cluster_m, ctas, drift = plan.tile, plan.cluster_m, plan.ctas, plan.drift
     bias_dtype = bias.dtype if bias is not None else None
-    if plan.skinny and (forced_path() or device_target(a.device)[0]) == "hopper":
+    hopper = (forced_path() or device_target(a.device)[0]) == "hopper"
+    if plan.skinny and hopper:
         out_rows = out.stride(0) if out is not None else shape[-1]
         if plan.splits == 1 and a.dim() == 2 and out_rows % 8 == 0:
             return _swap_plan(a, out_dtype, epilogue, bias_dtype, shape, plan, a_major,
                               b_major)
         return _workspace_plan(a, b_nk, out_dtype, epilogue, bias_dtype, shape, plan,
                                a_major, b_major)
-    # drift changes the launch signature on both paths, so it joins the common key; the
-    # epilogue is keyed by its fields (the Epilogue class lives with the DSL code)
     # Hopper: 2-D operands reach the kernel as they are (it adds the batch mode of one), no
     # views per call (the Ampere kernel keeps its (rows, K, L) operands: its 2-D build
     # compiles to other address arithmetic, not measured)
-    flat = a.dim() == 2 and (forced_path() or device_target(a.device)[0]) == "hopper"
+    flat = a.dim() == 2 and hopper
+    # drift changes the launch signature on both paths, so it joins the common key; the
+    # epilogue is keyed by its fields (the Epilogue class lives with the DSL code)
     key = ("gemm", a.dtype, out_dtype, a_major, b_major, bias is not None, epilogue, bias_dtype,
            drift, *(("2d",) if flat else ()))
     kernel = kernel_for(a.device, key, lambda path, target: make_build(

@@ -6,7 +6,7 @@ from __future__ import annotations
 #: (``short_query``; perf/RESULTS.md "64-row tiles and cached plans")
 SHORT_QUERY_ROWS = 64
 #: Keys up to which non-causal D = 128 runs the Hopper kernel's persistent schedule (D = 64
-#: and causal D = 128 run it at any length: ``hopper_config``) (H100,
+#: and causal D = 128 run it at any length: ``ops.attention.make_plan``) (H100,
 #: B x H x S = 512 x 1024: 0.475 against 0.500 ms one CTA per tile; 256 x 2048: 0.938 / 0.950;
 #: 128 x 4096: the same; perf/RESULTS.md "Short sequences and D = 64")
 PERSISTENT_MAX_KEYS = 2048
