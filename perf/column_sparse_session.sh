@@ -79,4 +79,20 @@ dict(block_m=192, persistent=True)]"
     echo "--- $f"; grep -v DEBUG "$f" | grep -E "tottime|^ +[0-9]+ +[0-9.]+ +[0-9.]+|Self CUDA|kernel|Kernel|^8192" | head -30; done
   for f in "$OUT"/walks-c*.log; do echo "--- $f"; grep -v DEBUG "$f" | tail -5; done
 fi
+if [ "$PART" = blocks ]; then  # packed key blocks: TMA block loads against the row gather
+  step blocks-tests 420 python -m pytest -q --tb=short -p no:logging \
+    tests/test_block_sparse_gpu.py -k "packed or loaders or short or bad"
+  step blocks-8k 240 python perf/block_sparse_loaders.py --seq 8192 --blocks 32 \
+    --configs "[dict(gather_tma=False), dict(), dict(persistent=True), \
+dict(short=False, gather_tma=False), dict(short=False)]"
+  step blocks-8k-16-64 200 python perf/block_sparse_loaders.py --seq 8192 --blocks 16,64 \
+    --configs "[dict(gather_tma=False), dict(), dict(persistent=True)]"
+  step blocks-32k 200 python perf/block_sparse_loaders.py --seq 32768 --blocks 32 \
+    --configs "[dict(gather_tma=False), dict()]"
+  step blocks-op 150 python perf/block_sparse_small.py --seq 8192,32768 --rounds 10
+  step blocks-memcheck 150 "${SANITIZE[@]}" --tool memcheck python perf/block_sparse_probe.py
+  step blocks-racecheck 200 "${SANITIZE[@]}" --tool racecheck python perf/block_sparse_probe.py
+  for f in "$OUT"/blocks-8k*.log "$OUT"/blocks-32k.log "$OUT"/blocks-op.log; do
+    echo "--- $f"; grep -v DEBUG "$f" | tail -24; done
+fi
 echo; printf '%s\n' "${summary[@]}"

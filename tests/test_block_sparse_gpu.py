@@ -7,7 +7,7 @@ outputs; both kernel paths (docs/attention.md)."""
 
 import pytest
 import torch
-from gpu_paths import gen  # tests/ is on pytest's path
+from gpu_paths import HOPPER, gen  # tests/ is on pytest's path
 from torch.nn.attention.flex_attention import create_block_mask
 
 from cute_kernels import masks
@@ -263,3 +263,81 @@ def test_64_row_query_blocks(d, path):
     flex_mask = create_block_mask(window, B=None, H=None, Q_LEN=s, KV_LEN=s, device="cuda")
     flex = torch.compile(flex_attention)(q, k, v, block_mask=flex_mask)
     assert (o.float() - flex.float()).abs().max().item() < 3e-2
+
+
+def _packed_launch(q, k, v, block_lists, kv_block, config, persistent):
+    """The Hopper gather kernel of ``config`` (``hopper_gather_config`` overrides) on the
+    packed lists of ``block_lists`` (the op's ``packed_entries``): o, poisoned first."""
+    from cute_kernels.ops.attention import attention_params
+    from cute_kernels.ops.column_sparse import _gather_schedule, make_build
+    from cute_kernels.runtime.arch import sm_count
+    from cute_kernels.runtime.compile import compile_build
+
+    b, h, s_q, d = q.shape
+    s_kv = k.shape[2]
+    entries, counts = bs.packed_entries(bs.block_lists(block_lists, b, h, s_q, s_kv,
+                                                       (128, kv_block)), s_kv)
+    kernel = compile_build(make_build("hopper", BF, d, 128, False, config=config,
+                                      entry_keys=kv_block, ordered=not persistent,
+                                      persistent=persistent), "sm_90a")
+    tiles = b * h * -(-s_q // config["block_m"])
+    wave = sm_count(q.device) * config.get("ctas_per_sm", 1)
+    o = torch.full_like(q, float("nan"))
+    lse = torch.full((b, h, s_q), float("nan"), device="cuda")
+    kernel(*attention_params().call_args(
+        mQ=q, mK=k, mV=v, mO=o, mLSE=lse, mPrevLSE=None, mColsum=None, mIndices=entries,
+        mCounts=counts, scale=d ** -0.5, out_scale=None,
+        **_gather_schedule(counts, s_q, config["block_m"], 128, not persistent, persistent,
+                           wave, tiles)))
+    return o
+
+
+@pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the Hopper gather loaders)")
+@pytest.mark.parametrize("kv_block, loader, tiles", [
+    (16, "tma", "short"), (32, "tma", "short"), (64, "tma", "short"), (32, "tma", "persistent"),
+    (32, "tma", "long"), (16, "tma", "long"), (32, "gather", "short"), (32, "gather", "long")])
+def test_packed_block_loaders(kv_block, loader, tiles):
+    """Both K/V loaders of packed key blocks, each tile choice: one TMA box per listed block
+    (``gather_tma``) and the row gather; 64 x 64 tiles at two CTAs per SM (on the ordered
+    grid or persistent) and the 128 x 128 tiles. More query tiles than CTAs, uneven rows
+    (some empty), GQA, partial and full lists, against the float32 reference."""
+    from cute_kernels.tuning.attention import hopper_gather_config
+
+    config = hopper_gather_config(128, 128, short=tiles != "long",
+                                  persistent=tiles == "persistent", entry_keys=kv_block)
+    assert config.get("gather_tma", False) is True
+    if loader == "gather":
+        del config["gather_tma"]
+    s_q, s_kv = 2000, 48 * kv_block
+    m, n = -(-s_q // 128), s_kv // kv_block
+    keep = torch.rand(2, 4, m, 1, device="cuda") * 0.5  # uneven rows
+    on = torch.rand(2, 4, m, n, device="cuda") < keep
+    on[:, :, 3] = False  # empty rows: o = 0
+    full = on & (torch.rand(2, 4, m, n, device="cuda") < 0.5)
+
+    def lists(sel):
+        order = torch.argsort((~sel).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+        return sel.sum(-1).to(torch.int32), order
+
+    block_lists = (*lists(on & ~full), *lists(full))
+    q, k, v = fresh(2, 4, s_q, 128), fresh(2, 2, s_kv, 128), fresh(2, 2, s_kv, 128)
+    o = _packed_launch(q, k, v, block_lists, kv_block, config, tiles == "persistent")
+    want, _ = bs.block_sparse_attention_reference(q, k, v, block_lists,
+                                                  block_size=(128, kv_block))
+    err = (o.float() - want).abs().max().item()
+    assert err < 2e-2, err
+
+
+@pytest.mark.parametrize("kv_block", [16, 64])
+def test_bad_packed_list_values_are_clamped(kv_block, path):
+    """Garbage packed lists (blocks out of range, counts past the width) take the in-kernel
+    expansion (TMA block loads on Hopper): clamped, finite, no illegal access."""
+    s = 40 * kv_block
+    q, k, v = fresh(1, 2, s, 128), fresh(1, 2, s, 128), fresh(1, 2, s, 128)
+    garbage = torch.randint(-500, 500, (1, 2, -(-s // 128), 9), dtype=torch.int32,
+                            device="cuda")
+    zeros = torch.zeros(1, 2, -(-s // 128), dtype=torch.int32, device="cuda")
+    o = bs.block_sparse_attention(q, k, v, (zeros + 99, garbage, zeros - 5, garbage),
+                                  block_size=(128, kv_block))
+    torch.cuda.synchronize()
+    assert bool(torch.isfinite(o.float()).all())

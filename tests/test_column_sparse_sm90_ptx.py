@@ -86,6 +86,28 @@ def test_gather_config_rules():
         AttentionSm90(128, True, gather=True, group=128)
 
 
+def test_tma_block_loads_rules():
+    """``gather_tma``: lists of key blocks that are whole 8-row swizzle atoms dividing the key
+    tile; the config takes it exactly there."""
+    from cute_kernels.kernels.attention.sm90 import AttentionSm90
+    from cute_kernels.tuning.attention import hopper_gather_config
+
+    with pytest.raises(ValueError, match="gather_tma applies to the gather variant"):
+        AttentionSm90(128, False, gather=True, group=128, gather_tma=True)
+    with pytest.raises(ValueError, match="gather_tma applies to the gather variant"):
+        AttentionSm90(128, False, gather_tma=True)
+    with pytest.raises(ValueError, match="entry_keys a multiple of 8"):
+        AttentionSm90(128, False, gather=True, group=128, gather_tma=True, gather_entry_keys=4)
+    with pytest.raises(ValueError, match="dividing block_n"):
+        AttentionSm90(128, False, block_m=64, block_n=64, gather=True, group=128,
+                      ctas_per_sm=2, overlap=True, gather_tma=True, gather_entry_keys=128)
+    for keys, short, want in [(1, True, False), (4, False, False), (16, True, True),
+                              (32, False, True), (64, True, True), (128, True, False),
+                              (128, False, True)]:
+        cfg = hopper_gather_config(128, 128, short=short, entry_keys=keys)
+        assert cfg.get("gather_tma", False) is want, (keys, short)
+
+
 def test_accumulate_stores_by_tma_reduce_add():
     """accumulate=True: O (times out_scale) leaves by a TMA reduce-add, not a plain store."""
     from cute_kernels.runtime.compile import compile_ptx

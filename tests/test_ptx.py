@@ -299,19 +299,32 @@ def test_attention_d64_persistent_ptx(causal, short_causal):
     _assert_no_spills(ptx, "sm_90a", allowed=8)
 
 
-@pytest.mark.parametrize("entry_keys", [1, 32])
-def test_column_sparse_short_lists_ptx(entry_keys):
+@pytest.mark.parametrize("entry_keys, persistent", [(1, False), (1, True), (16, False),
+                                                    (32, False), (32, True), (64, False)])
+def test_column_sparse_short_lists_ptx(entry_keys, persistent):
     """Short gathered lists (``hopper_gather_config(short=True)``): 64 x 64 tiles for two CTAs
-    per SM, cp.async gathers, WGMMA, no spills, with and without 32-key block entries."""
+    per SM, WGMMA, no spills. Single keys are gathered row by row (cp.async); lists of 16-,
+    32- or 64-key blocks load one TMA box per block and 64-column half (``gather_tma``): per
+    key tile 64 / E boxes of K and as many of V, and no cp.async at all."""
     import torch
 
     from cute_kernels.ops.column_sparse import make_build
     from cute_kernels.runtime.compile import compile_ptx
 
     ptx = compile_ptx(make_build("hopper", torch.bfloat16, 128, 128, False,
-                                 entry_keys=entry_keys, short=True), "sm_90a")
+                                 entry_keys=entry_keys, short=True, persistent=persistent,
+                                 ordered=not persistent), "sm_90a")
     assert ".minnctapersm 2" in ptx
-    assert all(instruction_mix(ptx)[f] > 0 for f in HOPPER | {"cp.async"})
+    mix = instruction_mix(ptx)
+    assert all(mix[f] > 0 for f in HOPPER)
+    if entry_keys == 1:
+        assert mix["cp.async"] > 0
+    else:
+        assert mix["cp.async"] == 0
+        # Q, K, V and O move in 64-column halves: 2 + 2 x 2 x (64 / E) + 2 bulk tensor copies
+        # (the persistent walk issues Q in its loop and once before it)
+        loads = 2 * 2 * (64 // entry_keys)
+        assert mix["cp.async.bulk.tensor"] in (4 + loads, 6 + loads), mix
     _assert_no_spills(ptx, "sm_90a")
 
 

@@ -225,8 +225,8 @@ def make_build(path: str, dtype, head_dim: int, group: int, accumulate: bool,
     if path == "hopper" and group in (128, 192):
         from ..kernels.attention.sm90 import AttentionSm90
 
-        cfg = (hopper_gather_config(head_dim, group, short, persistent) if config is None
-               else config)
+        cfg = (hopper_gather_config(head_dim, group, short, persistent, entry_keys)
+               if config is None else config)
         entry = {"gather_entry_keys": entry_keys} if entry_keys != 1 else {}
         kernel = AttentionSm90(head_dim, False, **cfg, **entry, accumulate=accumulate,
                                tile_order=ordered)

@@ -98,7 +98,7 @@ SHORT_GATHER_MAX_KEYS = 1024
 
 
 def hopper_gather_config(head_dim: int, group: int, short: bool = False,
-                         persistent: bool = False) -> dict:
+                         persistent: bool = False, entry_keys: int = 1) -> dict:
     """AttentionSm90 keyword arguments for column-sparse attention (the gather loader): the
     query tile is the group (its rows share one key list), so group 128 runs two consumer
     warpgroups and group 192 three. Measured on an H100 (perf/column_sparse_tuning.py, B1 H24
@@ -113,15 +113,32 @@ def hopper_gather_config(head_dim: int, group: int, short: bool = False,
     SM, whose prologues and epilogues overlap each other's MMAs; ``persistent`` (short lists,
     more tiles than CTAs): those CTAs stay resident and walk their tiles
     (``ops.tile_order.snake_walks``), each fetching its next tile's Q and K/V while it
-    finishes the last."""
+    finishes the last. ``entry_keys`` (lists of blocks of that many keys, block-sparse
+    attention's packed small blocks): with ``GATHER_TMA_BLOCKS``, one TMA box per listed block
+    (``gather_tma``) where the blocks are whole swizzle atoms that tile the key tile."""
     if group not in (128, 192):
         raise ValueError(f"the Hopper gather kernel takes group 128 or 192 (one consumer "
                          f"warpgroup per 64 rows of a group), got {group}")
     overlap = head_dim == 128 and group == 128
     if short and overlap:  # at most SHORT_GATHER_MAX_KEYS keys per group
-        return dict(block_m=64, block_n=64, gather=True, group=group, overlap=True,
-                    ctas_per_sm=2, **({"persistent": True} if persistent else {}))
-    return dict(block_m=group, block_n=128, gather=True, group=group, overlap=overlap)
+        cfg = dict(block_m=64, block_n=64, gather=True, group=group, overlap=True,
+                   ctas_per_sm=2, **({"persistent": True} if persistent else {}))
+    else:
+        cfg = dict(block_m=group, block_n=128, gather=True, group=group, overlap=overlap)
+    if GATHER_TMA_BLOCKS and gather_tma_blocks(entry_keys, cfg["block_n"]):
+        cfg["gather_tma"] = True
+    return cfg
+
+
+#: Whether lists of key blocks (``entry_keys`` a multiple of 8) load each block by one TMA box
+#: (``kernels/attention/kv_block_loader.py``) instead of the producer warpgroup's row gather
+GATHER_TMA_BLOCKS = True
+
+
+def gather_tma_blocks(entry_keys: int, block_n: int) -> bool:
+    """Whether blocks of ``entry_keys`` keys can fill ``block_n``-key tiles by TMA: whole
+    8-row swizzle atoms that divide the tile."""
+    return entry_keys > 1 and entry_keys % 8 == 0 and block_n % entry_keys == 0
 
 #: Whether short gathered lists of single keys (``SHORT_GATHER_MAX_KEYS``, the writing kernel)
 #: with more tiles than CTAs run persistent CTAs (``hopper_gather_config(persistent=True)``)

@@ -65,6 +65,8 @@ class TmaKVLoader:
 
     #: producer threads that run ``load_k`` / ``load_v`` (one elected thread issues each TMA)
     producer_threads = 1
+    #: whether ``load_k`` takes a key row fetched a block ahead (the gather's ``fetch_row``)
+    row_prefetch = False
 
     def make_pipelines(self, barriers, stages, consumer_wgs, dtype, sK_layout, sV_layout):
         """(k_pipe, v_pipe): ``stages``-deep rings on the 4 x ``stages`` mbarriers at
@@ -161,6 +163,7 @@ class GatherKVLoader:
     """
 
     producer_threads = 128
+    row_prefetch = True
 
     def __init__(self, block_n: int, head_dim: int, indices_barrier: int,
                  hoist_swizzle: bool = True, entry_keys: int = 1, stage_addresses: bool = True):

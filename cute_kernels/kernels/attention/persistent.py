@@ -38,7 +38,7 @@ class PersistentSchedule:
         lists = (mIndices, mCounts, mFullIndices, mFullCounts, mDocIds)
         if wg == PRODUCER_WARPGROUP:
             self._producer_registers()
-            if cutlass.const_expr(self.gather):
+            if cutlass.const_expr(self.gather and self.kv_loader.producer_threads > 1):
                 self._persistent_load_gathered(tma_q, tQ, tK, tV, sQ, sK, sV, storage, pipes,
                                                tiles, lists, s_q, s_kv, q_per_kv, tidx, warp)
             elif warp == TMA_WARP:
@@ -72,13 +72,19 @@ class PersistentSchedule:
         pipeline states carried across tiles; the tails once, after the last."""
         order, first, stride, end, m_tiles, heads = tiles
         gK, gV = self.kv_loader.tiles(tK, tV)
-        kv = self.kv_loader.partition(tma_k, tma_v, gK, gV, sK, sV)
+        kv = None
+        if cutlass.const_expr(not self.gather):  # the views are the same for every tile
+            kv = self.kv_loader.partition(tma_k, tma_v, gK, gV, sK, sV)
         q_state, k_state, v_state = self._fresh_states(pipeline.PipelineUserType.Producer)
         for t in cutlass.range(first, end, stride, unroll=1):
-            tile, blocks, _ = self._scheduled_tile(order[t], m_tiles, heads, q_per_kv, s_q,
-                                                   s_kv, lists)
+            tile, blocks, rows = self._scheduled_tile(order[t], m_tiles, heads, q_per_kv, s_q,
+                                                      s_kv, lists)
             q_state = self._load_q(tma_q, tQ, sQ, pipes.q_pipe, tile, q_state)
-            k_state, v_state = self._load_kv_blocks(kv, pipes, blocks, tile, k_state, v_state)
+            tile_kv = kv
+            if cutlass.const_expr(self.gather):  # TMA block loads: the tile's list
+                tile_kv = self._tma_partition(tma_k, tma_v, gK, gV, sK, sV, blocks, rows, s_kv)
+            k_state, v_state = self._load_kv_blocks(tile_kv, pipes, blocks, tile, k_state,
+                                                    v_state)
         pipes.q_pipe.producer_tail(q_state)
         pipes.k_pipe.producer_tail(k_state)
         pipes.v_pipe.producer_tail(v_state)

@@ -31,6 +31,7 @@ from .block_info import (
     key_block_tile,
 )
 from .column_sums import ColumnSumsSm90, NoColumnSums
+from .kv_block_loader import TmaBlockKVLoader
 from .kv_loader import GatherKVLoader, TmaKVLoader, _sdhb
 from .online_softmax import (
     acc_as_a_operand,
@@ -157,7 +158,7 @@ class AttentionSm90(PersistentSchedule):
                  colsum_stages: int = 4, gather: bool = False, accumulate: bool = False,
                  gather_prefetch: bool = True, gather_hoist: bool = True,
                  gather_addresses: bool = True,
-                 gather_entry_keys: int = 1,
+                 gather_entry_keys: int = 1, gather_tma: bool = False,
                  block_sparse: bool = False, mask=None, split_kv: bool = False,
                  persistent: bool = False, longest_first: bool = False,
                  tile_order: bool = False, ctas_per_sm: int = 1):
@@ -179,7 +180,7 @@ class AttentionSm90(PersistentSchedule):
         self._init_schedule(causal, colsum, gather, gather_entry_keys, persistent, pingpong,
                             longest_first, tile_order)
         self._init_memory(head_dim, stages, gather, gather_hoist, gather_addresses,
-                          gather_entry_keys, ctas_per_sm)
+                          gather_entry_keys, gather_tma, ctas_per_sm)
         self.sums = NoColumnSums()
         if colsum:
             self.sums = ColumnSumsSm90(
@@ -336,14 +337,22 @@ class AttentionSm90(PersistentSchedule):
         self.tile_order = tile_order
 
     def _init_memory(self, head_dim, stages, gather, gather_hoist, gather_addresses,
-                     gather_entry_keys, ctas_per_sm):
-        """The K/V loader (TMA, or the gather's cp.async) and the shared-memory budget: an
-        sm_90 CTA's, or half an SM's at two CTAs per SM."""
-        self.kv_loader = (GatherKVLoader(self.block_n, head_dim, NamedBarrier.GATHER_INDICES,
-                                         hoist_swizzle=gather_hoist,
-                                         stage_addresses=gather_addresses,
-                                         entry_keys=gather_entry_keys)
-                          if gather else TmaKVLoader(self.block_n, head_dim))
+                     gather_entry_keys, gather_tma, ctas_per_sm):
+        """The K/V loader (TMA; the gather's cp.async; or, ``gather_tma``, one TMA per listed
+        block of ``gather_entry_keys`` keys) and the shared-memory budget: an sm_90 CTA's, or
+        half an SM's at two CTAs per SM."""
+        if gather_tma and (not gather or gather_entry_keys == 1):
+            raise ValueError("gather_tma applies to the gather variant with block entries "
+                             "(gather_entry_keys > 1)")
+        if gather_tma:
+            self.kv_loader = TmaBlockKVLoader(self.block_n, head_dim, gather_entry_keys)
+        elif gather:
+            self.kv_loader = GatherKVLoader(self.block_n, head_dim, NamedBarrier.GATHER_INDICES,
+                                            hoist_swizzle=gather_hoist,
+                                            stage_addresses=gather_addresses,
+                                            entry_keys=gather_entry_keys)
+        else:
+            self.kv_loader = TmaKVLoader(self.block_n, head_dim)
         if self.smem_bytes() > SM90_SMEM_BYTES:  # (reads the loader's ring)
             raise ValueError(f"block {self.block_m} x {self.block_n} at head dim {head_dim} "
                              f"needs {self.smem_bytes()} bytes of shared memory, more than the "
@@ -510,12 +519,13 @@ class AttentionSm90(PersistentSchedule):
                                                 n_splits)
             if wg == PRODUCER_WARPGROUP:
                 self._producer_registers()
-                if cutlass.const_expr(self.gather):
+                if cutlass.const_expr(self.gather and self.kv_loader.producer_threads > 1):
                     # every producer thread gathers; Q still comes by TMA from one warp
                     self.load_gathered(tma_q, tQ, tK, tV, sQ, sK, sV, storage, pipes, blocks,
                                        tile, rows, s_kv, tidx, warp)
                 elif warp == TMA_WARP:
-                    self.load(tma_q, tQ, tma_k, tK, tma_v, tV, sQ, sK, sV, pipes, blocks, tile)
+                    self.load(tma_q, tQ, tma_k, tK, tma_v, tV, sQ, sK, sV, pipes, blocks, tile,
+                              rows, s_kv)
                 if cutlass.const_expr(self.colsum):
                     if warp >= 1 and warp <= self.colsum_writers:
                         self.sums.write(col_pipe, sCol, mColsum, blocks, s_kv, batch, head,
@@ -587,13 +597,21 @@ class AttentionSm90(PersistentSchedule):
         return Pipelines(q_pipe, k_pipe, v_pipe, col_pipe)
 
     @cute.jit
-    def load(self, tma_q, tQ, tma_k, tK, tma_v, tV, sQ, sK, sV, pipes, blocks, tile):
+    def load(self, tma_q, tQ, tma_k, tK, tma_v, tV, sQ, sK, sV, pipes, blocks, tile, rows=None,
+             s_kv=None):
         """Producer (one warp): TMA of Q once, then per visited key block its K and V tiles
-        through the K/V loader."""
+        through the K/V loader (``rows``: the gather's list, for TMA block loads)."""
         gK, gV = self.kv_loader.tiles(tK, tV)
-        kv = self.kv_loader.partition(tma_k, tma_v, gK, gV, sK, sV)
+        kv = self._tma_partition(tma_k, tma_v, gK, gV, sK, sV, blocks, rows, s_kv)
         self._load_q(tma_q, tQ, sQ, pipes.q_pipe, tile)
         self._load_kv(kv, pipes, blocks, tile)
+
+    def _tma_partition(self, tma_k, tma_v, gK, gV, sK, sV, blocks, rows, s_kv):
+        """A TMA loader's views; a block loader's also hold the tile's list (``rows``, of
+        ``blocks.s_kv`` packed key positions)."""
+        if rows is None:
+            return self.kv_loader.partition(tma_k, tma_v, gK, gV, sK, sV)
+        return self.kv_loader.partition(tma_k, tma_v, gK, gV, sK, sV, rows, blocks.s_kv, s_kv)
 
     @cute.jit
     def load_gathered(self, tma_q, tQ, mK, mV, sQ, sK, sV, storage, pipes, blocks, tile, rows,
@@ -648,7 +666,7 @@ class AttentionSm90(PersistentSchedule):
         fetched while the block before it is copied (``load_k`` takes this block's and returns
         the next)."""
         k_pipe, v_pipe = pipes.k_pipe, pipes.v_pipe
-        prefetch = self.gather and self.gather_prefetch
+        prefetch = self.gather and self.gather_prefetch and self.kv_loader.row_prefetch
         row = cutlass.Int32(0)
         if cutlass.const_expr(prefetch):
             if blocks.n_blocks > 0:
