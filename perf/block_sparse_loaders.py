@@ -10,10 +10,13 @@ config is ``hopper_gather_config`` (short tiles where the op takes them, ``entry
 updated by the dict: ``gather_tma`` False is the row gather (cp.async by the producer
 warpgroup), True one TMA box per listed block; ``persistent`` the CTAs walking
 ``snake_walks`` of the longest-first order (else the ordered grid); ``short`` forces the tile
-choice. Contenders, interleaved (warm-up, medians, inputs rotated over 2x the L2): our dense
-kernel, then every config. Printed: ms, ratio to dense, of ideal = (dense / ours) x visible
-share, and the max difference to the op's output (``block_sparse_attention`` as shipped).
-Writes ``plots/block_sparse_loaders_<gpu>.json``. Needs a CUDA GPU.
+choice; ``walks="lpt"`` deals a persistent kernel's tiles on the host (``host_walks``).
+Contenders, interleaved (warm-up, medians, inputs rotated over 2x the L2): our dense kernel,
+per block size our dense kernel over as many contiguous keys as a list holds (the ceiling of
+a packed kernel: no list), then every config. Printed: ms, ratio to dense, of ideal = (dense
+/ ours) x visible share, and the max difference to the op's output
+(``block_sparse_attention`` as shipped). Writes ``plots/block_sparse_loaders_<gpu>.json``.
+Needs a CUDA GPU.
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ def kernel_for(config: dict, entry_keys: int, short: bool):
     from cute_kernels.tuning.attention import hopper_gather_config
 
     config = dict(config)
+    config.pop("walks", None)
+    config.pop("fixed", None)
     short = config.pop("short", short)
     persistent = config.get("persistent", False)
     cfg = dict(hopper_gather_config(D, 128, short, persistent, entry_keys), **config)
@@ -55,6 +60,19 @@ def kernel_for(config: dict, entry_keys: int, short: bool):
                        entry_keys=entry_keys, ordered=not persistent, persistent=persistent,
                        short=short)
     return compile_build(build, "sm_90a"), cfg
+
+
+def host_walks(counts: torch.Tensor, s: int, cfg: dict, wave: int, fixed: int) -> torch.Tensor:
+    """Persistent walks dealt on the host (``tile_order.lpt_walks``, as the op deals a reused
+    mask's: ``column_sparse.packed_walks``), a tile costing its key tiles plus ``fixed``;
+    ``walks=\"lpt\"`` (and ``fixed``, default ``TILE_FIXED_BLOCKS``) in a config."""
+    from cute_kernels.ops.tile_order import group_rows, longest_first_order, lpt_walks
+
+    host = counts.cpu()
+    m = -(-s // cfg["block_m"])
+    keys = host.index_select(2, group_rows(m, cfg["block_m"], 128, host.shape[2], host.device))
+    work = -(-keys // cfg["block_n"])
+    return lpt_walks(longest_first_order(keys), work, wave, fixed).to(counts.device)
 
 
 def main() -> None:
@@ -68,7 +86,7 @@ def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("perf/block_sparse_loaders.py needs a CUDA GPU (docs/gpu.md)")
     import cute_kernels as ck
-    from cute_kernels.ops.attention import attention_params
+    from cute_kernels.ops.attention import TILE_FIXED_BLOCKS, attention_params
     from cute_kernels.ops.block_sparse import block_lists, packed_entries
     from cute_kernels.ops.column_sparse import _gather_schedule, _gather_tiling
 
@@ -91,6 +109,11 @@ def main() -> None:
             keys = float(counts.float().mean())
             shipped = ck.block_sparse_attention(*sets[0], mask, block_size=(128, e))
             _, _, short = _gather_tiling(torch.device("cuda"), 128, D, int(keys))
+            # the ceiling: our dense kernel over as many contiguous keys as a list holds
+            n = int(keys) // 64 * 64
+            fns[f"S{s} E{e} dense {n} keys"] = lambda x, n=n: ck.attention(
+                x[0], x[1][:, :, :n], x[2][:, :, :n])
+            meta[f"S{s} E{e} dense {n} keys"] = (s, e, None, share * n / keys, n, 0.0)
             for i, config in enumerate(configs):
                 kern, cfg = kernel_for(config, e, short)
                 wave = torch.cuda.get_device_properties(0).multi_processor_count * cfg.get(
@@ -99,6 +122,9 @@ def main() -> None:
                 sched = _gather_schedule(counts, s, cfg["block_m"], 128,
                                          not cfg.get("persistent"), bool(cfg.get("persistent")),
                                          wave, tiles)
+                if config.get("walks") == "lpt":  # the host's greedy deal (the op's)
+                    sched["mTileOrder"] = host_walks(counts, s, cfg, wave,
+                                                     config.get("fixed", TILE_FIXED_BLOCKS))
 
                 def run(x, kern=kern, entries=entries, counts=counts, sched=sched, lse=lse):
                     o = torch.empty_like(x[0])
@@ -116,9 +142,11 @@ def main() -> None:
         dense = t["dense"].median_ms
         for name, (s_, e, i, share, keys, diff) in meta.items():
             ms = t[name].median_ms
-            rows.append([s_, e, f"c{i}", str(configs[i]), round(keys), ms, dense,
+            label = f"c{i}" if i is not None else "dense"
+            cfg_text = str(configs[i]) if i is not None else "keys contiguous (no list)"
+            rows.append([s_, e, label, cfg_text, round(keys), ms, dense,
                          dense / ms, dense / ms * share, diff])
-            records.append(dict(seq=s_, block=e, config=configs[i], keys=keys, ms=ms,
+            records.append(dict(seq=s_, block=e, config=cfg_text, keys=keys, ms=ms,
                                 dense_ms=dense, of_ideal=dense / ms * share, max_diff=diff))
     gpu = device_name()
     print(f"{gpu} | commit {commit_id()} | B{B} H{H} D{D}, {args.absent:.0%} of blocks absent\n")

@@ -95,4 +95,18 @@ dict(short=False, gather_tma=False), dict(short=False)]"
   for f in "$OUT"/blocks-8k*.log "$OUT"/blocks-32k.log "$OUT"/blocks-op.log; do
     echo "--- $f"; grep -v DEBUG "$f" | tail -24; done
 fi
+if [ "$PART" = walks3 ]; then  # packed key blocks: persistent walks dealt on the host
+  step walks3-tests 300 python -m pytest -q --tb=short -p no:logging \
+    tests/test_block_sparse_gpu.py -k "packed or loaders or short or bad or walks"
+  step walks3-op-tests 300 python -m pytest -q --tb=short -p no:logging \
+    tests/test_column_sparse_op_gpu.py -k "short or persistent or capture or compile or graph"
+  LPT="dict(persistent=True, walks='lpt'"
+  step walks3-8k 240 python perf/block_sparse_loaders.py --seq 8192 --blocks 16,32,64 \
+    --rounds 12 --configs "[dict(), $LPT, fixed=1), $LPT), $LPT, fixed=4)]"
+  step walks3-op 150 python perf/block_sparse_small.py --seq 8192,32768 --rounds 10
+  step walks3-memcheck 150 "${SANITIZE[@]}" --tool memcheck python perf/block_sparse_probe.py
+  step walks3-racecheck 200 "${SANITIZE[@]}" --tool racecheck python perf/block_sparse_probe.py
+  for f in "$OUT"/walks3-8k.log "$OUT"/walks3-op.log; do
+    echo "--- $f"; grep -v DEBUG "$f" | tail -20; done
+fi
 echo; printf '%s\n' "${summary[@]}"

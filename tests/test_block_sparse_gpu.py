@@ -341,3 +341,36 @@ def test_bad_packed_list_values_are_clamped(kv_block, path):
                                   block_size=(128, kv_block))
     torch.cuda.synchronize()
     assert bool(torch.isfinite(o.float()).all())
+
+
+@pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the Hopper gather tiles' choice)")
+def test_a_reused_packed_mask_runs_host_dealt_walks(monkeypatch):
+    """Short packed lists on more 64-row tiles than a wave of CTAs: the mask's first call runs
+    the ordered grid (no sync), the second reads the counts back once and runs persistent CTAs
+    on walks dealt on the host (``column_sparse.packed_walks``), the third reuses them; all
+    against the float32 reference, partial and full lists, GQA."""
+    import cute_kernels.ops.column_sparse as cs
+
+    seen = []
+    schedule = cs._gather_schedule
+    monkeypatch.setattr(cs, "_gather_schedule",
+                        lambda *a, **kw: seen.append((a[5], a[8] if len(a) > 8 else None))
+                        or schedule(*a, **kw))
+    s = 128 * 32
+    m, n = s // 128, s // 32
+    on = torch.rand(2, 8, m, n, device="cuda") < torch.rand(2, 8, m, 1, device="cuda") * 0.4
+    on[..., 0] = True
+    full = on & (torch.rand(2, 8, m, n, device="cuda") < 0.5)
+
+    def lists(sel):
+        order = torch.argsort((~sel).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+        return sel.sum(-1).to(torch.int32), order
+
+    block_lists = (*lists(on & ~full), *lists(full))
+    q, k, v = fresh(2, 8, s, 128), fresh(2, 4, s, 128), fresh(2, 4, s, 128)
+    for _ in range(3):
+        check(q, k, v, block_lists, block_size=(128, 32))
+    assert [p for p, _ in seen] == [False, True, True], seen
+    first, again = seen[1][1], seen[2][1]
+    assert first is not None and again is first  # dealt once, kept with the mask
+    assert first.numel() > 2 * 8 * (s // 64)  # offsets, then every 64-row tile

@@ -180,3 +180,24 @@ def test_balanced_walks_deal_each_tile_once_to_the_earliest_free_cta():
     # equal costs: round robin; fewer tiles than CTAs: one CTA per tile
     assert balanced_walks([5, 6, 7, 8], [1] * 4, 2) == [3, 5, 7, 5, 7, 6, 8]
     assert balanced_walks([9, 4], [3, 1], 8) == [3, 4, 5, 9, 4]
+
+
+def test_lpt_walks_of_a_gather_grid():
+    """``tile_order.lpt_walks`` (block-sparse's packed lists, dealt on the host once per
+    mask): the longest-first order of uneven per-tile work dealt by ``balanced_walks``, each
+    tile costing its work plus the fixed part; every tile once, loads within one tile."""
+    from cute_kernels.ops.tile_order import longest_first_order, lpt_walks
+
+    gen = torch.Generator().manual_seed(0)
+    work = torch.randint(0, 13, (2, 16, 64), generator=gen, dtype=torch.int32)
+    order = longest_first_order(work)
+    walks = lpt_walks(order, work, 264, 2)
+    assert walks.dtype == torch.int32 and walks.device.type == "cpu"
+    w = walks.tolist()
+    assert w[0] == 265 and w[264] == len(w) == 265 + work.numel()
+    assert sorted(w[265:]) == list(range(work.numel()))
+    flat = work.reshape(-1).tolist()
+    loads = [sum(flat[t] + 2 for t in w[w[c]:w[c + 1]]) for c in range(264)]
+    assert max(loads) - min(loads) <= max(flat) + 2
+    assert walks.tolist() == balanced_walks(order.tolist(),
+                                            [flat[t] + 2 for t in order.tolist()], 264)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 
 from ..masks import Mask
+from ..runtime.arch import sm_count
 from ..runtime.bridge import kernel_for
 from ..runtime.validate import check_int, check_tensor, value_checks
 from .attention import ATTENTION_KERNELS, _check_device_args, validate_attention
@@ -316,23 +317,37 @@ def packed_rows(lists: BlockLists, s_kv: int) -> tuple[torch.Tensor, torch.Tenso
 PACKED_EXPANSION_IN_KERNEL = True
 
 
-class _MeanListKeys:
-    """The packed lists' mean length in keys, kept with a mask's converted lists: short lists
-    take the gather kernel's two-CTAs-per-SM tiles (the mean, not the longest, sets the pace
-    of a grid of many tiles). The mean is reduced on the device when the lists are packed and
-    read back on the mask's second use (one sync per reused mask, none for a mask used once);
-    ``get`` is None until then, and during CUDA-graph capture and tracing (the default tiles)."""
+class _PackedSchedule:
+    """The packed lists' schedule, kept with a mask's converted lists: their mean length in
+    keys (short lists take the gather kernel's two-CTAs-per-SM tiles: the mean, not the
+    longest, sets the pace of a grid of many tiles) and those tiles' persistent walks dealt
+    on the host (``column_sparse.packed_walks``). Both need the counts on the host: read back
+    on the mask's second use (one sync per reused mask, none for a mask used once); ``get``
+    is (None, None) until then, and during CUDA-graph capture and tracing (the default tiles,
+    ordered grid)."""
 
     def __init__(self, counts: torch.Tensor):
         eager = not torch.cuda.is_current_stream_capturing() and plain_eager((counts,), ())
-        self._mean = counts.float().mean() if eager and counts.numel() else None
-        self._uses, self._keys = 0, None
+        self._counts = counts if eager and counts.numel() else None
+        self._uses, self._keys, self._host, self._walks = 0, None, None, {}
 
-    def get(self) -> int | None:
+    def get(self, device, s_q: int, group: int, head_dim: int):
+        """(mean keys or None, walks or None) for this call's query length and tiles."""
+        from .column_sparse import packed_walks
+
         self._uses += 1
-        if self._mean is not None and self._uses > 1 and self._keys is None:
-            self._keys = int(self._mean)
-        return self._keys
+        if torch.cuda.is_current_stream_capturing():
+            return None, None
+        if self._counts is not None and self._uses > 1 and self._keys is None:
+            self._host = self._counts.cpu()  # the one sync
+            self._keys = int(self._host.float().mean())
+        if self._keys is None:
+            return None, None
+        key = (s_q, group, head_dim, sm_count(device))
+        if key not in self._walks:
+            self._walks[key] = packed_walks(self._host, device, s_q, group, head_dim,
+                                            self._keys)
+        return self._keys, self._walks[key]
 
 
 def packed_entries(lists: BlockLists, s_kv: int):
@@ -605,10 +620,12 @@ def block_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bl
                              lambda: packed_entries(lists, s_kv))
                   if PACKED_EXPANSION_IN_KERNEL else None)
         if merged is not None:  # no sync, no host expansion: the kernels expand the blocks
-            list_keys = _LISTS.get(lists.tensors(), ("packed mean keys", s_kv),
-                                   lambda: _MeanListKeys(merged[1])).get()
+            list_keys, walks = _LISTS.get(lists.tensors(), ("packed schedule", s_kv),
+                                          lambda: _PackedSchedule(merged[1])).get(
+                q.device, q.shape[2], lists.block_size[0], q.shape[3])
             o, lse = _COLUMN_SPARSE_ATTENTION(q, k, v, *merged, None, lists.block_size[0],
-                                              scale, 1.0, lists.block_size[1], list_keys)
+                                              scale, 1.0, lists.block_size[1], list_keys,
+                                              walks)
             return (o, lse) if return_lse else o
         indices, counts = packed_rows(lists, s_kv)
         return column_sparse_attention(q, k, v, indices, counts, group=lists.block_size[0],
