@@ -6,7 +6,8 @@
 # PART: tests (top-k, column lists, the gather op: ~4 min), checks (memcheck / racecheck on the
 # index kernels and the longest-first gather grid: ~3 min), perf (lists + top-k against
 # torch, the top-k plans, the gather grid in order and not, even and uneven lists: ~5 min),
-# or all.
+# or all; walks / walks2 / walks3 (the short gather tiles' schedules), blocks / blocks-final
+# (packed key blocks of block-sparse attention: TMA block loads, host-dealt walks).
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-csp}
 source "$(dirname "$0")/session_lib.sh"
@@ -107,6 +108,17 @@ if [ "$PART" = walks3 ]; then  # packed key blocks: persistent walks dealt on th
   step walks3-memcheck 150 "${SANITIZE[@]}" --tool memcheck python perf/block_sparse_probe.py
   step walks3-racecheck 200 "${SANITIZE[@]}" --tool racecheck python perf/block_sparse_probe.py
   for f in "$OUT"/walks3-8k.log "$OUT"/walks3-op.log; do
+    echo "--- $f"; grep -v DEBUG "$f" | tail -20; done
+fi
+if [ "$PART" = blocks-final ]; then  # packed key blocks: every test, the loaders' table
+  step final-block-tests 400 python -m pytest -q --tb=short -p no:logging \
+    tests/test_block_sparse_gpu.py
+  step final-loaders 240 python perf/block_sparse_loaders.py --seq 8192 --blocks 16,32,64 \
+    --rounds 12 --configs "[dict(gather_tma=False), dict(), dict(persistent=True), \
+dict(persistent=True, walks='lpt')]"
+  cp perf/plots/block_sparse_loaders_*.json "$OUT"/ 2>/dev/null
+  step final-op 150 python perf/block_sparse_small.py --seq 8192,32768 --rounds 10
+  for f in "$OUT"/final-loaders.log "$OUT"/final-op.log; do
     echo "--- $f"; grep -v DEBUG "$f" | tail -20; done
 fi
 echo; printf '%s\n' "${summary[@]}"

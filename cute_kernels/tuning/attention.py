@@ -131,7 +131,10 @@ def hopper_gather_config(head_dim: int, group: int, short: bool = False,
 
 
 #: Whether lists of key blocks (``entry_keys`` a multiple of 8) load each block by one TMA box
-#: (``kernels/attention/kv_block_loader.py``) instead of the producer warpgroup's row gather
+#: (``kernels/attention/kv_block_loader.py``) instead of the producer warpgroup's row gather.
+#: H200, perf/block_sparse_loaders.py, B1 H16 S8192, 93% of the blocks absent, 64 x 64 tiles,
+#: ms row gather / TMA: 32-key blocks 0.109 / 0.103, 64-key 0.108 / 0.101, 16-key 0.116 /
+#: 0.115; S 32768 (128 x 128 tiles), 32-key 1.271 / 1.252
 GATHER_TMA_BLOCKS = True
 
 
@@ -144,6 +147,8 @@ def gather_tma_blocks(entry_keys: int, block_n: int) -> bool:
 #: with more tiles than CTAs run persistent CTAs (``hopper_gather_config(persistent=True)``)
 #: instead of the ordered grid: H200, perf/column_sparse_tuning.py --group 128, B1 H16 S8192,
 #: random lists, ms ordered grid / persistent: 574 keys 0.114 / 0.107, 246 keys 0.073 / 0.061.
-#: Block-sparse's packed 32-key entries keep the ordered grid: 0.110 / 0.112 ms there
-#: (perf/block_sparse_small.py, the kernel alone in torch.profiler)
+#: Block-sparse's packed block entries run persistent only on walks dealt on the host for a
+#: reused mask (``column_sparse.packed_walks``): the device's snake deal lost to the ordered
+#: grid there (32-key blocks at S 8k, H200, perf/block_sparse_loaders.py: 0.112 against 0.108
+#: ms; host-dealt walks 0.097-0.100)
 SHORT_GATHER_PERSISTENT = True
