@@ -33,6 +33,12 @@ def check(q, k, v, block_mask, **kw):
     return o
 
 
+def block_list(sel):
+    """(counts, indices) of the blocks ``sel`` (B, H, M, N) marks: int32, listed first."""
+    order = torch.argsort((~sel).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+    return sel.sum(-1).to(torch.int32), order
+
+
 def random_lists(b, h, s_q, s_kv, keep, full_share=0.5):
     """Random block lists: ``keep`` of the blocks, about ``full_share`` of them full."""
     m, n = -(-s_q // 128), -(-s_kv // 128)
@@ -40,11 +46,7 @@ def random_lists(b, h, s_q, s_kv, keep, full_share=0.5):
     full = on & (torch.rand(b, h, m, n, device="cuda") < full_share)
     partial = on & ~full
 
-    def lists(sel):
-        order = torch.argsort((~sel).to(torch.int8), dim=-1, stable=True).to(torch.int32)
-        return sel.sum(-1).to(torch.int32), order
-
-    return (*lists(partial), *lists(full))
+    return (*block_list(partial), *block_list(full))
 
 
 @pytest.mark.parametrize("keep", [0.5, 0.1, 0.03])
@@ -159,12 +161,8 @@ def test_packed_blocks_expanded_in_the_kernels(q_block, kv_block, in_kernel, pat
     on = torch.rand(2, 4, m, n, device="cuda") < 0.3
     full = on & (torch.rand(2, 4, m, n, device="cuda") < 0.5)
 
-    def lists(sel):
-        order = torch.argsort((~sel).to(torch.int8), dim=-1, stable=True).to(torch.int32)
-        return sel.sum(-1).to(torch.int32), order
-
     q, k, v = fresh(2, 4, s_q, 128), fresh(2, 2, s_kv, 128), fresh(2, 2, s_kv, 128)
-    block_lists = (*lists(on & ~full), *lists(full))
+    block_lists = (*block_list(on & ~full), *block_list(full))
     assert bs.packed_entries(bs.block_lists(block_lists, 2, 4, s_q, s_kv,
                                             (q_block, kv_block)), s_kv) is not None
     check(q, k, v, block_lists, block_size=(q_block, kv_block))
@@ -218,11 +216,7 @@ def test_a_reused_mask_takes_the_short_list_tiles(monkeypatch):
     on[..., 0] = True
     full = on & (torch.rand(2, 4, m, n, device="cuda") < 0.5)
 
-    def lists(sel):
-        order = torch.argsort((~sel).to(torch.int8), dim=-1, stable=True).to(torch.int32)
-        return sel.sum(-1).to(torch.int32), order
-
-    block_lists = (*lists(on & ~full), *lists(full))
+    block_lists = (*block_list(on & ~full), *block_list(full))
     q, k, v = fresh(2, 4, s, 128), fresh(2, 2, s, 128), fresh(2, 2, s, 128)
     check(q, k, v, block_lists, block_size=(128, 32))
     first = len(chosen)
@@ -317,11 +311,7 @@ def test_packed_block_loaders(kv_block, loader, tiles):
     on[:, :, 3] = False  # empty rows: o = 0
     full = on & (torch.rand(2, 4, m, n, device="cuda") < 0.5)
 
-    def lists(sel):
-        order = torch.argsort((~sel).to(torch.int8), dim=-1, stable=True).to(torch.int32)
-        return sel.sum(-1).to(torch.int32), order
-
-    block_lists = (*lists(on & ~full), *lists(full))
+    block_lists = (*block_list(on & ~full), *block_list(full))
     q, k, v = fresh(2, 4, s_q, 128), fresh(2, 2, s_kv, 128), fresh(2, 2, s_kv, 128)
     o = _packed_launch(q, k, v, block_lists, kv_block, config, tiles == "persistent")
     want, _ = bs.block_sparse_attention_reference(q, k, v, block_lists,
@@ -364,11 +354,7 @@ def test_a_reused_packed_mask_runs_host_dealt_walks(monkeypatch):
     on[..., 0] = True
     full = on & (torch.rand(2, 8, m, n, device="cuda") < 0.5)
 
-    def lists(sel):
-        order = torch.argsort((~sel).to(torch.int8), dim=-1, stable=True).to(torch.int32)
-        return sel.sum(-1).to(torch.int32), order
-
-    block_lists = (*lists(on & ~full), *lists(full))
+    block_lists = (*block_list(on & ~full), *block_list(full))
     q, k, v = fresh(2, 8, s, 128), fresh(2, 4, s, 128), fresh(2, 4, s, 128)
     for _ in range(3):
         check(q, k, v, block_lists, block_size=(128, 32))

@@ -24,17 +24,15 @@ import cutlass
 import cutlass.cute as cute
 from cutlass.cute.nvgpu import cpasync
 
-from .kv_loader import TmaKVLoader, _dshb, _sdhb
+from .kv_loader import TmaKVLoader, TmaTilePartition, _dshb, _sdhb
 
 
-class BlockTilePartition:
-    """The producer thread's TMA views (atoms; K's smem slices and global blocks; V's) and the
-    query group's block list: ``rows`` (int32 block indices), ``blocks`` listed, ``kv_blocks``
-    key blocks in K."""
+class BlockTilePartition(TmaTilePartition):
+    """``TmaTilePartition`` over the stages' block slices, with the query group's block list:
+    ``rows`` (int32 block indices), ``blocks`` listed, ``kv_blocks`` key blocks in K."""
 
     def __init__(self, tma_k, tma_v, tKsK, tKgK, tVsV, tVgV, rows, blocks, kv_blocks):
-        self.tma_k, self.tma_v = tma_k, tma_v
-        self.tKsK, self.tKgK, self.tVsV, self.tVgV = tKsK, tKgK, tVsV, tVgV
+        super().__init__(tma_k, tma_v, tKsK, tKgK, tVsV, tVgV)
         self.rows, self.blocks, self.kv_blocks = rows, blocks, kv_blocks
 
 
@@ -53,10 +51,6 @@ class TmaBlockKVLoader(TmaKVLoader):
                              f"atoms) dividing block_n, got {entry_keys} and {block_n}")
         self.entry_keys = entry_keys
         self.per_tile = block_n // entry_keys
-
-    @property
-    def index_words(self) -> int:
-        return 0
 
     def ring_words(self, stages: int) -> int:
         """No smem ring (one word, so the kernel's member is never empty)."""
@@ -89,20 +83,14 @@ class TmaBlockKVLoader(TmaKVLoader):
         return (cute.local_tile(tK, (E, D), (None, None, None, None)),
                 cute.local_tile(tV, (D, E), (None, None, None, None)))
 
-    def partition(self, tma_k, tma_v, gK, gV, sK, sV, rows=None, count=None, s_kv=None
-                  ) -> BlockTilePartition:
+    def partition(self, tma_k, tma_v, gK, gV, sK, sV, rows, count, s_kv) -> BlockTilePartition:
         """The TMA views over the stages' block slices, with the query group's list ``rows``
         of ``count`` key positions (``count / E`` blocks) over ``s_kv`` keys."""
         sK_blocks = cute.make_tensor(sK.iterator, self._ring(sK.layout, True))
         sV_blocks = cute.make_tensor(sV.iterator, self._ring(sV.layout, False))
-        tKsK, tKgK = cpasync.tma_partition(tma_k, 0, cute.make_layout(1),
-                                           cute.group_modes(sK_blocks, 0, 2),
-                                           cute.group_modes(gK, 0, 2))
-        tVsV, tVgV = cpasync.tma_partition(tma_v, 0, cute.make_layout(1),
-                                           cute.group_modes(sV_blocks, 0, 2),
-                                           cute.group_modes(gV, 0, 2))
         E = self.entry_keys
-        return BlockTilePartition(tma_k, tma_v, tKsK, tKgK, tVsV, tVgV, rows,
+        return BlockTilePartition(tma_k, tma_v,
+                                  *self._views(tma_k, tma_v, gK, gV, sK_blocks, sV_blocks), rows,
                                   cute.ceil_div(count, E), s_kv // E)
 
     def _ring(self, layout: cute.Layout, keys_first: bool) -> cute.Layout:

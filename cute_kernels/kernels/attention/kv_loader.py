@@ -94,13 +94,19 @@ class TmaKVLoader:
         return gK, gV
 
     def partition(self, tma_k, tma_v, gK, gV, sK, sV) -> TmaTilePartition:
+        return TmaTilePartition(tma_k, tma_v, *self._views(tma_k, tma_v, gK, gV, sK, sV))
+
+    @staticmethod
+    def _views(tma_k, tma_v, gK, gV, sK, sV) -> tuple:
+        """(tKsK, tKgK, tVsV, tVgV): the TMA partitions of the smem stages (first two modes
+        one copy, then the stage) and of the global tiles."""
         tKsK, tKgK = cpasync.tma_partition(tma_k, 0, cute.make_layout(1),
                                            cute.group_modes(sK, 0, 2),
                                            cute.group_modes(gK, 0, 2))
         tVsV, tVgV = cpasync.tma_partition(tma_v, 0, cute.make_layout(1),
                                            cute.group_modes(sV, 0, 2),
                                            cute.group_modes(gV, 0, 2))
-        return TmaTilePartition(tma_k, tma_v, tKsK, tKgK, tVsV, tVgV)
+        return tKsK, tKgK, tVsV, tVgV
 
     def load_k(self, part: TmaTilePartition, k_pipe, k_state, n, kv_head, batch):
         """K of key block ``n`` into stage ``k_state``."""
