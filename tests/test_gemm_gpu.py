@@ -277,3 +277,45 @@ def test_skinny_schedule_into_strided_out(forced_schedule, splits):
         big = torch.empty((13, cols), dtype=dtype, device="cuda")
         with pytest.raises(ValueError, match="stride"):
             ck.gemm(x, w.t(), out=big[:, :264])
+
+
+@HOPPER_ONLY
+@pytest.mark.parametrize("splits, cluster_m, m, n, k, a_major, b_major, epilogue", [
+    (4, 1, 128, 4096, 14336, "k", "k", None),  # issue 17's split shape
+    (3, 2, 333, 776, 264, "k", "n", "relu"),  # M, N residues, an idle half cluster, 88 / slice
+    (2, 1, 1000, 520, 4096, "m", "n", "gelu"),  # x M-major
+    (5, 1, 7, 1000, 1000, "k", "n", None),  # M = 7 unswapped, 5 slices of 200
+])
+def test_split_k_in_one_launch(forced_schedule, monkeypatch, splits, cluster_m, m, n, k,
+                               a_major, b_major, epilogue):
+    """``SPLIT_FIXUP``: split-K finished by the GEMM's own last CTA per tile (one launch):
+    against the reference (bf16 with a bias and fp32 out), twice in a row (the tile counters
+    are left at zero), bit-identical on a repeat (slices summed in order whichever finishes
+    last), and inside a CUDA graph (its own counters)."""
+    import cute_kernels.ops.gemm as gemm_ops
+    import cute_kernels.tuning.gemm as gemm_tuning
+
+    monkeypatch.setattr(gemm_tuning, "SPLIT_FIXUP", True)
+    forced_schedule(swap=False, splits=splits, cluster_m=cluster_m)
+    for _ in range(2):
+        run_gemm("hopper", m, n, k, a_major=a_major, b_major=b_major, bias=True,
+                 epilogue=epilogue)
+    run_gemm("hopper", m, n, k, a_major=a_major, b_major=b_major, dtype=torch.float16,
+             out_dtype=torch.float32)
+    assert gemm_ops._PLANS and all(p.fixup is not None for p in gemm_ops._PLANS.values())
+    x, w = rand(m, k), rand(n, k)
+    first = ck.linear(x, w)
+    assert torch.equal(first, ck.linear(x, w))
+    out = torch.full((m, n), POISON, dtype=torch.bfloat16, device="cuda")
+    ck.linear(x, w, out=out)  # the plan with out, made eagerly: the graph replays the fix-up
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        with torch.cuda.graph(graph, stream=stream):
+            ck.linear(x, w, out=out)
+    for _ in range(2):
+        out.fill_(POISON)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, first)
