@@ -39,14 +39,6 @@ if [ "$PART" = ops ]; then  # every other op's GPU tests (all launch through the
     --ignore=tests/test_gemm_gpu.py --ignore=tests/test_gated_mlp_gpu.py \
     --ignore=tests/test_dispatch_gpu.py
 fi
-if [ "$PART" = fixup ]; then  # split-K in one launch: its tests, memcheck, against two launches
-  step fixup-tests 240 python -m pytest -q --tb=short -p no:logging tests/test_gemm_gpu.py \
-    -k "split_k_in_one_launch"
-  step fixup-memcheck 120 "${SANITIZE[@]}" --tool memcheck python perf/gemm_skinny_probe.py
-  step fixup-perf 150 python perf/gemm_skinny.py --fixup --graphs --rounds 8 --out "$OUT" \
-    --shapes 128x4096x14336,64x4096x14336
-  grep -v DEBUG "$OUT/fixup-perf.log" | tail -14
-fi
 if [ "$PART" = sweep ]; then
   step skinny-sweep 500 python perf/gemm_skinny.py --variants --graphs --out "$OUT"
 fi

@@ -7,8 +7,6 @@ Sweep: M in {1, 8, 13, 64, 128, 512, 1024} against N x K in {14336 x 4096, 4096 
 ``out=`` given, as a server calls it). Ours is the op's default schedule (printed: tile, swap-AB,
 split-K). ``--variants`` also times, for M <= 128, forced schedules: the default's swap choice with
 1/2/4/8 K slices, and the plain (unswapped, unsplit) kernel, beside cuBLAS in the same loop.
-``--fixup``: for shapes the default splits unswapped, also split-K in one launch (the GEMM's
-last CTA per tile sums the slices: ``SPLIT_FIXUP``) at the default's and at 2 / 8 slices.
 ``--graphs`` times every contender also inside a CUDA graph (GPU time without host cost). Host
 µs/call (no sync, plan cached) is printed for both. Writes JSON + a PNG of the ratios.
 """
@@ -85,9 +83,6 @@ def main() -> None:
                     "128x224x64,64x128x64s4,128x64x64c1; a leading w: swapped (decode "
                     "shapes), w64x16x128s1")
     ap.add_argument("--shapes", default="", help="MxNxK,... instead of the sweep")
-    ap.add_argument("--fixup", action="store_true",
-                    help="unswapped split-K shapes: also the one-launch split (SPLIT_FIXUP) "
-                         "at the default and at 2 / 8 slices")
     ap.add_argument("--kvariants", default="128:6",
                     help="swapped variants as k-tile:max-stages,... (with --variants)")
     ap.add_argument("--rounds", type=int, default=15)
@@ -136,16 +131,6 @@ def main() -> None:
                             variants[f"{name} k{bk}x{stages}"] = forced_plan(
                                 x0, w0, splits=splits, tile=(*base.tile[:2], bk),
                                 max_stages=stages)
-        if args.fixup:
-            x0, w0 = sets[0]
-            base = gemm_ops.schedule(x0, w0)
-            if base.splits > 1 and not base.swap:
-                gemm_tuning.SPLIT_FIXUP = True
-                try:
-                    for splits in sorted({base.splits, 2, 8} & set(gemm_tuning.split_options(k))):
-                        variants[f"one launch s{splits}"] = forced_plan(x0, w0, splits=splits)
-                finally:
-                    gemm_tuning.SPLIT_FIXUP = False
         for name, plan in variants.items():
             contenders[name] = lambda s, plan=plan, out=out: run_plan(plan, s[0], s[1], out)
         t = bench_interleaved(contenders, sets, rounds=args.rounds)

@@ -1,6 +1,6 @@
 """A few skinny GEMM launches for compute-sanitizer (memcheck, racecheck): the default swap-AB
-/ split-K schedules on decode shapes, forced ones on residue shapes and split-K in one launch,
-each checked against an fp32 reference.
+/ split-K schedules on decode shapes and forced ones on residue shapes, each checked against
+an fp32 reference.
 
     compute-sanitizer --tool memcheck python perf/gemm_skinny_probe.py
 """
@@ -40,21 +40,6 @@ def main() -> None:
         out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
         check(run_plan(forced_plan(x, w, **fields), x, w, out), x, w, None,
               f"forced {fields} {m}x{n}x{k}")
-    # split-K in one launch (SPLIT_FIXUP): the last CTA per tile reads the others' partials
-    import cute_kernels.tuning.gemm as gemm_tuning
-
-    gemm_tuning.SPLIT_FIXUP = True
-    try:
-        for m, n, k, fields in ((128, 1024, 8192, dict(splits=4)),
-                                (333, 776, 264, dict(splits=3, cluster_m=2))):
-            x, w = rand(m, k), rand(n, k)
-            out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
-            plan = forced_plan(x, w, **fields)
-            assert plan.fixup is not None
-            for _ in range(2):  # the second launch finds the counters at zero again
-                check(run_plan(plan, x, w, out), x, w, None, f"one launch {fields} {m}x{n}x{k}")
-    finally:
-        gemm_tuning.SPLIT_FIXUP = False
     torch.cuda.synchronize()
 
 

@@ -408,35 +408,6 @@ def test_gemm_skinny_tiles_ptx(tile, a_major, b_major, c_form, out_dtype):
     _assert_no_spills(ptx, "sm_90a")
 
 
-@pytest.mark.parametrize("tile, cluster_m, out_dtype, bias", [
-    ((128, 128, 64), 1, "bfloat16", False), ((128, 128, 64), 2, "bfloat16", True),
-    ((64, 128, 64), 1, "float32", False)])
-def test_gemm_split_in_one_launch_ptx(tile, cluster_m, out_dtype, bias):
-    """Split-K in one launch (``GemmSm90(split_fixup=True)``): 8-byte partial stores, a
-    gpu-scope acq_rel fence before one acq_rel atomic add per tile (the slice count), the
-    counter put back to zero, a second fence before the slices' 8-byte loads, then the TMA
-    store of C; no spills."""
-    import re
-
-    import torch
-
-    from cute_kernels.kernels.gemm.epilogue import Epilogue
-    from cute_kernels.ops.gemm import fixup_build
-    from cute_kernels.runtime.compile import compile_ptx
-
-    ptx = compile_ptx(fixup_build(torch.bfloat16, getattr(torch, out_dtype), "k", "n",
-                                  Epilogue(bias=bias, activation="relu" if bias else None),
-                                  torch.bfloat16 if bias else None, cluster_m, tile, 8),
-                      "sm_90a")
-    assert len(re.findall(r"atom\.global\.acq_rel\.add\.u32", ptx)) == 1
-    assert ptx.count("fence.acq_rel.gpu;") == 2
-    assert re.search(r"st\.global\.b32\s+\[%rd\d+\], 0;", ptx)  # the counter reset
-    assert "st.global.v2.b32" in ptx and "ld.global.v2.b32" in ptx
-    mix = instruction_mix(ptx)
-    assert mix["cp.async.bulk.tensor"] > 0 and mix["wgmma"] > 0
-    _assert_no_spills(ptx, "sm_90a")
-
-
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("out_dtype, activation, bias_dtype", [
     ("bfloat16", None, None), ("float16", "gelu_tanh", "float32"),

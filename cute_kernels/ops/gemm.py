@@ -171,27 +171,6 @@ def gemm_build(kernel, dtype, out_dtype, a_major: str, b_major: str, bias_dtype,
            if drift else {})))
 
 
-def fixup_build(dtype, out_dtype, a_major: str, b_major: str, epilogue, bias_dtype,
-                cluster_m: int, tile, max_stages: int | None) -> Build:
-    """The Hopper GEMM that finishes split-K itself (``GemmSm90(split_fixup=True)``) against
-    fake operands: A and B as (rows, K / splits, splits) slice views, C the plain (M, N)
-    output, the tile-padded fp32 workspace (M', N', splits) and the int32 tile counters."""
-    import cutlass
-    from cutlass.cute.runtime import make_fake_tensor
-
-    from ..runtime.bridge import cutlass_dtype, sym
-
-    kernel = gemm_kernel("hopper", cluster_m, tile, False, max_stages, a_major=a_major,
-                         b_major=b_major, epilogue=epilogue, split_fixup=True)
-    bias = fake_vector(bias_dtype, align=4, divisibility=8) if bias_dtype is not None else None
-    work = make_fake_tensor(cutlass_dtype(torch.float32), (sym(), sym(), sym()),
-                            (sym(8), 1, sym(8)), assumed_align=16)
-    return Build(kernel, launch_args(
-        kernel, mA=fake_mkl(dtype, a_major), mB=fake_mkl(dtype, b_major),
-        mC=fake_mkl(out_dtype, "k", False), mBias=bias, num_ctas=cutlass.Int32(1),
-        mSync=None, mWork=work, mFlags=fake_vector(torch.int32, align=4)))
-
-
 def reduce_build(out_dtype, epilogue, bias_dtype) -> Build:
     """The split-K / swap-AB finishing kernel against a fully strided fp32 (M, N, splits)
     workspace view and a row-major output."""
@@ -245,7 +224,6 @@ class GemmPlan(NamedTuple):
     swap: bool = False
     views: object = None  # WorkspaceViews of a swap-AB / split-K launch
     flat: bool = False  # the kernel takes the plain 2-D operands (no (rows, K, 1) views)
-    fixup: tuple | None = None  # split-K in one launch: (padded rows, padded cols, tiles)
 
 
 #: (argument metadata) -> GemmPlan: a call whose tensors have the
@@ -282,8 +260,6 @@ def launch(plan: GemmPlan, a, b_nk, bias, out=None):
     ``out`` or a new tensor."""
     if out is None:
         out = torch.empty(plan.shape, dtype=plan.out_dtype, device=a.device)
-    if plan.fixup is not None:  # split-K finished by the GEMM's own last CTAs
-        return _split_in_one_launch(a, b_nk, bias, out, plan)
     if plan.reduce is not None:  # split-K launches (swapped or not)
         return _via_workspace(a, b_nk, bias, out, plan)
     if plan.swap:  # C^T = W X^T stored into out, which the kernel sees transposed
@@ -351,39 +327,6 @@ def _via_workspace(a, b_nk, bias, out, plan: GemmPlan):
     return out
 
 
-def _split_in_one_launch(a, b_nk, bias, out, plan: GemmPlan):
-    """Split-K in one launch: the kernel writes each K slice's fp32 partial into a
-    tile-padded workspace and the last CTA of each output tile sums them in slice order and
-    stores the tile (``GemmSm90(split_fixup=True)``); the tile counters are this stream's
-    (``split_counters``), left at zero by every launch."""
-    rows, cols, tiles = plan.fixup
-    splits = plan.views.lhs[0][2]
-    ws = torch.empty((splits, rows, cols), dtype=torch.float32, device=a.device)
-    plan.kernel(*gemm_params().call_args(
-        mA=a.as_strided(*plan.views.lhs), mB=b_nk.as_strided(*plan.views.rhs), mC=out,
-        mBias=bias, num_ctas=plan.ctas, mSync=None, mWork=ws.permute(1, 2, 0),
-        mFlags=split_counters(a.device, tiles)))
-    return out
-
-
-#: (device index, stream) -> int32 zeros: the one-launch split-K's tile counters. Every launch
-#: leaves them at zero, so launches in one stream share them; streams do not (two launches at
-#: once would count each other's slices).
-_COUNTERS: dict = {}
-
-
-def split_counters(device: torch.device, tiles: int) -> torch.Tensor:
-    """This stream's int32 tile counters (at least ``tiles``, zero between launches)."""
-    key = (device.index, torch.cuda.current_stream(device).cuda_stream)
-    counters = _COUNTERS.get(key)
-    if counters is None or counters.numel() < tiles:
-        counters = torch.zeros(max(tiles, 1024), dtype=torch.int32, device=device)
-        if torch.cuda.is_current_stream_capturing():
-            return counters  # the graph's own (zeroed on every replay), never kept
-        _COUNTERS[key] = counters
-    return counters
-
-
 def _launch_cached(a, b_nk, bias, out, out_dtype, epilogue):
     """A repeat eager call launched straight from the plan an earlier call with the same
     metadata made, skipping the argument checks and the route (µs that a decode-sized GEMM
@@ -414,10 +357,6 @@ def _plan(a, b_nk, bias, out, out_dtype, epilogue, a_name, b_name) -> GemmPlan:
         if plan.splits == 1 and a.dim() == 2 and out_rows % 8 == 0:
             return _swap_plan(a, out_dtype, epilogue, bias_dtype, shape, plan, a_major,
                               b_major)
-        if (gemm_tuning.SPLIT_FIXUP and not plan.swap and a.dim() == 2 and out_rows % 8 == 0
-                and shape[1] % 8 == 0):
-            return _fixup_plan(a, b_nk, out_dtype, epilogue, bias_dtype, shape, plan,
-                               a_major, b_major)
         return _workspace_plan(a, b_nk, out_dtype, epilogue, bias_dtype, shape, plan,
                                a_major, b_major)
     # Hopper: 2-D operands reach the kernel as they are (it adds the batch mode of one), no
@@ -450,24 +389,6 @@ def _swap_plan(a, out_dtype, epilogue, bias_dtype, shape, sched, a_major,
         sched.cluster_m, sched.tile, False, sched.max_stages, batched=False,
         c_transposed=True), hopper_key=(sched.cluster_m, sched.tile, sched.max_stages))
     return GemmPlan(shape, out_dtype, kernel, sched.ctas, False, None, True, flat=True)
-
-
-def _fixup_plan(a, b_nk, out_dtype, epilogue, bias_dtype, shape, sched, a_major,
-                b_major) -> GemmPlan:
-    """Split-K in one launch (``SPLIT_FIXUP``): the kernel takes the K-slice views of the
-    2-D operands and stores into ``out`` itself (``fixup_build``)."""
-    key = ("gemm_split_fixup", a.dtype, out_dtype, a_major, b_major, epilogue, bias_dtype)
-    kernel = kernel_for(a.device, key, lambda path, target: fixup_build(
-        a.dtype, out_dtype, a_major, b_major,
-        _epilogue(bias_dtype is not None, epilogue), bias_dtype, sched.cluster_m,
-        sched.tile, sched.max_stages), hopper_key=(sched.cluster_m, sched.tile,
-                                                   sched.max_stages))
-    bm, bn, cm = sched.tile[0], sched.tile[1], sched.cluster_m
-    # whole clusters of M tiles: a cluster's idle CTA past M still counts its slices in
-    tiles_m, tiles_n = -(-shape[0] // (bm * cm)) * cm, -(-shape[1] // bn)
-    return GemmPlan(shape, out_dtype, kernel, sched.ctas, False, None, False,
-                    WorkspaceViews.make(a, b_nk, False, sched.splits),
-                    fixup=(tiles_m * bm, tiles_n * bn, tiles_m * tiles_n))
 
 
 def _workspace_plan(a, b_nk, out_dtype, epilogue, bias_dtype, shape, sched, a_major,

@@ -90,10 +90,6 @@ SPLIT_BELOW_EFFICIENCY = 0.5
 #: efficiency: 4 slices that fill 97% of the SMs beat 8 that fill 97% too. The partials'
 #: memory traffic is charged on top (``split_score``).
 SPLIT_PENALTY = 0.01
-#: an unswapped split-K launch on 2-D operands finishes itself: the last CTA of each output
-#: tile sums the slices' fp32 partials and stores the tile (``GemmSm90(split_fixup=True)``),
-#: instead of a second kernel over the workspace
-SPLIT_FIXUP = False
 
 
 class GemmSchedule(NamedTuple):

@@ -49,10 +49,9 @@ class GemmSm80:
 
     @cute.jit
     def __call__(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, mBias,
-                 num_ctas: cutlass.Int32, stream, mSync=None, mWork=None, mFlags=None):
+                 num_ctas: cutlass.Int32, stream, mSync=None):
         """``num_ctas`` and ``mSync`` (the persistent CTA budget and drift counter of the
-        Hopper kernel's signature) are unused: this kernel launches one CTA per output tile;
-        ``mWork`` / ``mFlags`` (the Hopper kernel's one-launch split-K) are never passed here."""
+        Hopper kernel's signature) are unused: this kernel launches one CTA per output tile."""
         dtype = mA.element_type
         tiled_mma = cute.make_tiled_mma(
             warp.MmaF16BF16Op(dtype, cutlass.Float32, (16, 8, 16)),

@@ -85,8 +85,7 @@ class GemmSm90:
                  tile=DEFAULT_TILE, max_stages: int = 5, group_m: int = 16,
                  epi_n: int = 32, epi_stages: int = 2, gated: str | None = None,
                  cluster_m: int = DEFAULT_CLUSTER_M,
-                 drift_slack: int | None = None, c_transposed: bool = False,
-                 split_fixup: bool = False):
+                 drift_slack: int | None = None, c_transposed: bool = False):
         # drift_slack (with a zeroed int32 counter passed as mSync): a cluster starts its j-th
         # tile only once every cluster has issued the loads of its first j - drift_slack tiles,
         # so clusters that share A / B panels in L2 stay within drift_slack tiles of each other
@@ -97,11 +96,6 @@ class GemmSm90:
         # c_transposed: mC arrives as the row-major (N', M') output of a swap-AB launch and is
         # seen as its column-major transpose (M', N'): no host-side view per call
         self.c_transposed = c_transposed
-        # split_fixup: the batch dim of A and B is K slices (split-K); each CTA writes its
-        # slice's fp32 partial into mWork, and the last of a tile's CTAs to finish (an int32
-        # counter per tile in mFlags, left at zero again) sums the slices in order and stores
-        # the tile into C (M, N) through the normal epilogue: split-K in one launch
-        self.split_fixup = split_fixup
         # cluster_m CTAs along M share B tiles (multicast)
         self.cluster_m = cluster_m
         self.a_major, self.b_major = a_major, b_major
@@ -128,7 +122,7 @@ class GemmSm90:
 
     @cute.jit
     def __call__(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, mBias,
-                 num_ctas: cutlass.Int32, stream, mSync=None, mWork=None, mFlags=None):
+                 num_ctas: cutlass.Int32, stream, mSync=None):
         if cutlass.const_expr(self.c_transposed):
             mC = cute.make_tensor(mC.iterator, cute.select(mC.layout, mode=[1, 0]))
         # plain (rows, K) operands get their batch mode of one here (with_batch_mode)
@@ -168,9 +162,7 @@ class GemmSm90:
 
         @cute.struct
         class SharedStorage:
-            # (split_fixup: one more word, where a tile's last-CTA verdict is shared)
-            mbar: cute.struct.MemRange[cutlass.Int64,
-                                       stages * 2 + (1 if self.split_fixup else 0)]
+            mbar: cute.struct.MemRange[cutlass.Int64, stages * 2]
             sA: cute.struct.Align[cute.struct.MemRange[ab_dtype, cute.cosize(sA_layout)], 1024]
             sB: cute.struct.Align[cute.struct.MemRange[ab_dtype, cute.cosize(sB_layout)], 1024]
             sC: cute.struct.Align[cute.struct.MemRange[c_dtype, cute.cosize(sC_layout)], 1024]
@@ -180,7 +172,7 @@ class GemmSm90:
         self.stages = stages
         self.c_layout = c_layout
         self.kernel(tiled_mma, tma_a, tA, tma_b, tB, tma_c, tC, mC, mBias,
-                    sA_layout, sB_layout, sC_layout, mSync, mWork, mFlags).launch(
+                    sA_layout, sB_layout, sC_layout, mSync).launch(
             grid=(num_ctas, 1, 1), block=(self.threads, 1, 1), cluster=(cm, 1, 1),
             stream=stream)
 
@@ -188,8 +180,7 @@ class GemmSm90:
     def kernel(self, tiled_mma: cute.TiledMma, tma_a: cute.CopyAtom, tA: cute.Tensor,
                tma_b: cute.CopyAtom, tB: cute.Tensor, tma_c: cute.CopyAtom, tC: cute.Tensor,
                mC: cute.Tensor, mBias, sA_layout: cute.ComposedLayout,
-               sB_layout: cute.ComposedLayout, sC_layout: cute.ComposedLayout, mSync, mWork,
-               mFlags):
+               sB_layout: cute.ComposedLayout, sC_layout: cute.ComposedLayout, mSync):
         """The state every role shares (smem, the A/B pipeline, the tile views, the persistent
         schedule), then the role of this warp: ``load`` in the producer's TMA warp; in the
         consumers, ``mma`` then ``epilogue_tile`` (or ``gated_epilogue_tile``) per tile."""
@@ -242,7 +233,7 @@ class GemmSm90:
         # below num_tiles, mapped to this CTA's (m, n, batch) tile by _tile_coord
         sched = SimpleNamespace(cluster_id=cluster_id, num_clusters=num_clusters,
                                 num_tiles=num_tiles, tiles_mc=tiles_mc, tiles_n=tiles_n,
-                                k_tiles=k_tiles, cta_rank=cta_rank, batches=batches)
+                                k_tiles=k_tiles, cta_rank=cta_rank)
         # what the producer loads: this CTA loads its b_rank-th share of each B tile and
         # multicasts it to the CTAs of b_mcast_mask
         ab = SimpleNamespace(pipe=ab_pipe, tma_a=tma_a, sA=sA, gA=gA, tma_b=tma_b, sB=sB, gB=gB,
@@ -266,10 +257,7 @@ class GemmSm90:
                 tm, tn, tl = self._tile_coord(tile, sched.tiles_mc, sched.tiles_n,
                                               sched.cta_rank)
                 rel, rd = self.mma(tiled_mma, ab.pipe, frag, sched.k_tiles, rel, rd)
-                if cutlass.const_expr(self.split_fixup):
-                    if self._split_fixup(frag, storage, mWork, mFlags, tm, tn, tl, sched, ctid):
-                        self.epilogue_tile(tiled_mma, frag, epi, tm, tn, 0)
-                elif cutlass.const_expr(self.gated is not None):
+                if cutlass.const_expr(self.gated is not None):
                     self.gated_epilogue_tile(frag, epi, tm, tn, tl)
                 else:
                     self.epilogue_tile(tiled_mma, frag, epi, tm, tn, tl)
@@ -409,45 +397,6 @@ class GemmSm90:
                                tRS_rSub=tRS_rSub, tRS_rOut=tRS_rOut,
                                sub_size=cute.size(tRS_rSub), n_sub=bn // self.epi_tile[1],
                                cC=cC, is_store_warp=is_store_warp, store_pipe=store_pipe)
-
-    @cute.jit
-    def _split_fixup(self, frag: SimpleNamespace, storage, mWork, mFlags, tm, tn, tl,
-                     sched: SimpleNamespace, ctid):
-        """Split-K in one launch (``split_fixup``): this CTA's fp32 partial of tile (tm, tn)
-        into slot ``tl`` of ``mWork`` (tile-padded (M', N', splits): no bounds to check), a
-        release, then one thread counts the slice in; the CTA that brings the count to
-        ``splits`` resets it and sums every slot in slice order into the accumulators (the
-        sum does not depend on which slice finished last). Returns whether this CTA stores
-        the tile. No CTA waits for another, so the schedule cannot hang."""
-        bm, bn, _ = self.tile
-        acc, thr_mma = frag.acc, frag.thr_mma
-        threads = 128 * self.consumer_wgs
-        gW = cute.local_tile(mWork, (bm, bn), (None, None, None))  # (bm, bn, TM, TN, S)
-        thr_mma.partition_C(gW[(None, None, tm, tn, tl)]).store(acc.load())
-        cute.arch.fence_acq_rel_gpu()  # this thread's partial before the count
-        cute.arch.barrier(barrier_id=Barrier.EPILOGUE, number_of_threads=threads)
-        # the verdict's smem word: the one past the A/B pipeline's barriers
-        sLast = cute.make_tensor(cute.recast_ptr(storage.mbar.data_ptr() + 2 * self.stages,
-                                                 dtype=cutlass.Int32), cute.make_layout(1))
-        if ctid == 0:
-            tile_id = tm * sched.tiles_n + tn
-            old = cute.arch.atomic_add(mFlags.iterator + tile_id, cutlass.Int32(1),
-                                       sem="acq_rel", scope="gpu")
-            sLast[0] = cutlass.Int32(0)
-            if old == sched.batches - 1:
-                sLast[0] = cutlass.Int32(1)
-                mFlags[tile_id] = cutlass.Int32(0)  # zero again for the next launch
-        cute.arch.barrier(barrier_id=Barrier.EPILOGUE, number_of_threads=threads)
-        last = sLast[0] == 1
-        if last:
-            cute.arch.fence_acq_rel_gpu()  # the other slices' partials after the count
-            total = cute.make_rmem_tensor_like(acc)
-            total.fill(0.0)
-            for s in cutlass.range(sched.batches, unroll=1):
-                part = thr_mma.partition_C(gW[(None, None, tm, tn, s)])
-                total.store(total.load() + part.load())
-            acc.store(total.load())
-        return last
 
     @cute.jit
     def epilogue_tile(self, tiled_mma, frag: SimpleNamespace, epi: SimpleNamespace, tm, tn, tl):
