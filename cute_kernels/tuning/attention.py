@@ -111,11 +111,13 @@ def hopper_gather_config(head_dim: int, group: int, short: bool = False,
     loader is issue-bound, not latency-bound. D = 64 is not tuned yet. ``short`` (D = 128,
     group 128, lists of at most ``SHORT_GATHER_MAX_KEYS`` keys): 64 x 64 tiles two CTAs per
     SM, whose prologues and epilogues overlap each other's MMAs; ``persistent`` (short lists,
-    more tiles than CTAs): those CTAs stay resident and walk their tiles
-    (``ops.tile_order.snake_walks``), each fetching its next tile's Q and K/V while it
-    finishes the last. ``entry_keys`` (lists of blocks of that many keys, block-sparse
-    attention's packed small blocks): with ``GATHER_TMA_BLOCKS``, one TMA box per listed block
-    (``gather_tma``) where the blocks are whole swizzle atoms that tile the key tile."""
+    more tiles than CTAs): those CTAs stay resident and walk their tiles (the device's
+    ``ops.tile_order.snake_walks`` for single keys; for a reused block-sparse mask's packed
+    lists, walks dealt on the host: ``ops.column_sparse.packed_walks``), each fetching its
+    next tile's Q and K/V while it finishes the last. ``entry_keys`` (lists of blocks of that
+    many keys, block-sparse attention's packed small blocks): with ``GATHER_TMA_BLOCKS``, one
+    TMA box per listed block (``gather_tma``) where the blocks are whole swizzle atoms that
+    tile the key tile."""
     if group not in (128, 192):
         raise ValueError(f"the Hopper gather kernel takes group 128 or 192 (one consumer "
                          f"warpgroup per 64 rows of a group), got {group}")
