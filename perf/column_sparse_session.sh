@@ -121,4 +121,13 @@ dict(persistent=True, walks='lpt')]"
   for f in "$OUT"/final-loaders.log "$OUT"/final-op.log; do
     echo "--- $f"; grep -v DEBUG "$f" | tail -20; done
 fi
+if [ "$PART" = narrow ]; then  # packed 32-key blocks on 64 x 32 tiles; what the baselines launch
+  step baseline-kernels 200 python perf/baseline_kernels.py
+  LPT="dict(persistent=True, walks='lpt'"
+  step narrow-8k 300 python perf/block_sparse_loaders.py --seq 8192 --blocks 32,16 \
+    --rounds 12 --configs "[$LPT), $LPT, block_n=32), $LPT, block_n=32, stages=3), \
+$LPT, block_n=32, stages=4), $LPT, block_n=32, stages=3, fixed=4)]"
+  for f in "$OUT"/baseline-kernels.log "$OUT"/narrow-8k.log; do
+    echo "--- $f"; grep -v DEBUG "$f" | tail -60; done
+fi
 echo; printf '%s\n' "${summary[@]}"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import re
 from functools import partial
 
 import torch
@@ -46,7 +47,7 @@ def forced_plan(x, w, **fields):
     (``skinny=False``: the unswapped, unsplit schedule)."""
     real = gemm_tuning.schedule
 
-    def schedule(m, n, k, batch, sms, skinny=True):
+    def schedule(m, n, k, batch, sms, skinny=True, cluster_split=True):
         if fields.get("skinny", True) is False:
             return real(m, n, k, batch, sms, skinny=False)
         base = real(m, n, k, batch, sms)
@@ -54,7 +55,8 @@ def forced_plan(x, w, **fields):
         rows, cols = (n, m) if s.swap else (m, n)
         tiles_m = -(-rows // s.tile[0])
         units = -(-tiles_m // s.cluster_m) * -(-cols // s.tile[1])
-        ctas = min(sms // s.cluster_m, units * s.splits) * s.cluster_m
+        size = s.cluster_m * s.cluster_k  # CTAs per cluster
+        ctas = fields.get("ctas") or min(sms // size, units * s.splits) * size
         return s._replace(ctas=ctas, drift=False)
 
     gemm_tuning.schedule = schedule
@@ -79,9 +81,10 @@ def main() -> None:
     ap.add_argument("--variants", action="store_true")
     ap.add_argument("--graphs", action="store_true")
     ap.add_argument("--tiles", default="",
-                    help="tiles (and K slices, cluster) to force as variants, e.g. "
-                    "128x224x64,64x128x64s4,128x64x64c1; a leading w: swapped (decode "
-                    "shapes), w64x16x128s1")
+                    help="tiles (K slices s through the workspace or k in a cluster, at most "
+                    "p stages, cluster c) to force as variants, e.g. 128x224x64,64x128x64s4,"
+                    "128x128x64k4,128x64x64p8c1; a leading w: swapped (decode shapes), "
+                    "w64x16x128s1")
     ap.add_argument("--shapes", default="", help="MxNxK,... instead of the sweep")
     ap.add_argument("--kvariants", default="128:6",
                     help="swapped variants as k-tile:max-stages,... (with --variants)")
@@ -91,14 +94,18 @@ def main() -> None:
     shapes = QUICK if args.quick else SWEEP
     if args.shapes:
         shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
-    # "MxNxK" or "MxNxKsS" (S K slices), "...cC" (clusters of C along M); a leading "w": a
-    # swapped variant (M <= SWAP_MAX_M)
+    # "MxNxK" or "MxNxKsS" (S K slices), "...pP" (at most P pipeline stages), "...cC" (clusters
+    # of C along M); a leading "w": a swapped variant (M <= SWAP_MAX_M)
     tiles = []
     for t in (t for t in args.tiles.split(",") if t):
-        body, _, cluster = t.lstrip("w").partition("c")
-        shape, _, splits = body.partition("s")
-        tiles.append((tuple(int(v) for v in shape.split("x")), int(splits or 1),
-                      t.startswith("w"), int(cluster) if cluster else None))
+        spec = re.fullmatch(
+            r"(w?)(\d+)x(\d+)x(\d+)(?:s(\d+))?(?:k(\d+))?(?:p(\d+))?(?:c(\d+))?", t)
+        if spec is None:
+            ap.error(f"--tiles: {t!r} is not [w]MxNxK[sS][kK][pP][cC]")
+        swap, tm, tn, tk, splits, cluster_k, stages, cluster = spec.groups()
+        tiles.append(((int(tm), int(tn), int(tk)), int(splits or 1), swap == "w",
+                      int(cluster) if cluster else None, int(stages) if stages else None,
+                      int(cluster_k or 1)))
     kvariants = [tuple(int(v) for v in t.split(":")) for t in args.kvariants.split(",") if t]
     rows, table, variant_table = [], [], []
     for m, n, k in shapes:
@@ -109,14 +116,21 @@ def main() -> None:
         contenders = {"cute": lambda s, out=out: ck.linear(s[0], s[1], out=out),
                       "cuBLAS": lambda s, out=out: torch.matmul(s[0], s[1].t(), out=out)}
         variants = {}
-        for tile, splits, swap, cluster in tiles:
+        for tile, splits, swap, cluster, stages, cluster_k in tiles:
             if (swap == (m <= gemm_tuning.SWAP_MAX_M)
                     and splits in gemm_tuning.split_options(k)):
-                extra = {} if cluster is None else {"cluster_m": cluster}
+                extra = {"cluster_k": cluster_k} if cluster is None else {
+                    "cluster_m": cluster, "cluster_k": cluster_k}
+                if cluster_k > 1:  # split-K in a cluster: no K slices through the workspace
+                    extra = {"cluster_m": 1, "cluster_k": cluster_k}
+                if stages is None and swap:
+                    stages = gemm_tuning.SWAP_MAX_STAGES
                 variants[f"{'swap ' if swap else ''}tile {'x'.join(map(str, tile))} "
-                         f"s{splits}{'' if cluster is None else f' c{cluster}'}"] = forced_plan(
+                         f"s{splits}{f' k{cluster_k}' if cluster_k > 1 else ''}"
+                         f"{'' if stages is None else f' p{stages}'}"
+                         f"{'' if cluster is None else f' c{cluster}'}"] = forced_plan(
                     sets[0][0], sets[0][1], tile=tile, splits=splits, swap=swap,
-                    max_stages=gemm_tuning.SWAP_MAX_STAGES if swap else None, **extra)
+                    max_stages=stages, **extra)
         if args.variants and m <= 128:
             x0, w0 = sets[0]
             swapped = m <= gemm_tuning.SWAP_MAX_M

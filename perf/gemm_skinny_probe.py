@@ -1,6 +1,6 @@
 """A few skinny GEMM launches for compute-sanitizer (memcheck, racecheck): the default swap-AB
-/ split-K schedules on decode shapes and forced ones on residue shapes, each checked against
-an fp32 reference.
+/ split-K schedules on decode shapes and forced ones on residue shapes (split-K through the
+workspace and in a cluster), each checked against an fp32 reference.
 
     compute-sanitizer --tool memcheck python perf/gemm_skinny_probe.py
 """
@@ -30,12 +30,20 @@ def main() -> None:
     def rand(*shape):
         return (torch.randn(*shape, device="cuda", generator=gen) / 4).bfloat16()
 
-    for m, n, k in ((1, 4096, 14336), (13, 2048, 4096), (128, 1024, 8192), (48, 1000, 512)):
+    # the last: split-K in clusters of two (48 tiles of 128x128, K 2048), by default
+    for m, n, k in ((1, 4096, 14336), (13, 2048, 4096), (128, 1024, 8192), (48, 1000, 512),
+                    (768, 1024, 2048)):
         x, w, b = rand(m, k), rand(n, k), rand(n)
         check(ck.linear(x, w, b), x, w, b, f"default {m}x{n}x{k}")
     for m, n, k, fields in ((7, 1000, 264, dict(splits=3)),
                             (29, 776, 1000, dict(splits=5, tile=(128, 32, 64))),
-                            (1, 520, 136, dict(splits=1))):
+                            (1, 520, 136, dict(splits=1)),
+                            # split-K in a cluster: one tile per cluster, then 2 clusters
+                            # walking 42 tiles (the receive buffer handed back between them)
+                            (333, 776, 1000, dict(tile=(128, 128, 64), cluster_m=1,
+                                                  cluster_k=2)),
+                            (700, 896, 2048, dict(tile=(128, 64, 64), cluster_m=1,
+                                                  cluster_k=2, ctas=4))):
         x, w = rand(m, k), rand(n, k)
         out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
         check(run_plan(forced_plan(x, w, **fields), x, w, out), x, w, None,

@@ -193,11 +193,13 @@ DECODE_SHAPES = [(m, n, k) for m in (1, 7, 13, 32) for n, k in ((14336, 4096), (
 
 @HOPPER_ONLY
 @pytest.mark.parametrize("m, n, k", DECODE_SHAPES + [(64, 4096, 14336), (128, 4096, 14336),
-                                                     (333, 1024, 4096), (48, 14336, 4096)])
+                                                     (333, 1024, 4096), (48, 14336, 4096),
+                                                     (768, 1024, 8192), (1000, 1000, 2048)])
 def test_skinny_shapes_default_schedule(m, n, k):
     """Decode shapes take a swap-AB / split-K / 64-row-tile schedule by themselves (asserted),
     and match the reference; M = 333 splits unswapped with 2x1 clusters and an idle half
-    cluster; M = 48 runs 64-row tiles."""
+    cluster; M = 48 runs 64-row tiles; 768 x 1024 x 8192 and 1000 x 1000 x 2048 split K
+    in clusters of two."""
     from cute_kernels.ops.gemm import schedule
 
     x, w = rand(m, k), rand(n, k)
@@ -219,14 +221,20 @@ def forced_schedule(monkeypatch):
 
     real = gemm_tuning.schedule
 
-    def force(*, swap: bool, splits: int, tile_n: int = 16, cluster_m: int = 1):
-        def schedule(m, n, k, batch, sms, skinny=True):
+    def force(*, swap: bool, splits: int, tile_n: int = 16, cluster_m: int = 1, tile=None,
+              cluster_k: int = 1, ctas: int | None = None):
+        def schedule(m, n, k, batch, sms, skinny=True, cluster_split=True):
             base = real(m, n, k, batch, sms, skinny=False)
             if not skinny:
                 return base
-            tile = (128, tile_n, 64) if swap else base.tile
-            return gemm_tuning.GemmSchedule(tile, 1 if swap else cluster_m, sms, False,
-                                            swap=swap, splits=splits, max_stages=8)
+            t = (128, tile_n, 64) if swap else tile or base.tile
+            if cluster_k > 1 and not cluster_split:  # fp32 out: the workspace's K slices
+                ok = cluster_k in gemm_tuning.split_options(k)
+                return gemm_tuning.GemmSchedule(t, 1, sms, False, splits=cluster_k if ok else 1)
+            size = (1 if swap else cluster_m) * cluster_k
+            return gemm_tuning.GemmSchedule(t, 1 if swap else cluster_m,
+                                            ctas or sms // size * size, False, swap=swap,
+                                            splits=splits, max_stages=8, cluster_k=cluster_k)
 
         monkeypatch.setattr(gemm_ops, "_PLANS", {})
         monkeypatch.setattr(gemm_tuning, "schedule", schedule)
@@ -248,6 +256,50 @@ def test_forced_skinny_schedules(forced_schedule, swap, splits, tile_n, m, n, k,
                                  b_major, epilogue):
     forced_schedule(swap=swap, splits=splits, tile_n=tile_n, cluster_m=2)
     run_gemm("hopper", m, n, k, a_major=a_major, b_major=b_major, bias=True, epilogue=epilogue)
+    run_gemm("hopper", m, n, k, a_major=a_major, b_major=b_major, dtype=torch.float16,
+             out_dtype=torch.float32)
+
+
+@HOPPER_ONLY
+def test_cluster_split_default_route_and_fp32_out():
+    """A long-K problem with few 128x128 tiles splits K in clusters of two by default (one
+    launch, no workspace); with an fp32 output it takes the unsplit or workspace route."""
+    import cute_kernels.ops.gemm as gemm_ops
+
+    x, w = rand(768, 8192), rand(1024, 8192)
+    assert gemm_ops.schedule(x, w).cluster_k == 2
+    for out_dtype in (torch.bfloat16, torch.float32):
+        gemm_ops._PLANS.clear()
+        out = torch.full((768, 1024), POISON, dtype=out_dtype, device="cuda")
+        ck.linear(x, w, out=out)
+        check(out, x.float() @ w.float().t(), (x @ w.t()).float(), f"out {out_dtype}")
+        (plan,) = gemm_ops._PLANS.values()
+        assert plan.reduce is None  # one launch either way (fp32: 128x64 tiles, unsplit)
+
+
+@HOPPER_ONLY
+@pytest.mark.parametrize("tile, cluster_k, ctas, m, n, k, a_major, b_major, epilogue", [
+    ((128, 128, 64), 2, None, 1000, 520, 4096, "m", "n", None),
+    ((128, 128, 64), 2, None, 333, 776, 1000, "k", "n", "gelu"),  # 16 k-tiles, residues
+    ((128, 64, 64), 2, None, 1024, 1024, 136, "k", "k", "silu"),  # 3 k-tiles: 1 + 2
+    ((64, 128, 64), 2, None, 48, 1000, 264, "k", "n", "gelu_tanh"),  # 5 k-tiles: 2 + 3
+    ((128, 128, 64), 2, 4, 700, 896, 2048, "k", "n", "relu"),  # 2 clusters walk 42 tiles
+    ((128, 64, 64), 2, 2, 129, 200, 512, "k", "k", None),  # 1 cluster, 8 tiles
+    ((128, 128, 64), 4, None, 333, 776, 1024, "k", "n", "gelu")])  # 4 slices of 4 k-tiles
+def test_cluster_split_k(forced_schedule, tile, cluster_k, ctas, m, n, k, a_major, b_major,
+                         epilogue):
+    """Split-K in a cluster (the K slices summed through DSMEM in the launch) on residue
+    shapes, slices of unequal k-tile counts, and few clusters walking many tiles (the
+    receive buffer handed back between tiles); fp32 out takes the workspace route."""
+    import cute_kernels.ops.gemm as gemm_ops
+
+    forced_schedule(swap=False, splits=1, tile=tile, cluster_k=cluster_k, ctas=ctas)
+    for _ in range(2):  # fresh inputs, the same compiled plan
+        run_gemm("hopper", m, n, k, a_major=a_major, b_major=b_major, bias=True,
+                 epilogue=epilogue)
+    assert {(p.reduce is None, p.ctas) for p in gemm_ops._PLANS.values()} == {
+        (True, ctas or torch.cuda.get_device_properties(0).multi_processor_count
+         // cluster_k * cluster_k)}
     run_gemm("hopper", m, n, k, a_major=a_major, b_major=b_major, dtype=torch.float16,
              out_dtype=torch.float32)
 

@@ -408,6 +408,29 @@ def test_gemm_skinny_tiles_ptx(tile, a_major, b_major, c_form, out_dtype):
     _assert_no_spills(ptx, "sm_90a")
 
 
+@pytest.mark.parametrize("tile, cluster_k", [((128, 128, 64), 2), ((128, 64, 64), 2),
+                                              ((64, 128, 64), 4)])
+def test_gemm_cluster_split_ptx(tile, cluster_k):
+    """Split-K in a cluster: each thread pushes its partial of every peer's share with
+    16-byte st.async (complete_tx on the peer's mbarrier), one branch per rank; the K slices
+    are summed and stored in the launch (no fp32 workspace), and nothing spills."""
+    import torch
+
+    from cute_kernels.kernels.gemm.epilogue import Epilogue
+    from cute_kernels.ops.gemm import make_build
+    from cute_kernels.runtime.compile import compile_ptx
+
+    ptx = compile_ptx(make_build("hopper", torch.bfloat16, torch.bfloat16, "k", "k",
+                                 Epilogue(bias=True, activation="gelu"), torch.bfloat16, 1,
+                                 tile, batched=False, cluster_k=cluster_k), "sm_90a")
+    values = tile[0] * tile[1] // (2 * tile[0])  # fp32 accumulators per consumer thread
+    pushes = cluster_k * (cluster_k - 1) * values // cluster_k // 4  # per rank branch, summed
+    assert ptx.count("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32") == pushes
+    assert "barrier.cluster.arrive" in ptx and "barrier.cluster.wait" in ptx
+    assert "mbarrier.arrive.release.cluster" in ptx  # the buffer handed back to the peers
+    _assert_no_spills(ptx, "sm_90a")
+
+
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("out_dtype, activation, bias_dtype", [
     ("bfloat16", None, None), ("float16", "gelu_tanh", "float32"),

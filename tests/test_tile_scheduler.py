@@ -201,3 +201,24 @@ def test_lpt_walks_of_a_gather_grid():
     assert max(loads) - min(loads) <= max(flat) + 2
     assert walks.tolist() == balanced_walks(order.tolist(),
                                             [flat[t] + 2 for t in order.tolist()], 264)
+
+
+def test_cluster_split_schedules():
+    """Long K with too few 128x128 tiles to fill the SMs: two CTAs per tile in a cluster,
+    the K halves summed in the launch (one wave, 70-100% of the SMs); short K, fewer tiles
+    (the workspace's 4 slices), more tiles, batched, gated or fp32-out problems do not."""
+    from cute_kernels.tuning.gemm import CLUSTER_SPLIT_TILE, schedule
+
+    for m, n, k, ctas in ((1024, 1024, 4096, 128), (768, 1024, 8192, 96),
+                          (512, 2048, 8192, 128), (1024, 1024, 2048, 128)):
+        s = schedule(m, n, k, 1, 132)
+        assert (s.cluster_k, s.cluster_m, s.splits, s.tile, s.ctas) == (
+            2, 1, 1, CLUSTER_SPLIT_TILE, ctas), (m, n, k, s)
+        assert not s.skinny and "split-K 2 in the cluster" in s.describe()
+        assert schedule(m, n, k, 1, 132, cluster_split=False).cluster_k == 1
+        assert schedule(m, n, k, 2, 132).cluster_k == 1  # batched
+        assert schedule(m, n, k, 1, 132, skinny=False).cluster_k == 1  # gated
+    assert schedule(1024, 1024, 1024, 1, 132).cluster_k == 1  # K too short
+    assert schedule(1024, 1536, 8192, 1, 132).cluster_k == 1  # 96 tiles: 192 CTAs
+    assert schedule(128, 4096, 14336, 1, 132).splits == 4  # 32 tiles: the workspace's split
+    assert schedule(64, 1024, 8192, 1, 132).cluster_k == 1  # 64-row tiles

@@ -110,16 +110,19 @@ def _validate(a, b_nk, bias, out, out_dtype, *, a_name: str, b_name: str):
 
 
 def gemm_kernel(path: str, cluster_m: int = DEFAULT_CLUSTER_M, tile=DEFAULT_TILE,
-                drift: bool = False, max_stages: int | None = None, **config):
-    """The GEMM kernel object of a path; ``cluster_m``, ``tile`` and ``drift`` (the wave
-    drift limiter, see ``schedule``) concern the Hopper kernel (the Ampere kernel has its own
-    tile and takes the drift counter argument without using it)."""
+                drift: bool = False, max_stages: int | None = None, cluster_k: int = 1,
+                **config):
+    """The GEMM kernel object of a path; ``cluster_m``, ``tile``, ``drift`` (the wave drift
+    limiter, see ``schedule``) and ``cluster_k`` (split-K in a cluster) concern the Hopper
+    kernel (the Ampere kernel has its own tile and takes the drift counter argument without
+    using it)."""
     if path == "hopper":
         from ..kernels.gemm.sm90 import GemmSm90
 
         stages = {} if max_stages is None else {"max_stages": max_stages}
+        split = {} if cluster_k == 1 else {"cluster_k": cluster_k}
         return GemmSm90(cluster_m=cluster_m, tile=tile, drift_slack=0 if drift else None,
-                        **stages, **config)
+                        **stages, **split, **config)
     from ..kernels.gemm.sm80 import GemmSm80
 
     return GemmSm80(**config)
@@ -128,13 +131,14 @@ def gemm_kernel(path: str, cluster_m: int = DEFAULT_CLUSTER_M, tile=DEFAULT_TILE
 def make_build(path: str, dtype, out_dtype, a_major: str, b_major: str, epilogue,
                bias_dtype=None, cluster_m: int = DEFAULT_CLUSTER_M,
                tile=DEFAULT_TILE, drift: bool = False, max_stages: int | None = None,
-               c_form: str = "rows", batched: bool = True, c_transposed: bool = False
-               ) -> Build:
+               c_form: str = "rows", batched: bool = True, c_transposed: bool = False,
+               cluster_k: int = 1) -> Build:
     """The GEMM kernel of ``path`` against fake operands (``gemm_build``); ``c_transposed``
-    (Hopper): C is the row-major output of a swap-AB launch, stored transposed."""
+    (Hopper): C is the row-major output of a swap-AB launch, stored transposed;
+    ``cluster_k`` (Hopper): split-K over a cluster's CTAs, reduced in the launch."""
     if epilogue.bias and bias_dtype is None:
         raise ValueError("a bias epilogue needs the bias dtype (bias_dtype)")
-    kernel = gemm_kernel(path, cluster_m, tile, drift, max_stages, a_major=a_major,
+    kernel = gemm_kernel(path, cluster_m, tile, drift, max_stages, cluster_k, a_major=a_major,
                          b_major=b_major, epilogue=epilogue,
                          **({"c_transposed": True} if c_transposed else {}))
     return gemm_build(kernel, dtype, out_dtype, a_major, b_major,
@@ -349,9 +353,11 @@ def _plan(a, b_nk, bias, out, out_dtype, epilogue, a_name, b_name) -> GemmPlan:
         return GemmPlan(shape, out_dtype, None, 0, False)
     plan = schedule(a, b_nk)
     _LOG.debug("gemm %s x %s: %s", tuple(a.shape), tuple(b_nk.shape), plan.describe())
-    tile, cluster_m, ctas, drift = plan.tile, plan.cluster_m, plan.ctas, plan.drift
     bias_dtype = bias.dtype if bias is not None else None
     hopper = (forced_path() or device_target(a.device)[0]) == "hopper"
+    if plan.cluster_k > 1 and out_dtype == torch.float32:  # the cluster split stores 16 bits
+        plan = schedule(a, b_nk, cluster_split=False)
+    tile, cluster_m, ctas, drift = plan.tile, plan.cluster_m, plan.ctas, plan.drift
     if plan.skinny and hopper:
         out_rows = out.stride(0) if out is not None else shape[-1]
         if plan.splits == 1 and a.dim() == 2 and out_rows % 8 == 0:
@@ -370,7 +376,8 @@ def _plan(a, b_nk, bias, out, out_dtype, epilogue, a_name, b_name) -> GemmPlan:
     kernel = kernel_for(a.device, key, lambda path, target: make_build(
         path, a.dtype, out_dtype, a_major, b_major,
         _epilogue(bias=bias_dtype is not None, activation=epilogue), bias_dtype, cluster_m,
-        tile, drift, batched=not flat), hopper_key=(cluster_m, tile))
+        tile, drift, plan.max_stages, batched=not flat, cluster_k=plan.cluster_k),
+        hopper_key=(cluster_m, tile, plan.max_stages, plan.cluster_k))
     return GemmPlan(shape, out_dtype, kernel, ctas, drift, flat=flat)
 
 
@@ -429,14 +436,16 @@ def _degenerate(a, bias, out, plan: GemmPlan, epilogue):
     return out
 
 
-def schedule(a: torch.Tensor, b_nk: torch.Tensor, *,
-             skinny: bool = True) -> gemm_tuning.GemmSchedule:
+def schedule(a: torch.Tensor, b_nk: torch.Tensor, *, skinny: bool = True,
+             cluster_split: bool = True) -> gemm_tuning.GemmSchedule:
     """The Hopper launch for these operands (``tuning.gemm.schedule`` on this device;
-    ``skinny=False``: never swap-AB or split-K)."""
+    ``skinny=False``: never swap-AB or split-K; ``cluster_split=False``: K slices only
+    through the fp32 workspace)."""
     batch = a.shape[0] if a.dim() == 3 else 1
     # the K slices of split-K are the launch's batch dim: 2-D operands only
     return gemm_tuning.schedule(a.shape[-2], b_nk.shape[-2], a.shape[-1], batch,
-                                sm_count(a.device), skinny=skinny and a.dim() == 2)
+                                sm_count(a.device), skinny=skinny and a.dim() == 2,
+                                cluster_split=cluster_split)
 
 
 def _epilogue_reference(acc: torch.Tensor, bias, epilogue):

@@ -41,6 +41,7 @@ TILE_SPEEDS = {DEFAULT_TILE: 1.0, (128, 224, 64): 0.96, (128, 192, 64): 0.97,
 #: 64 x 28672 x 8192: 163.5 / 183.9 / 170.1; 48 x 14336 x 4096: 44.0 / 51.1 / 44.1 (GPU
 #: time, H100, perf/gemm_skinny.py --tiles)
 HALF_TILE_SPEEDS = {(64, 128, 64): 1.0, (64, 256, 64): 0.97}
+HALF_TILE_MAX_M = 64
 #: the gated GEMM's tiles (its epilogue pairs columns in the wgmma C layout of these widths)
 GATED_TILE_SPEEDS = {t: TILE_SPEEDS[t] for t in (DEFAULT_TILE, (128, 192, 64), (128, 128, 64))}
 
@@ -90,6 +91,20 @@ SPLIT_BELOW_EFFICIENCY = 0.5
 #: efficiency: 4 slices that fill 97% of the SMs beat 8 that fill 97% too. The partials'
 #: memory traffic is charged on top (``split_score``).
 SPLIT_PENALTY = 0.01
+#: split-K in a cluster (GemmSm90 ``cluster_k``): the two CTAs of a cluster take one
+#: 128x128 tile's K halves and sum them through DSMEM in the launch (no workspace, no reduce).
+#: It pays where a long-K problem has too few 128x128 tiles for the SMs, so the unsplit
+#: schedule fell back to the slow 128x64 tile: with 2 CTAs per tile filling at least
+#: ``CLUSTER_SPLIT_MIN_FILL`` of the SMs in one wave, K >= ``CLUSTER_SPLIT_MIN_K``. H200,
+#: perf/gemm_skinny.py --tiles 128x128x64k2, graph us (unsplit 128x64 default / cluster
+#: split / cuBLAS): 1024x1024x2048 11.3 / 10.9 / 8.2, x4096 19.9 / 16.7 / 14.9, x8192
+#: 37.9 / 32.0 / 26.0, x16384 77.3 / 56.0 / 55.9; 768x1024x8192 38.4 / 25.1 / 30.6;
+#: 512x2048x8192 39.4 / 33.3 / 31.6. Not where it loses: 1024^3 (K 1024) 7.4 / 8.1;
+#: 128x4096x14336 (32 tiles: 64 CTAs) against the workspace's 4 slices on 128 CTAs 45.9 /
+#: 40.2; 4 slices per cluster wait for co-resident clusters of 4 (1024x1024x4096 36.5 us)
+CLUSTER_SPLIT_TILE = (128, 128, 64)
+CLUSTER_SPLIT_MIN_K = 2048
+CLUSTER_SPLIT_MIN_FILL = 0.7
 
 
 class GemmSchedule(NamedTuple):
@@ -102,6 +117,7 @@ class GemmSchedule(NamedTuple):
     swap: bool = False  # C^T = B A^T: the weight's rows are the tile's M
     splits: int = 1  # K slices (batch dim of the launch), summed by SplitKReduce
     max_stages: int | None = None  # pipeline depth cap (None: the kernel's default)
+    cluster_k: int = 1  # K slices in a cluster, reduced through DSMEM in the launch
 
     @property
     def skinny(self) -> bool:
@@ -110,14 +126,17 @@ class GemmSchedule(NamedTuple):
 
     def describe(self) -> str:
         """One line for logs and the CLI."""
-        parts = [f"tile {self.tile[0]}x{self.tile[1]}x{self.tile[2]}",
-                 f"cluster {self.cluster_m}x1", f"{self.ctas} CTAs"]
+        cluster = f"{self.cluster_m}x1" + (f"x{self.cluster_k}" if self.cluster_k > 1 else "")
+        parts = [f"tile {self.tile[0]}x{self.tile[1]}x{self.tile[2]}", f"cluster {cluster}",
+                 f"{self.ctas} CTAs"]
         if self.swap:
             parts.append("swap-AB")
         if self.splits > 1:
             parts.append(f"split-K {self.splits}")
         if self.splits > 1:
             parts.append("fp32 workspace + reduce")
+        if self.cluster_k > 1:
+            parts.append(f"split-K {self.cluster_k} in the cluster, summed through DSMEM")
         elif self.swap:  # one launch; an out whose rows are not 16-byte multiples: workspace
             parts.append("C^T stored into out")
         if self.drift:
@@ -160,7 +179,7 @@ def split_score(units: int, rows: int, cols: int, k: int, slots: int, splits: in
 
 
 def schedule(m: int, n: int, k: int, batch: int, sms: int, *,
-             skinny: bool = True) -> GemmSchedule:
+             skinny: bool = True, cluster_split: bool = True) -> GemmSchedule:
     """The Hopper launch of an (M, N, K) x batch GEMM on ``sms`` SMs (the Ampere kernel
     ignores it).
 
@@ -172,8 +191,9 @@ def schedule(m: int, n: int, k: int, batch: int, sms: int, *,
     ``skinny=False`` is the gated GEMM's schedule: its own tiles (``GATED_TILE_SPEEDS``),
     never swapped or split (its epilogue pairs C's own columns). With ``skinny``, an
     unbatched problem may also be swapped (M <= ``SWAP_MAX_M``) and split along K: a swapped
-    launch is split until it has ``STREAM_CTAS`` CTAs (it is memory-bound), an
-    unswapped one only when its tiles leave SMs idle in a single wave.
+    launch is split until it has ``STREAM_CTAS`` CTAs (it is memory-bound), an unswapped
+    one in a cluster of two (``CLUSTER_SPLIT_TILE``; ``cluster_split=False``: not, for an
+    fp32 output) or through the workspace when its tiles leave SMs idle in a single wave.
     """
     if skinny and batch == 1 and m <= SWAP_MAX_M:
         tile = (DEFAULT_TILE[0], next(t for t in SWAP_TILES_N if t >= m), SWAP_K_TILE)
@@ -187,7 +207,8 @@ def schedule(m: int, n: int, k: int, batch: int, sms: int, *,
         return GemmSchedule(tile, 1, ctas, False, swap=True, splits=splits,
                             max_stages=SWAP_MAX_STAGES)
     cluster_m = DEFAULT_CLUSTER_M if m > DEFAULT_TILE[0] else 1
-    speeds = GATED_TILE_SPEEDS if not skinny else HALF_TILE_SPEEDS if m <= 64 else TILE_SPEEDS
+    speeds = (GATED_TILE_SPEEDS if not skinny else HALF_TILE_SPEEDS if m <= HALF_TILE_MAX_M
+              else TILE_SPEEDS)
     tile = pick_tile(m, n, batch, sms, speeds, cluster_m)
     units = cluster_tiles(m, n, batch, tile, cluster_m)
     ctas = persistent_grid(units * cluster_m, sms, cluster_size=cluster_m)
@@ -195,6 +216,10 @@ def schedule(m: int, n: int, k: int, batch: int, sms: int, *,
     k_tiles = -(-k // tile[2])
     drift = waves >= DRIFT_MIN_WAVES and k_tiles >= DRIFT_MIN_K_TILES
     slots = max(1, sms // cluster_m)
+    pairs = cluster_tiles(m, n, batch, CLUSTER_SPLIT_TILE, 1)
+    if (skinny and cluster_split and batch == 1 and m > HALF_TILE_MAX_M
+            and k >= CLUSTER_SPLIT_MIN_K and CLUSTER_SPLIT_MIN_FILL * sms <= 2 * pairs <= sms):
+        return GemmSchedule(CLUSTER_SPLIT_TILE, 1, 2 * pairs, False, cluster_k=2)
     if (skinny and batch == 1 and wave_efficiency(units, slots) < SPLIT_BELOW_EFFICIENCY
             and len(split_options(k)) > 1):
         # fewer tiles than SMs: the tile and the split are chosen together

@@ -23,6 +23,7 @@ from ..common.constants import SM90_BARRIER_RESERVE, SM90_SMEM_BYTES
 from ..common.dsl import python_unrolled, with_batch_mode
 from ..common.tile_scheduler import grouped_tile_coord
 from ..common.warp_ptx import ld_acquire_gpu, nanosleep
+from .cluster_split import ClusterSplitK
 from .epilogue import Epilogue, gate_pairs, gated_store_copy
 from .tiles import DEFAULT_CLUSTER_M, DEFAULT_TILE
 
@@ -66,6 +67,10 @@ class GemmSm90:
     barriers count the peer's warps). This halves B's L2->SM traffic and keeps the pair in
     lockstep, which keeps long-K problems inside L2 (ncu at 16384x53248x16384 without it:
     215 GB DRAM reads, 23% L2 hits).
+    Cluster split-K (``cluster_k`` 2 or 4, ``cluster_m`` 1): the cluster's CTAs take one
+    tile's K ranges, then exchange fp32 partials through DSMEM so each sums and stores its
+    share of the subtiles (``ClusterSplitK``, cluster_split.py); its receive buffer, (k - 1)
+    / k of the fp32 tile (32 KiB at 128x128, k = 2), comes out of the pipeline stages.
     Schedule: persistent clusters (one CTA per SM) walk cluster tiles in grouped order
     (``group_m`` tile-rows at a time, tile_scheduler.py), so the producer already streams
     tile t+1's k-tiles while the consumers run tile t's epilogue.
@@ -85,7 +90,8 @@ class GemmSm90:
                  tile=DEFAULT_TILE, max_stages: int = 5, group_m: int = 16,
                  epi_n: int = 32, epi_stages: int = 2, gated: str | None = None,
                  cluster_m: int = DEFAULT_CLUSTER_M,
-                 drift_slack: int | None = None, c_transposed: bool = False):
+                 drift_slack: int | None = None, c_transposed: bool = False,
+                 cluster_k: int = 1):
         # drift_slack (with a zeroed int32 counter passed as mSync): a cluster starts its j-th
         # tile only once every cluster has issued the loads of its first j - drift_slack tiles,
         # so clusters that share A / B panels in L2 stay within drift_slack tiles of each other
@@ -96,8 +102,13 @@ class GemmSm90:
         # c_transposed: mC arrives as the row-major (N', M') output of a swap-AB launch and is
         # seen as its column-major transpose (M', N'): no host-side view per call
         self.c_transposed = c_transposed
-        # cluster_m CTAs along M share B tiles (multicast)
-        self.cluster_m = cluster_m
+        # cluster_m CTAs along M share B tiles (multicast); cluster_k CTAs split one tile's K
+        # and reduce the slices through DSMEM (cluster_split.py)
+        if cluster_k > 1 and (cluster_m > 1 or gated or c_transposed):
+            raise ValueError(f"cluster_k {cluster_k} (split-K in a cluster) takes cluster_m 1 "
+                             f"and a plain row-major C (got cluster_m {cluster_m}, gated "
+                             f"{gated}, c_transposed {c_transposed})")
+        self.cluster_m, self.cluster_k = cluster_m, cluster_k
         self.a_major, self.b_major = a_major, b_major
         # gated: B holds interleaved (up, gate) rows; C gets act(gate) * up, N / 2 columns
         self.gated = gated
@@ -115,6 +126,7 @@ class GemmSm90:
         self.producer_regs, self.consumer_regs = 40, 232
 
     def _stages(self, ab_bytes_per_stage: int, c_bytes: int) -> int:
+        # c_bytes: what else the tile keeps in smem (the C ring, cluster split-K's buffer)
         fit = (SM90_SMEM_BYTES - SM90_BARRIER_RESERVE - c_bytes) // ab_bytes_per_stage
         if fit < 2:
             raise ValueError(f"tile {self.tile} does not fit two pipeline stages in smem")
@@ -141,8 +153,16 @@ class GemmSm90:
             # subtile-major: one whole-tile subtile (2 pipeline stages fit next to it)
             self.epi_tile, self.epi_stages = (bm, bn), 1
         ab_stage_bytes = (bm + bn) * bk * ab_dtype.width // 8
-        stages = self._stages(ab_stage_bytes,
-                              self.epi_stages * bm * self.epi_tile[1] * c_dtype.width // 8)
+        c_bytes = self.epi_stages * bm * self.epi_tile[1] * c_dtype.width // 8
+        ck = self.cluster_k
+        if cutlass.const_expr(ck > 1):
+            if cutlass.const_expr(c_dtype.width == 32):
+                raise ValueError("cluster split-K stores a 16-bit C (fp32 C: the workspace "
+                                 "route)")
+            threads = 128 * self.consumer_wgs
+            self.split = ClusterSplitK(ck, threads, bm * bn // threads, bn // self.epi_tile[1])
+            c_bytes += self.split.buffer_elems() * 4
+        stages = self._stages(ab_stage_bytes, c_bytes)
         sA_layout = sm90_utils.make_smem_layout_a(LayoutEnum.from_tensor(mA), self.tile,
                                                   ab_dtype, stages)
         sB_layout = sm90_utils.make_smem_layout_b(LayoutEnum.from_tensor(mB), self.tile,
@@ -168,12 +188,27 @@ class GemmSm90:
             sC: cute.struct.Align[cute.struct.MemRange[c_dtype, cute.cosize(sC_layout)], 1024]
 
         self.storage_cls = SharedStorage
+        if cutlass.const_expr(ck > 1):
+            @cute.struct
+            class SplitStorage:  # SharedStorage + the split's mbarriers and receive buffer
+                mbar: cute.struct.MemRange[cutlass.Int64, stages * 2]
+                sA: cute.struct.Align[cute.struct.MemRange[ab_dtype, cute.cosize(sA_layout)],
+                                      1024]
+                sB: cute.struct.Align[cute.struct.MemRange[ab_dtype, cute.cosize(sB_layout)],
+                                      1024]
+                sC: cute.struct.Align[cute.struct.MemRange[c_dtype, cute.cosize(sC_layout)],
+                                      1024]
+                red_mbar: cute.struct.MemRange[cutlass.Int64, 2]  # full, free
+                sRed: cute.struct.Align[cute.struct.MemRange[cutlass.Float32,
+                                                             self.split.buffer_elems()], 128]
+
+            self.storage_cls = SplitStorage
         self.ab_dtype = ab_dtype
         self.stages = stages
         self.c_layout = c_layout
         self.kernel(tiled_mma, tma_a, tA, tma_b, tB, tma_c, tC, mC, mBias,
                     sA_layout, sB_layout, sC_layout, mSync).launch(
-            grid=(num_ctas, 1, 1), block=(self.threads, 1, 1), cluster=(cm, 1, 1),
+            grid=(num_ctas, 1, 1), block=(self.threads, 1, 1), cluster=(cm * ck, 1, 1),
             stream=stream)
 
     @cute.kernel
@@ -201,10 +236,13 @@ class GemmSm90:
         # a 1-D cluster of cm CTAs along M: the rank is the M coordinate
         cta_layout_mnk = cute.make_layout((cm, 1, 1))
         cta_rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
-        cluster_coord = cta_layout_mnk.get_flat_coord(cta_rank)  # (rank_m, 0, 0)
+        # with cluster split-K (cluster_m 1) the rank is the K slice instead
+        m_rank = 0 if cutlass.const_expr(self.cluster_k > 1) else cta_rank
+        cluster_coord = cta_layout_mnk.get_flat_coord(m_rank)  # (rank_m, 0, 0)
         b_mcast_mask = cute.make_layout_image_mask(cta_layout_mnk, cluster_coord, mode=0)
-        cluster_id = bidx // cm
-        num_clusters = gdimx // cm
+        ck = self.cluster_k
+        cluster_id = bidx // (cm * ck)
+        num_clusters = gdimx // (cm * ck)
         storage = cutlass.memory.SmemAllocator().allocate(self.storage_cls)
         stage_bytes = (cute.size_in_bytes(ab_dtype, cute.slice_(sA_layout, (None, None, 0)))
                        + cute.size_in_bytes(ab_dtype, cute.slice_(sB_layout, (None, None, 0))))
@@ -214,6 +252,17 @@ class GemmSm90:
             consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
                                                      self.consumer_wgs * 4 * cm),
             tx_count=stage_bytes, cta_layout_vmnk=cute.make_layout((1, cm, 1, 1)))
+        red = None
+        if cutlass.const_expr(ck > 1):  # the split's barriers, initialized cluster-wide
+            red_mbar = storage.red_mbar.data_ptr()
+            red = SimpleNamespace(sRed=self.split.buffer(storage.sRed.data_ptr()),
+                                  full=red_mbar, free=red_mbar + 1, barrier=Barrier.EPILOGUE)
+            if warp == 0:
+                with cute.arch.elect_one():
+                    self.split.init_barriers(red.full, red.free)
+            cute.arch.mbarrier_init_fence()
+            cute.arch.cluster_arrive()
+            cute.arch.cluster_wait()
         sA = storage.sA.get_tensor(sA_layout.outer, swizzle=sA_layout.inner)
         sB = storage.sB.get_tensor(sB_layout.outer, swizzle=sB_layout.inner)
         sC = storage.sC.get_tensor(sC_layout.outer, swizzle=sC_layout.inner)
@@ -227,13 +276,21 @@ class GemmSm90:
         tiles_n = cutlass.Int32(cute.size(gB, mode=[2]))
         batches = cutlass.Int32(cute.size(gA, mode=[4]))
         k_tiles = cutlass.Int32(cute.size(gA, mode=[3]))
+        # this CTA's k-tiles; with cluster split-K, the cluster rank's share of them (the op
+        # launches it only with at least cluster_k k-tiles: no slice is empty)
+        k_first, k_end, k_count = 0, k_tiles, k_tiles
+        if cutlass.const_expr(ck > 1):
+            k_first = k_tiles * cta_rank // ck
+            k_end = k_tiles * (cta_rank + 1) // ck
+            k_count = k_end - k_first
         tiles_mc = (tiles_m + cm - 1) // cm
         num_tiles = tiles_mc * tiles_n * batches
         # the persistent schedule: this cluster's tiles are cluster_id, + num_clusters, ...
         # below num_tiles, mapped to this CTA's (m, n, batch) tile by _tile_coord
         sched = SimpleNamespace(cluster_id=cluster_id, num_clusters=num_clusters,
                                 num_tiles=num_tiles, tiles_mc=tiles_mc, tiles_n=tiles_n,
-                                k_tiles=k_tiles, cta_rank=cta_rank)
+                                k_first=k_first, k_end=k_end, k_count=k_count,
+                                cta_rank=cta_rank, m_rank=m_rank)
         # what the producer loads: this CTA loads its b_rank-th share of each B tile and
         # multicasts it to the CTAs of b_mcast_mask
         ab = SimpleNamespace(pipe=ab_pipe, tma_a=tma_a, sA=sA, gA=gA, tma_b=tma_b, sB=sB, gB=gB,
@@ -255,10 +312,17 @@ class GemmSm90:
             for tile in cutlass.range(sched.cluster_id, sched.num_tiles, sched.num_clusters,
                                       unroll=1):
                 tm, tn, tl = self._tile_coord(tile, sched.tiles_mc, sched.tiles_n,
-                                              sched.cta_rank)
-                rel, rd = self.mma(tiled_mma, ab.pipe, frag, sched.k_tiles, rel, rd)
+                                              sched.m_rank)
+                rel, rd = self.mma(tiled_mma, ab.pipe, frag, sched.k_count, rel, rd)
                 if cutlass.const_expr(self.gated is not None):
                     self.gated_epilogue_tile(frag, epi, tm, tn, tl)
+                elif cutlass.const_expr(ck > 1):  # sum the cluster's K slices, store a share
+                    self.split.exchange(
+                        red, epi.tRS_rAcc, ctid, sched.cta_rank,
+                        (tile - sched.cluster_id) // sched.num_clusters,
+                        tile + sched.num_clusters < sched.num_tiles,
+                        lambda subs, tm=tm, tn=tn, tl=tl: self.epilogue_tile(
+                            tiled_mma, frag, epi, tm, tn, tl, subs))
                 else:
                     self.epilogue_tile(tiled_mma, frag, epi, tm, tn, tl)
             is_store_warp, store_pipe = epi.is_store_warp, epi.store_pipe
@@ -276,7 +340,7 @@ class GemmSm90:
         (``b_rank``) and the CTAs it multicasts to (``b_mcast_mask``). With the drift limiter
         (``drift_slack`` and ``mSync``), each tile first waits for the other clusters."""
         ab_pipe, tma_a, tma_b, b_mcast_mask = ab.pipe, ab.tma_a, ab.tma_b, ab.b_mcast_mask
-        cta_rank, num_clusters = sched.cta_rank, sched.num_clusters
+        m_rank, num_clusters = sched.m_rank, sched.num_clusters
         tAsA, tAgA = cpasync.tma_partition(tma_a, 0, cute.make_layout(1),
                                            cute.group_modes(ab.sA, 0, 2),
                                            cute.group_modes(ab.gA, 0, 2))
@@ -290,8 +354,8 @@ class GemmSm90:
         for tile in cutlass.range(sched.cluster_id, sched.num_tiles, num_clusters, unroll=1):
             if cutlass.const_expr(limit):
                 self._await_clusters(mSync, (wave - self.drift_slack) * num_clusters)
-            tm, tn, tl = self._tile_coord(tile, sched.tiles_mc, sched.tiles_n, cta_rank)
-            for kt in cutlass.range(sched.k_tiles, unroll=1):
+            tm, tn, tl = self._tile_coord(tile, sched.tiles_mc, sched.tiles_n, m_rank)
+            for kt in cutlass.range(sched.k_first, sched.k_end, unroll=1):
                 ab_pipe.producer_acquire(prod)
                 full = ab_pipe.producer_get_barrier(prod)
                 cute.copy(tma_a, tAgA[(None, tm, kt, tl)], tAsA[(None, prod.index)],
@@ -301,7 +365,7 @@ class GemmSm90:
                 ab_pipe.producer_commit(prod)
                 prod.advance()
             if cutlass.const_expr(limit):
-                if cta_rank == 0:
+                if sched.cta_rank == 0:
                     with cute.arch.elect_one():
                         cute.arch.red(mSync.iterator, cutlass.Int32(1), op="add",
                                       dtype="s32", sem="release", scope="gpu")
@@ -399,10 +463,11 @@ class GemmSm90:
                                cC=cC, is_store_warp=is_store_warp, store_pipe=store_pipe)
 
     @cute.jit
-    def epilogue_tile(self, tiled_mma, frag: SimpleNamespace, epi: SimpleNamespace, tm, tn, tl):
+    def epilogue_tile(self, tiled_mma, frag: SimpleNamespace, epi: SimpleNamespace, tm, tn, tl,
+                      subtiles=None):
         """The ``Epilogue`` hook on fp32 with coordinates, then (epi_m, epi_n) subtiles, each a
         TMA store from a 2-deep smem ring: the stmatrix of subtile s overlaps the store of
-        subtile s - 1."""
+        subtile s - 1. ``subtiles``: only these (a compile-time range; cluster split-K)."""
         bm, bn, _ = self.tile
         acc, mC, sC, tma_c, ctid = frag.acc, epi.mC, epi.sC, epi.tma_c, epi.ctid
         c_dtype, n_sub, sub_size = mC.element_type, epi.n_sub, epi.sub_size
@@ -414,8 +479,9 @@ class GemmSm90:
         gC_epi = cute.zipped_divide(epi.gC[(None, None, tm, tn, tl)], self.epi_tile)
         tCsC, tCgC = cpasync.tma_partition(tma_c, 0, cute.make_layout(1),
                                            cute.group_modes(sC, 0, 2), gC_epi)
-        for sub in cutlass.range_constexpr(n_sub):
-            buf = sub % self.epi_stages
+        subtiles = range(n_sub) if subtiles is None else subtiles
+        for i, sub in enumerate(subtiles):
+            buf = i % self.epi_stages
             if cutlass.const_expr(n_sub == 1):
                 # whole tile at once (fp32 output), in chunks of one copy atom
                 r2s_c = cute.make_tiled_copy_C(epi.r2s_atom, tiled_mma)
