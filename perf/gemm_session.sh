@@ -122,4 +122,19 @@ if [ "$PART" = cluster-final ]; then  # the cluster split by default: every GEMM
   for f in "$OUT"/final-medium.log "$OUT"/final-sweep.log; do echo "--- $f"
     grep -v "DEBUG\|Warn" "$f" | tail -40; done
 fi
+if [ "$PART" = cluster4 ]; then  # cluster split with deeper rings; 128x192 pairs
+  step cluster4-speed 400 python perf/gemm_skinny.py --graphs --rounds 10 \
+    --shapes 128x4096x14336,64x4096x14336,1024x1536x8192,1024x1536x4096,3000x5000x3072 \
+    --tiles 128x64x64k2p8,128x64x64k2p6,64x128x64k2p8,128x192x64k2,128x128x64k2,128x64x64s2p8
+  echo "--- cluster4"; grep -v "DEBUG\|Warn" "$OUT/cluster4-speed.log" | tail -24
+fi
+if [ "$PART" = cluster-final2 ]; then  # the tile choice of the cluster split: tests, speed
+  step final2-gemm-tests 500 python -m pytest -q --tb=short -p no:logging \
+    tests/test_gemm_gpu.py tests/test_dispatch_gpu.py
+  step final2-memcheck 150 "${SANITIZE[@]}" --tool memcheck python perf/gemm_skinny_probe.py
+  step final2-shapes 300 python perf/gemm_skinny.py --graphs --rounds 10 --out "$OUT/paired" \
+    --shapes 128x4096x14336,64x4096x14336,48x4096x14336,333x1024x4096,512x1024x8192,\
+1024x1536x4096,1024x1536x8192,1024x1024x4096,768x1024x8192
+  echo "--- final2"; grep -v "DEBUG\|Warn" "$OUT/final2-shapes.log" | tail -16
+fi
 echo; echo "=== summary"; printf '%s\n' "${summary[@]}"

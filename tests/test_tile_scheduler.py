@@ -69,7 +69,7 @@ def test_skinny_schedules():
     assert not schedule(64, 28672, 8192, 1, 132).skinny
     assert schedule(64, 28672, 8192, 1, 132).tile == (64, 128, 64)
     assert schedule(48, 14336, 4096, 1, 132).tile[0] == 64
-    assert schedule(64, 4096, 14336, 1, 132).splits > 1
+    assert schedule(64, 4096, 14336, 1, 132).cluster_k == 2  # 32 tiles: K halves paired
     assert schedule(65, 4096, 4096, 1, 132).tile[0] == 128
     assert schedule(64, 14336, 4096, 1, 132, skinny=False).tile[0] == 128  # gated: 128 rows
     # 32 tiles of 128 rows of a 4096-row weight: 64 tiles of 64 rows instead, unsplit (64
@@ -80,8 +80,10 @@ def test_skinny_schedules():
     # 1024 rows: 16 tiles of 64 rows, still too few: split 4 ways
     assert schedule(7, 1024, 4096, 1, 132).splits == 4
     assert schedule(13, 14336, 4096, 1, 132).splits == 1  # 112 tiles: no split
-    # M = 128 x 4096 x 14336: 32 tiles of 128 x 128, split 4 ways
-    assert schedule(128, 4096, 14336, 1, 132).splits == 4
+    # M = 128 x 4096 x 14336: 32 tiles of 128 x 128; 64 of 128 x 64, K halves paired in
+    # clusters (through the workspace, 4 slices of 128 x 128, without cluster splits)
+    assert schedule(128, 4096, 14336, 1, 132).cluster_k == 2
+    assert schedule(128, 4096, 14336, 1, 132, cluster_split=False).splits == 4
     assert not schedule(128, 4096, 14336, 1, 132).swap
     # a split whose partials would cost a third of the operands' traffic is not taken
     assert not schedule(128, 28672, 8192, 1, 132).skinny
@@ -204,21 +206,27 @@ def test_lpt_walks_of_a_gather_grid():
 
 
 def test_cluster_split_schedules():
-    """Long K with too few 128x128 tiles to fill the SMs: two CTAs per tile in a cluster,
-    the K halves summed in the launch (one wave, 70-100% of the SMs); short K, fewer tiles
-    (the workspace's 4 slices), more tiles, batched, gated or fp32-out problems do not."""
-    from cute_kernels.tuning.gemm import CLUSTER_SPLIT_TILE, schedule
+    """Long K with too few tiles to fill the SMs: two CTAs per tile in a cluster, the K
+    halves summed in the launch (one wave, 70-100% of the SMs; 64 CTAs for 64-row tiles),
+    the tile of best speed x fill; short K, fewer tiles (the workspace's slices), more
+    tiles, batched, gated or fp32-out problems do not."""
+    from cute_kernels.tuning.gemm import schedule
 
-    for m, n, k, ctas in ((1024, 1024, 4096, 128), (768, 1024, 8192, 96),
-                          (512, 2048, 8192, 128), (1024, 1024, 2048, 128)):
+    for m, n, k, tile, ctas, stages in (
+            (1024, 1024, 4096, (128, 128, 64), 128, None),
+            (768, 1024, 8192, (128, 128, 64), 96, None),
+            (512, 2048, 8192, (128, 128, 64), 128, None),
+            (1024, 1536, 8192, (128, 192, 64), 128, None),
+            (128, 4096, 14336, (128, 64, 64), 128, 8),
+            (64, 4096, 14336, (64, 128, 64), 64, 8)):  # 64-row tiles: 64 CTAs stream it
         s = schedule(m, n, k, 1, 132)
-        assert (s.cluster_k, s.cluster_m, s.splits, s.tile, s.ctas) == (
-            2, 1, 1, CLUSTER_SPLIT_TILE, ctas), (m, n, k, s)
+        assert (s.cluster_k, s.cluster_m, s.splits, s.tile, s.ctas, s.max_stages) == (
+            2, 1, 1, tile, ctas, stages), (m, n, k, s)
         assert not s.skinny and "split-K 2 in the cluster" in s.describe()
         assert schedule(m, n, k, 1, 132, cluster_split=False).cluster_k == 1
         assert schedule(m, n, k, 2, 132).cluster_k == 1  # batched
         assert schedule(m, n, k, 1, 132, skinny=False).cluster_k == 1  # gated
     assert schedule(1024, 1024, 1024, 1, 132).cluster_k == 1  # K too short
-    assert schedule(1024, 1536, 8192, 1, 132).cluster_k == 1  # 96 tiles: 192 CTAs
-    assert schedule(128, 4096, 14336, 1, 132).splits == 4  # 32 tiles: the workspace's split
-    assert schedule(64, 1024, 8192, 1, 132).cluster_k == 1  # 64-row tiles
+    assert schedule(2048, 2048, 4096, 1, 132).cluster_k == 1  # enough tiles unsplit
+    assert schedule(128, 14336, 4096, 1, 132).cluster_k == 1
+    assert schedule(64, 2048, 8192, 1, 132).splits == 8  # 16 tiles: the workspace's split

@@ -91,18 +91,22 @@ SPLIT_BELOW_EFFICIENCY = 0.5
 #: efficiency: 4 slices that fill 97% of the SMs beat 8 that fill 97% too. The partials'
 #: memory traffic is charged on top (``split_score``).
 SPLIT_PENALTY = 0.01
-#: split-K in a cluster (GemmSm90 ``cluster_k``): the two CTAs of a cluster take one
-#: 128x128 tile's K halves and sum them through DSMEM in the launch (no workspace, no reduce).
-#: It pays where a long-K problem has too few 128x128 tiles for the SMs, so the unsplit
-#: schedule fell back to the slow 128x64 tile: with 2 CTAs per tile filling at least
-#: ``CLUSTER_SPLIT_MIN_FILL`` of the SMs in one wave, K >= ``CLUSTER_SPLIT_MIN_K``. H200,
-#: perf/gemm_skinny.py --tiles 128x128x64k2, graph us (unsplit 128x64 default / cluster
-#: split / cuBLAS): 1024x1024x2048 11.3 / 10.9 / 8.2, x4096 19.9 / 16.7 / 14.9, x8192
-#: 37.9 / 32.0 / 26.0, x16384 77.3 / 56.0 / 55.9; 768x1024x8192 38.4 / 25.1 / 30.6;
-#: 512x2048x8192 39.4 / 33.3 / 31.6. Not where it loses: 1024^3 (K 1024) 7.4 / 8.1;
-#: 128x4096x14336 (32 tiles: 64 CTAs) against the workspace's 4 slices on 128 CTAs 45.9 /
-#: 40.2; 4 slices per cluster wait for co-resident clusters of 4 (1024x1024x4096 36.5 us)
-CLUSTER_SPLIT_TILE = (128, 128, 64)
+#: split-K in a cluster (GemmSm90 ``cluster_k``): the two CTAs of a cluster take one tile's
+#: K halves and sum them through DSMEM in the launch (no workspace, no reduce kernel). It pays
+#: for long K (>= ``CLUSTER_SPLIT_MIN_K``) where a tile's pairs fill at least
+#: ``CLUSTER_SPLIT_MIN_FILL`` of the SMs in one wave (``STREAM_CTAS`` CTAs for 64-row tiles,
+#: which stream the weight): the unsplit schedule would have had
+#: half as many CTAs or a smaller, slower tile. The tile is the best speed x fill of
+#: ``CLUSTER_SPLIT_TILES`` (64-row ones for M <= 64), with its pipeline depth (the small
+#: tiles stream: 8 stages). H200, perf/gemm_skinny.py --tiles ...k2, graph us (default
+#: before / cluster split / cuBLAS): 1024x1024x4096 19.9 / 16.7 (128x128) / 14.9, x16384
+#: 77.3 / 56.0 / 55.9; 768x1024x8192 38.4 / 25.1 / 30.6; 512x2048x8192 39.4 / 33.3 / 31.6;
+#: 1024x1536x8192 43.0 / 39.7 (128x192) / 35.1; 128x4096x14336 40.3 (workspace, 4 slices)
+#: / 35.5 (128x64, 8 stages) / 36.9; 64x4096x14336 36.6 / 35.4 (64x128, 8 stages) / 36.6.
+#: Not where it loses: 1024^3 (K 1024) 7.4 / 8.1; 4 slices per cluster wait for
+#: co-resident clusters of 4 (1024x1024x4096 36.5 us)
+CLUSTER_SPLIT_TILES = {(128, 192, 64): None, (128, 128, 64): None, (128, 64, 64): 8}
+CLUSTER_SPLIT_HALF_TILES = {(64, 128, 64): 8}
 CLUSTER_SPLIT_MIN_K = 2048
 CLUSTER_SPLIT_MIN_FILL = 0.7
 
@@ -178,6 +182,25 @@ def split_score(units: int, rows: int, cols: int, k: int, slots: int, splits: in
             - SPLIT_PENALTY * (splits - 1))
 
 
+def cluster_split_schedule(m: int, n: int, k: int, sms: int) -> GemmSchedule | None:
+    """Split-K 2 in a cluster (``CLUSTER_SPLIT_TILES``) if a tile's pairs fill the SMs well
+    enough in one wave, else None."""
+    if k < CLUSTER_SPLIT_MIN_K:
+        return None
+    half = m <= HALF_TILE_MAX_M
+    options = CLUSTER_SPLIT_HALF_TILES if half else CLUSTER_SPLIT_TILES
+    speeds = HALF_TILE_SPEEDS if half else TILE_SPEEDS
+    fills = {t: 2 * cluster_tiles(m, n, 1, t, 1) / sms for t in options}
+    # 33-64 rows stream the weight: STREAM_CTAS CTAs are enough there
+    least = min(STREAM_CTAS / sms, CLUSTER_SPLIT_MIN_FILL) if half else CLUSTER_SPLIT_MIN_FILL
+    fitting = [t for t in options if least <= fills[t] <= 1]
+    if not fitting:
+        return None
+    tile = max(fitting, key=lambda t: speeds[t] * fills[t])
+    return GemmSchedule(tile, 1, 2 * cluster_tiles(m, n, 1, tile, 1), False, cluster_k=2,
+                        max_stages=options[tile])
+
+
 def schedule(m: int, n: int, k: int, batch: int, sms: int, *,
              skinny: bool = True, cluster_split: bool = True) -> GemmSchedule:
     """The Hopper launch of an (M, N, K) x batch GEMM on ``sms`` SMs (the Ampere kernel
@@ -192,7 +215,7 @@ def schedule(m: int, n: int, k: int, batch: int, sms: int, *,
     never swapped or split (its epilogue pairs C's own columns). With ``skinny``, an
     unbatched problem may also be swapped (M <= ``SWAP_MAX_M``) and split along K: a swapped
     launch is split until it has ``STREAM_CTAS`` CTAs (it is memory-bound), an unswapped
-    one in a cluster of two (``CLUSTER_SPLIT_TILE``; ``cluster_split=False``: not, for an
+    one in a cluster of two (``cluster_split_schedule``; ``cluster_split=False``: not, for an
     fp32 output) or through the workspace when its tiles leave SMs idle in a single wave.
     """
     if skinny and batch == 1 and m <= SWAP_MAX_M:
@@ -216,10 +239,10 @@ def schedule(m: int, n: int, k: int, batch: int, sms: int, *,
     k_tiles = -(-k // tile[2])
     drift = waves >= DRIFT_MIN_WAVES and k_tiles >= DRIFT_MIN_K_TILES
     slots = max(1, sms // cluster_m)
-    pairs = cluster_tiles(m, n, batch, CLUSTER_SPLIT_TILE, 1)
-    if (skinny and cluster_split and batch == 1 and m > HALF_TILE_MAX_M
-            and k >= CLUSTER_SPLIT_MIN_K and CLUSTER_SPLIT_MIN_FILL * sms <= 2 * pairs <= sms):
-        return GemmSchedule(CLUSTER_SPLIT_TILE, 1, 2 * pairs, False, cluster_k=2)
+    paired = cluster_split_schedule(m, n, k, sms) if skinny and cluster_split and batch == 1 \
+        else None
+    if paired is not None:
+        return paired
     if (skinny and batch == 1 and wave_efficiency(units, slots) < SPLIT_BELOW_EFFICIENCY
             and len(split_options(k)) > 1):
         # fewer tiles than SMs: the tile and the split are chosen together
