@@ -137,4 +137,10 @@ if [ "$PART" = cluster-final2 ]; then  # the tile choice of the cluster split: t
 1024x1536x4096,1024x1536x8192,1024x1024x4096,768x1024x8192
   echo "--- final2"; grep -v "DEBUG\|Warn" "$OUT/final2-shapes.log" | tail -16
 fi
+if [ "$PART" = cluster-ab ]; then  # cluster split against the workspace route it replaced
+  step ab-shapes 300 python perf/gemm_skinny.py --graphs --rounds 12 \
+    --shapes 333x1024x4096,512x1024x8192,48x4096x14336,128x4096x14336 \
+    --tiles 128x128x64s4c2,128x128x64s4c1,128x128x64k2,64x128x64s4
+  echo "--- ab"; grep -v "DEBUG\|Warn" "$OUT/ab-shapes.log" | tail -14
+fi
 echo; echo "=== summary"; printf '%s\n' "${summary[@]}"
