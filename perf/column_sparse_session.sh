@@ -130,4 +130,12 @@ $LPT, block_n=32, stages=4), $LPT, block_n=32, stages=3, fixed=4)]"
   for f in "$OUT"/baseline-kernels.log "$OUT"/narrow-8k.log; do
     echo "--- $f"; grep -v DEBUG "$f" | tail -60; done
 fi
+if [ "$PART" = wide ]; then  # packed blocks on 128 x 64 tiles: two consumer warpgroups share K/V
+  LPT="dict(persistent=True, walks='lpt'"
+  W="dict(short=False, block_n=64"
+  step wide-8k 300 python perf/block_sparse_loaders.py --seq 8192 --blocks 32,64 --rounds 12 \
+    --configs "[$LPT), $W, persistent=True, walks='lpt'), $W, persistent=True, walks='lpt', \
+stages=3), $W)]"
+  echo "--- wide"; grep -v DEBUG "$OUT/wide-8k.log" | tail -14
+fi
 echo; printf '%s\n' "${summary[@]}"
