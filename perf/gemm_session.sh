@@ -143,4 +143,14 @@ if [ "$PART" = cluster-ab ]; then  # cluster split against the workspace route i
     --tiles 128x128x64s4c2,128x128x64s4c1,128x128x64k2,64x128x64s4
   echo "--- ab"; grep -v "DEBUG\|Warn" "$OUT/ab-shapes.log" | tail -14
 fi
+if [ "$PART" = final3 ]; then  # 64x128 with 8 stages for 128x64's shapes; the split sync
+  step final3-gemm-tests 500 python -m pytest -q --tb=short -p no:logging \
+    tests/test_gemm_gpu.py tests/test_dispatch_gpu.py
+  step final3-memcheck 150 "${SANITIZE[@]}" --tool memcheck python perf/gemm_skinny_probe.py
+  step final3-racecheck 150 "${SANITIZE[@]}" --tool racecheck python perf/gemm_skinny_probe.py
+  step final3-shapes 300 python perf/gemm_skinny.py --graphs --rounds 12 --out "$OUT/final3" \
+    --shapes 1024x1024x1024,1000x776x1000,64x28672x8192,64x14336x4096,128x4096x14336,\
+1024x1024x4096,768x1024x2048 --tiles 128x64x64c2,128x128x64k2
+  echo "--- final3"; grep -v "DEBUG\|Warn" "$OUT/final3-shapes.log" | tail -20
+fi
 echo; echo "=== summary"; printf '%s\n' "${summary[@]}"

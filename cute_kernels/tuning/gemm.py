@@ -35,7 +35,13 @@ from ..kernels.gemm.tiles import DEFAULT_CLUSTER_M, DEFAULT_TILE
 #: listed at 0.96, below its measured speed, so it replaces 128x256 only where the last wave
 #: gains more than 3%: many-wave problems (8192^3) keep the measured default.
 TILE_SPEEDS = {DEFAULT_TILE: 1.0, (128, 224, 64): 0.96, (128, 192, 64): 0.97,
-               (128, 128, 64): 0.90, (128, 64, 64): 0.55}
+               (128, 128, 64): 0.90, (128, 64, 64): 0.55, (64, 128, 64): 0.57}
+#: pipeline depth per tile where it is not the kernel's default (as many as fit, at most
+#: 5): the 64x128 tile (one consumer warpgroup of m64n128 WGMMAs) with 8 stages beats the
+#: 128x64 one (two of m64n64) with the same tile count: 1024^3 6.9 against 7.4 us in CUDA
+#: graphs (H200, perf/gemm_skinny.py --tiles 64x128x64p8; 7.1-7.3 against 7.5-7.6 with 5
+#: stages in two earlier runs; cuBLAS 5.8-6.3)
+TILE_STAGES = {(64, 128, 64): 8}
 #: tiles for 33-64 rows of M (unswapped): one consumer warpgroup on a 64-row tile instead of
 #: a half-empty 128-row one. 64 x 14336 x 4096: 64x128 44.7 us, 128x128 49.7, cuBLAS 45.3;
 #: 64 x 28672 x 8192: 163.5 / 183.9 / 170.1; 48 x 14336 x 4096: 44.0 / 51.1 / 44.1 (GPU
@@ -255,5 +261,6 @@ def schedule(m: int, n: int, k: int, batch: int, sms: int, *,
         units = cluster_tiles(m, n, batch, tile, cluster_m)
         if splits > 1:
             ctas = persistent_grid(units * splits * cluster_m, sms, cluster_size=cluster_m)
-            return GemmSchedule(tile, cluster_m, ctas, False, splits=splits)
-    return GemmSchedule(tile, cluster_m, ctas, drift)
+            return GemmSchedule(tile, cluster_m, ctas, False, splits=splits,
+                                max_stages=TILE_STAGES.get(tile))
+    return GemmSchedule(tile, cluster_m, ctas, drift, max_stages=TILE_STAGES.get(tile))
