@@ -153,4 +153,7 @@ if [ "$PART" = final3 ]; then  # 64x128 with 8 stages for 128x64's shapes; the s
 1024x1024x4096,768x1024x2048 --tiles 128x64x64c2,128x128x64k2
   echo "--- final3"; grep -v "DEBUG\|Warn" "$OUT/final3-shapes.log" | tail -20
 fi
+if [ "$PART" = racecheck ]; then  # the probe under racecheck alone, with time to spare
+  step racecheck-probe 400 "${SANITIZE[@]}" --tool racecheck python perf/gemm_skinny_probe.py
+fi
 echo; echo "=== summary"; printf '%s\n' "${summary[@]}"

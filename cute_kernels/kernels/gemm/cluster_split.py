@@ -88,9 +88,7 @@ class ClusterSplitK:
         this CTA's subtiles (a compile-time range: one branch per rank). ``red``: ``sRed``
         (``buffer``), the ``full`` / ``free`` mbarrier pointers and ``barrier`` (a named
         barrier id of the consumer threads); ``has_next``: another tile follows."""
-        if j == 0:  # the peers' barriers are initialized (the kernel's cluster arrive)
-            cute.arch.cluster_wait()
-        else:  # the peers have read this CTA's pushes of the tile before
+        if j > 0:  # the peers have read this CTA's pushes of the tile before
             cute.arch.mbarrier_wait(red.free, (j - 1) % 2)
         words = cute.recast_tensor(tRS_rAcc, cutlass.Int32)
         for me in cutlass.range_constexpr(self.splits):

@@ -260,10 +260,9 @@ class GemmSm90:
             if warp == 0:
                 with cute.arch.elect_one():
                     self.split.init_barriers(red.full, red.free)
-            # every thread arrives (releasing the inits); the consumers wait only before their
-            # first exchange (ClusterSplitK.exchange), so the sync hides behind the mainloop
             cute.arch.mbarrier_init_fence()
             cute.arch.cluster_arrive()
+            cute.arch.cluster_wait()
         sA = storage.sA.get_tensor(sA_layout.outer, swizzle=sA_layout.inner)
         sB = storage.sB.get_tensor(sB_layout.outer, swizzle=sB_layout.inner)
         sC = storage.sC.get_tensor(sC_layout.outer, swizzle=sC_layout.inner)
