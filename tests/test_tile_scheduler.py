@@ -38,7 +38,13 @@ def test_persistent_grid():
 
 def test_wave_efficiency_and_tile_choice():
     from cute_kernels.kernels.common.tile_scheduler import cluster_tiles
-    from cute_kernels.tuning.gemm import DEFAULT_TILE, TILE_SPEEDS, pick_tile, wave_efficiency
+    from cute_kernels.tuning.gemm import (
+        DEFAULT_TILE,
+        TILE_SPEEDS,
+        pick_tile,
+        schedule,
+        wave_efficiency,
+    )
 
     assert wave_efficiency(448, 66) == pytest.approx(448 / 462) and wave_efficiency(132, 66) == 1
     # 1024 x 14336: 4 cluster-rows x 56 tiles of 128x256 = 224 units on 66 clusters, 3.4
@@ -47,8 +53,10 @@ def test_wave_efficiency_and_tile_choice():
     assert pick_tile(1024, 14336, 1, 132, TILE_SPEEDS, 2) == (128, 224, 64)
     assert pick_tile(512, 28672, 1, 132, TILE_SPEEDS, 2) == (128, 224, 64)
     assert pick_tile(3000, 5000, 1, 132, TILE_SPEEDS, 2) == (128, 192, 64)
-    # 1024^3: 32 cluster tiles of 128x128 on 66 cluster slots; 128x64 makes 64
-    assert pick_tile(1024, 1024, 1, 132, TILE_SPEEDS, 2) == (128, 64, 64)
+    # 1024^3: 32 cluster tiles of 128x128 on 66 cluster slots; 64x128 (8 stages) makes 64,
+    # as many as 128x64 and faster
+    assert pick_tile(1024, 1024, 1, 132, TILE_SPEEDS, 2) == (64, 128, 64)
+    assert schedule(1024, 1024, 1024, 1, 132).max_stages == 8
     # full waves keep the big tile
     for m, n in ((4096, 4096), (8192, 8192), (4096, 14336), (1024, 28672), (2048, 2048)):
         assert pick_tile(m, n, 1, 132, TILE_SPEEDS, 2) == DEFAULT_TILE, (m, n)
