@@ -51,6 +51,8 @@ def forced_plan(x, w, **fields):
         if fields.get("skinny", True) is False:
             return real(m, n, k, batch, sms, skinny=False)
         base = real(m, n, k, batch, sms)
+        if "cluster_k" not in fields and ("splits" in fields or fields.get("swap")):
+            base = base._replace(cluster_k=1)  # workspace slices / swap-AB: no pairs along K
         s = base._replace(**fields)
         rows, cols = (n, m) if s.swap else (m, n)
         tiles_m = -(-rows // s.tile[0])
@@ -119,10 +121,11 @@ def main() -> None:
         for tile, splits, swap, cluster, stages, cluster_k in tiles:
             if (swap == (m <= gemm_tuning.SWAP_MAX_M)
                     and splits in gemm_tuning.split_options(k)):
-                extra = {"cluster_k": cluster_k} if cluster is None else {
-                    "cluster_m": cluster, "cluster_k": cluster_k}
-                if cluster_k > 1:  # split-K in a cluster: no K slices through the workspace
-                    extra = {"cluster_m": 1, "cluster_k": cluster_k}
+                extra = {"cluster_k": cluster_k}
+                if cluster_k > 1:  # split-K in a cluster: no CTAs paired along M
+                    extra["cluster_m"] = 1
+                elif cluster is not None:
+                    extra["cluster_m"] = cluster
                 if stages is None and swap:
                     stages = gemm_tuning.SWAP_MAX_STAGES
                 variants[f"{'swap ' if swap else ''}tile {'x'.join(map(str, tile))} "

@@ -274,7 +274,7 @@ def test_cluster_split_default_route_and_fp32_out():
         ck.linear(x, w, out=out)
         check(out, x.float() @ w.float().t(), (x @ w.t()).float(), f"out {out_dtype}")
         (plan,) = gemm_ops._PLANS.values()
-        assert plan.reduce is None  # one launch either way (fp32: 128x64 tiles, unsplit)
+        assert plan.reduce is None  # one launch either way (fp32: 64x128 tiles, unsplit)
 
 
 @HOPPER_ONLY

@@ -87,6 +87,9 @@ def test_skinny_schedules():
     assert schedule(1, 4096, 14336, 1, 132).ctas == 64
     # 1024 rows: 16 tiles of 64 rows, still too few: split 4 ways
     assert schedule(7, 1024, 4096, 1, 132).splits == 4
+    # through the workspace, not stored into out (only unsplit swapped launches are)
+    assert "C^T stored" not in schedule(7, 1024, 4096, 1, 132).describe()
+    assert "C^T stored" in schedule(1, 4096, 14336, 1, 132).describe()
     assert schedule(13, 14336, 4096, 1, 132).splits == 1  # 112 tiles: no split
     # M = 128 x 4096 x 14336: 32 tiles of 128 x 128; 64 of 128 x 64, K halves paired in
     # clusters (through the workspace, 4 slices of 128 x 128, without cluster splits)

@@ -142,10 +142,8 @@ class GemmSchedule(NamedTuple):
         if self.swap:
             parts.append("swap-AB")
         if self.splits > 1:
-            parts.append(f"split-K {self.splits}")
-        if self.splits > 1:
-            parts.append("fp32 workspace + reduce")
-        if self.cluster_k > 1:
+            parts += [f"split-K {self.splits}", "fp32 workspace + reduce"]
+        elif self.cluster_k > 1:
             parts.append(f"split-K {self.cluster_k} in the cluster, summed through DSMEM")
         elif self.swap:  # one launch; an out whose rows are not 16-byte multiples: workspace
             parts.append("C^T stored into out")
@@ -196,15 +194,14 @@ def cluster_split_schedule(m: int, n: int, k: int, sms: int) -> GemmSchedule | N
     half = m <= HALF_TILE_MAX_M
     options = CLUSTER_SPLIT_HALF_TILES if half else CLUSTER_SPLIT_TILES
     speeds = HALF_TILE_SPEEDS if half else TILE_SPEEDS
-    fills = {t: 2 * cluster_tiles(m, n, 1, t, 1) / sms for t in options}
+    ctas = {t: 2 * cluster_tiles(m, n, 1, t, 1) for t in options}  # two per tile
     # 33-64 rows stream the weight: STREAM_CTAS CTAs are enough there
-    least = min(STREAM_CTAS / sms, CLUSTER_SPLIT_MIN_FILL) if half else CLUSTER_SPLIT_MIN_FILL
-    fitting = [t for t in options if least <= fills[t] <= 1]
+    least = min(STREAM_CTAS, CLUSTER_SPLIT_MIN_FILL * sms) if half else CLUSTER_SPLIT_MIN_FILL * sms
+    fitting = [t for t in options if least <= ctas[t] <= sms]
     if not fitting:
         return None
-    tile = max(fitting, key=lambda t: speeds[t] * fills[t])
-    return GemmSchedule(tile, 1, 2 * cluster_tiles(m, n, 1, tile, 1), False, cluster_k=2,
-                        max_stages=options[tile])
+    tile = max(fitting, key=lambda t: speeds[t] * ctas[t])
+    return GemmSchedule(tile, 1, ctas[tile], False, cluster_k=2, max_stages=options[tile])
 
 
 def schedule(m: int, n: int, k: int, batch: int, sms: int, *,
@@ -235,6 +232,10 @@ def schedule(m: int, n: int, k: int, batch: int, sms: int, *,
         ctas = persistent_grid(units * splits, sms)
         return GemmSchedule(tile, 1, ctas, False, swap=True, splits=splits,
                             max_stages=SWAP_MAX_STAGES)
+    paired = (cluster_split_schedule(m, n, k, sms) if skinny and cluster_split and batch == 1
+              else None)
+    if paired is not None:
+        return paired
     cluster_m = DEFAULT_CLUSTER_M if m > DEFAULT_TILE[0] else 1
     speeds = (GATED_TILE_SPEEDS if not skinny else HALF_TILE_SPEEDS if m <= HALF_TILE_MAX_M
               else TILE_SPEEDS)
@@ -245,10 +246,6 @@ def schedule(m: int, n: int, k: int, batch: int, sms: int, *,
     k_tiles = -(-k // tile[2])
     drift = waves >= DRIFT_MIN_WAVES and k_tiles >= DRIFT_MIN_K_TILES
     slots = max(1, sms // cluster_m)
-    paired = cluster_split_schedule(m, n, k, sms) if skinny and cluster_split and batch == 1 \
-        else None
-    if paired is not None:
-        return paired
     if (skinny and batch == 1 and wave_efficiency(units, slots) < SPLIT_BELOW_EFFICIENCY
             and len(split_options(k)) > 1):
         # fewer tiles than SMs: the tile and the split are chosen together

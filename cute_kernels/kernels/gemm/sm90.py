@@ -186,23 +186,12 @@ class GemmSm90:
             sA: cute.struct.Align[cute.struct.MemRange[ab_dtype, cute.cosize(sA_layout)], 1024]
             sB: cute.struct.Align[cute.struct.MemRange[ab_dtype, cute.cosize(sB_layout)], 1024]
             sC: cute.struct.Align[cute.struct.MemRange[c_dtype, cute.cosize(sC_layout)], 1024]
-
-        self.storage_cls = SharedStorage
-        if cutlass.const_expr(ck > 1):
-            @cute.struct
-            class SplitStorage:  # SharedStorage + the split's mbarriers and receive buffer
-                mbar: cute.struct.MemRange[cutlass.Int64, stages * 2]
-                sA: cute.struct.Align[cute.struct.MemRange[ab_dtype, cute.cosize(sA_layout)],
-                                      1024]
-                sB: cute.struct.Align[cute.struct.MemRange[ab_dtype, cute.cosize(sB_layout)],
-                                      1024]
-                sC: cute.struct.Align[cute.struct.MemRange[c_dtype, cute.cosize(sC_layout)],
-                                      1024]
-                red_mbar: cute.struct.MemRange[cutlass.Int64, 2]  # full, free
+            if cutlass.const_expr(ck > 1):  # cluster split-K: full / free mbarriers, buffer
+                red_mbar: cute.struct.MemRange[cutlass.Int64, 2]
                 sRed: cute.struct.Align[cute.struct.MemRange[cutlass.Float32,
                                                              self.split.buffer_elems()], 128]
 
-            self.storage_cls = SplitStorage
+        self.storage_cls = SharedStorage
         self.ab_dtype = ab_dtype
         self.stages = stages
         self.c_layout = c_layout
