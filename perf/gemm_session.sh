@@ -6,7 +6,8 @@
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/gemm_session.sh ops
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/gemm_session.sh sweep
 # and for the split-K in a cluster: gaps (baseline kernels, ncu), stages, cluster-tiles (forced
-# routes), cluster-checks (GPU tests, sanitizers), cluster-shapes (the default routes).
+# routes), cluster-checks (GPU tests, sanitizers), cluster-shapes (the default routes); and
+# cluster-n: 2-D clusters (A multicast along N), forced on the shapes where we trail.
 # Prints a summary last.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-gemm}
@@ -90,5 +91,15 @@ if [ "$PART" = cluster-shapes ]; then  # the default routes through linear: long
   step cluster-shapes-sweep 400 python perf/gemm_skinny.py --graphs --rounds 8 --out "$OUT/sweep"
   for f in "$OUT"/cluster-shapes-*.log; do echo "--- $f"; grep -v "DEBUG\|Warn" "$f" | tail -40
   done
+fi
+if [ "$PART" = cluster-n ]; then  # 2-D clusters (A multicast along N): tests, probe, tiles
+  step n-tests 200 python -m pytest -q --tb=short -p no:logging tests/test_gemm_gpu.py \
+    -k "clusters_along_n or cluster_split or every_hopper_tile or forced"
+  step n-probe 60 python perf/gemm_skinny_probe.py
+  step n-tiles 300 python perf/gemm_skinny.py --graphs --rounds 10 --out "$OUT/n" --shapes \
+1024x1024x1024,2048x2048x2048,3000x5000x3072,1024x1024x4096,1024x14336x4096 --tiles \
+64x128x64p8,128x64x64p8c1n2,64x128x64p8c2n2g128,128x64x64p8c2n2g128,128x128x64c2n2g128,\
+128x128x64c1n2,128x256x64c1n2
+  echo "--- n-tiles"; grep -v "DEBUG\|Warn" "$OUT/n-tiles.log" | tail -60
 fi
 echo; echo "=== summary"; printf '%s\n' "${summary[@]}"

@@ -55,10 +55,10 @@ def forced_plan(x, w, **fields):
             base = base._replace(cluster_k=1)  # workspace slices / swap-AB: no pairs along K
         s = base._replace(**fields)
         rows, cols = (n, m) if s.swap else (m, n)
-        tiles_m = -(-rows // s.tile[0])
-        units = -(-tiles_m // s.cluster_m) * -(-cols // s.tile[1])
-        size = s.cluster_m * s.cluster_k  # CTAs per cluster
-        ctas = fields.get("ctas") or min(sms // size, units * s.splits) * size
+        tiles_m, tiles_n = -(-rows // s.tile[0]), -(-cols // s.tile[1])
+        units = -(-tiles_m // s.cluster_m) * -(-tiles_n // s.cluster_n)
+        size = s.cluster_m * s.cluster_n * s.cluster_k  # CTAs per cluster
+        ctas = min(fields.get("ctas") or sms, units * s.splits * size) // size * size
         return s._replace(ctas=ctas, drift=False)
 
     gemm_tuning.schedule = schedule
@@ -85,7 +85,8 @@ def main() -> None:
     ap.add_argument("--tiles", default="",
                     help="tiles (K slices s through the workspace or k in a cluster, at most "
                     "p stages, cluster c) to force as variants, e.g. 128x224x64,64x128x64s4,"
-                    "128x128x64k4,128x64x64p8c1; a leading w: swapped (decode shapes), "
+                    "128x128x64k4,128x64x64p8c1, cluster n along N: 128x64x64p8c1n2, at most "
+                    "g CTAs: 128x128x64c2n2g128; a leading w: swapped (decode shapes), "
                     "w64x16x128s1")
     ap.add_argument("--shapes", default="", help="MxNxK,... instead of the sweep")
     ap.add_argument("--kvariants", default="128:6",
@@ -97,17 +98,18 @@ def main() -> None:
     if args.shapes:
         shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     # "MxNxK" or "MxNxKsS" (S K slices), "...pP" (at most P pipeline stages), "...cC" (clusters
-    # of C along M); a leading "w": a swapped variant (M <= SWAP_MAX_M)
+    # of C along M), "...nN" (N CTAs along N); a leading "w": a swapped variant (M <= SWAP_MAX_M)
     tiles = []
     for t in (t for t in args.tiles.split(",") if t):
         spec = re.fullmatch(
-            r"(w?)(\d+)x(\d+)x(\d+)(?:s(\d+))?(?:k(\d+))?(?:p(\d+))?(?:c(\d+))?", t)
+            r"(w?)(\d+)x(\d+)x(\d+)(?:s(\d+))?(?:k(\d+))?(?:p(\d+))?(?:c(\d+))?(?:n(\d+))?(?:g(\d+))?",
+            t)
         if spec is None:
-            ap.error(f"--tiles: {t!r} is not [w]MxNxK[sS][kK][pP][cC]")
-        swap, tm, tn, tk, splits, cluster_k, stages, cluster = spec.groups()
+            ap.error(f"--tiles: {t!r} is not [w]MxNxK[sS][kK][pP][cC][nN][gG]")
+        swap, tm, tn, tk, splits, cluster_k, stages, cluster, cluster_n, ctas = spec.groups()
         tiles.append(((int(tm), int(tn), int(tk)), int(splits or 1), swap == "w",
                       int(cluster) if cluster else None, int(stages) if stages else None,
-                      int(cluster_k or 1)))
+                      int(cluster_k or 1), int(cluster_n or 1), int(ctas) if ctas else None))
     kvariants = [tuple(int(v) for v in t.split(":")) for t in args.kvariants.split(",") if t]
     rows, table, variant_table = [], [], []
     for m, n, k in shapes:
@@ -118,10 +120,11 @@ def main() -> None:
         contenders = {"cute": lambda s, out=out: ck.linear(s[0], s[1], out=out),
                       "cuBLAS": lambda s, out=out: torch.matmul(s[0], s[1].t(), out=out)}
         variants = {}
-        for tile, splits, swap, cluster, stages, cluster_k in tiles:
+        for tile, splits, swap, cluster, stages, cluster_k, cluster_n, ctas in tiles:
             if (swap == (m <= gemm_tuning.SWAP_MAX_M)
                     and splits in gemm_tuning.split_options(k)):
-                extra = {"cluster_k": cluster_k}
+                extra = {"cluster_k": cluster_k, "cluster_n": cluster_n,
+                         **({"ctas": ctas} if ctas else {})}
                 if cluster_k > 1:  # split-K in a cluster: no CTAs paired along M
                     extra["cluster_m"] = 1
                 elif cluster is not None:
@@ -131,7 +134,9 @@ def main() -> None:
                 variants[f"{'swap ' if swap else ''}tile {'x'.join(map(str, tile))} "
                          f"s{splits}{f' k{cluster_k}' if cluster_k > 1 else ''}"
                          f"{'' if stages is None else f' p{stages}'}"
-                         f"{'' if cluster is None else f' c{cluster}'}"] = forced_plan(
+                         f"{'' if cluster is None else f' c{cluster}'}"
+                         f"{'' if cluster_n == 1 else f' n{cluster_n}'}"
+                         f"{'' if ctas is None else f' g{ctas}'}"] = forced_plan(
                     sets[0][0], sets[0][1], tile=tile, splits=splits, swap=swap,
                     max_stages=stages, **extra)
         if args.variants and m <= 128:

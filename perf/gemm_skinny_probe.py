@@ -1,6 +1,6 @@
 """A few skinny GEMM launches for compute-sanitizer (memcheck, racecheck): the default swap-AB
 / split-K schedules on decode shapes and forced ones on residue shapes (split-K through the
-workspace and in a cluster), each checked against an fp32 reference.
+workspace and in a cluster; 2-D clusters), each checked against an fp32 reference.
 
     compute-sanitizer --tool memcheck python perf/gemm_skinny_probe.py
 """
@@ -43,7 +43,13 @@ def main() -> None:
                             (333, 776, 1000, dict(tile=(128, 128, 64), cluster_m=1,
                                                   cluster_k=2)),
                             (700, 896, 2048, dict(tile=(128, 64, 64), cluster_m=1,
-                                                  cluster_k=2, ctas=4))):
+                                                  cluster_k=2, ctas=4)),
+                            # clusters along N (A multicast) and 2x2, CTAs past M / N, one
+                            # cluster walking many tiles
+                            (1000, 520, 1000, dict(tile=(128, 64, 64), cluster_m=1,
+                                                   cluster_n=2, cluster_k=1)),
+                            (333, 776, 264, dict(tile=(64, 128, 64), cluster_m=2,
+                                                 cluster_n=2, cluster_k=1, ctas=4))):
         x, w = rand(m, k), rand(n, k)
         out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
         check(run_plan(forced_plan(x, w, **fields), x, w, out), x, w, None,

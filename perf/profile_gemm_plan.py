@@ -3,8 +3,9 @@
     ncu --nvtx --nvtx-include "profile/" ... python perf/profile_gemm_plan.py M,N,K "dict(...)"
 
 The dict replaces fields of the op's schedule (``perf/gemm_skinny.py forced_plan``: tile,
-splits, cluster_m, cluster_k, max_stages, ctas); ``dict()`` is the op's own tile, clusters and
-slices (with the drift limiter off and one CTA per SM or work unit, as ``forced_plan`` does).
+splits, cluster_m, cluster_n, cluster_k, max_stages, ctas); ``dict()`` is the op's own tile,
+clusters and slices (with the drift limiter off and one CTA per SM or work unit, as
+``forced_plan`` does).
 """
 
 from __future__ import annotations

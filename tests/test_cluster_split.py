@@ -39,3 +39,13 @@ def test_gemm_kernel_refuses_cluster_split_with_multicast_or_gating():
         with pytest.raises(ValueError, match="cluster_k 2"):
             GemmSm90(cluster_k=2, **kwargs)
     GemmSm90(cluster_k=2, cluster_m=1, tile=(128, 128, 64))  # the supported form
+
+
+def test_gemm_kernel_refuses_oversized_or_split_2d_clusters():
+    from cute_kernels.kernels.gemm.sm90 import GemmSm90
+
+    with pytest.raises(ValueError, match="1 to 8 CTAs"):
+        GemmSm90(cluster_m=4, cluster_n=4)
+    with pytest.raises(ValueError, match="cluster_n 2"):
+        GemmSm90(cluster_k=2, cluster_m=1, cluster_n=2)
+    GemmSm90(cluster_m=2, cluster_n=2, tile=(128, 128, 64))  # a 2x2 cluster

@@ -222,7 +222,7 @@ def forced_schedule(monkeypatch):
     real = gemm_tuning.schedule
 
     def force(*, swap: bool, splits: int, tile_n: int = 16, cluster_m: int = 1, tile=None,
-              cluster_k: int = 1, ctas: int | None = None):
+              cluster_k: int = 1, ctas: int | None = None, cluster_n: int = 1):
         def schedule(m, n, k, batch, sms, skinny=True, cluster_split=True):
             base = real(m, n, k, batch, sms, skinny=False)
             if not skinny:
@@ -231,10 +231,11 @@ def forced_schedule(monkeypatch):
             if cluster_k > 1 and not cluster_split:  # fp32 out: the workspace's K slices
                 ok = cluster_k in gemm_tuning.split_options(k)
                 return gemm_tuning.GemmSchedule(t, 1, sms, False, splits=cluster_k if ok else 1)
-            size = (1 if swap else cluster_m) * cluster_k
+            size = (1 if swap else cluster_m * cluster_n) * cluster_k
             return gemm_tuning.GemmSchedule(t, 1 if swap else cluster_m,
                                             ctas or sms // size * size, False, swap=swap,
-                                            splits=splits, max_stages=8, cluster_k=cluster_k)
+                                            splits=splits, max_stages=8, cluster_k=cluster_k,
+                                            cluster_n=1 if swap else cluster_n)
 
         monkeypatch.setattr(gemm_ops, "_PLANS", {})
         monkeypatch.setattr(gemm_tuning, "schedule", schedule)
@@ -302,6 +303,31 @@ def test_cluster_split_k(forced_schedule, tile, cluster_k, ctas, m, n, k, a_majo
          // cluster_k * cluster_k)}
     run_gemm("hopper", m, n, k, a_major=a_major, b_major=b_major, dtype=torch.float16,
              out_dtype=torch.float32)
+
+
+@HOPPER_ONLY
+@pytest.mark.parametrize("tile, cluster_m, cluster_n, ctas, m, n, k, batch, a_major, b_major, "
+                         "epilogue", [
+    ((128, 64, 64), 1, 2, None, 1000, 520, 1000, None, "k", "n", "gelu"),  # a CTA past N
+    ((64, 128, 64), 2, 2, None, 333, 776, 264, None, "m", "k", None),  # past M and past N
+    ((128, 128, 64), 2, 2, 4, 700, 896, 2048, None, "k", "n", "relu"),  # 1 cluster, 24 tiles
+    ((128, 64, 64), 1, 2, 2, 129, 200, 136, 3, "k", "k", "silu"),  # batched, 1 cluster
+])
+def test_clusters_along_n(forced_schedule, tile, cluster_m, cluster_n, ctas, m, n, k, batch,
+                          a_major, b_major, epilogue):
+    """Clusters along N (A tiles multicast) and 2x2 clusters (both operands multicast) on
+    residue shapes whose last cluster has CTAs past M or N, and few clusters walking many
+    tiles (every stage released in the peers of its row and column)."""
+    import cute_kernels.ops.gemm as gemm_ops
+
+    forced_schedule(swap=False, splits=1, tile=tile, cluster_m=cluster_m, cluster_n=cluster_n,
+                    ctas=ctas)
+    for _ in range(2):  # fresh inputs, the same compiled plan
+        run_gemm("hopper", m, n, k, batch=batch, a_major=a_major, b_major=b_major, bias=True,
+                 epilogue=epilogue)
+    assert {p.ctas % (cluster_m * cluster_n) for p in gemm_ops._PLANS.values()} == {0}
+    run_gemm("hopper", m, n, k, batch=batch, a_major=a_major, b_major=b_major,
+             dtype=torch.float16, out_dtype=torch.float32)
 
 
 @HOPPER_ONLY

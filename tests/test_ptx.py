@@ -431,6 +431,31 @@ def test_gemm_cluster_split_ptx(tile, cluster_k):
     _assert_no_spills(ptx, "sm_90a")
 
 
+@pytest.mark.parametrize("tile, cluster_m, cluster_n", [((128, 64, 64), 1, 2),
+                                                        ((64, 128, 64), 2, 2),
+                                                        ((128, 128, 64), 2, 2)])
+def test_gemm_2d_cluster_ptx(tile, cluster_m, cluster_n):
+    """A cluster along N multicasts A: one multicast TMA load per operand shared (A along N,
+    B along M), each from this CTA's share of the tile; a stage's release reaches the
+    cluster's CTAs by remote mbarrier arrives; nothing spills."""
+    import torch
+
+    from cute_kernels.kernels.gemm.epilogue import Epilogue
+    from cute_kernels.ops.gemm import make_build
+    from cute_kernels.runtime.compile import compile_ptx
+
+    ptx = compile_ptx(make_build("hopper", torch.bfloat16, torch.bfloat16, "k", "k",
+                                 Epilogue(bias=True), torch.bfloat16, cluster_m, tile,
+                                 batched=False, cluster_n=cluster_n), "sm_90a")
+    import re
+
+    loads = re.findall(r"cp\.async\.bulk\.tensor\.\dd\.shared::\w+\.global\S*", ptx)
+    assert sum("multicast::cluster" in op for op in loads) == (cluster_m > 1) + (cluster_n > 1)
+    assert len(loads) == 2
+    assert "mbarrier.arrive" in ptx and "mapa" in ptx  # releases to the peers' barriers
+    _assert_no_spills(ptx, "sm_90a")
+
+
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("out_dtype, activation, bias_dtype", [
     ("bfloat16", None, None), ("float16", "gelu_tanh", "float32"),

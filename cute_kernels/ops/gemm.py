@@ -111,9 +111,10 @@ def _validate(a, b_nk, bias, out, out_dtype, *, a_name: str, b_name: str):
 
 def gemm_kernel(path: str, cluster_m: int = DEFAULT_CLUSTER_M, tile=DEFAULT_TILE,
                 drift: bool = False, max_stages: int | None = None, cluster_k: int = 1,
-                **config):
-    """The GEMM kernel object of a path; ``cluster_m``, ``tile``, ``drift`` (the wave drift
-    limiter, see ``schedule``) and ``cluster_k`` (split-K in a cluster) concern the Hopper
+                cluster_n: int = 1, **config):
+    """The GEMM kernel object of a path; ``cluster_m``, ``cluster_n``, ``tile``, ``drift``
+    (the wave drift limiter, see ``schedule``) and ``cluster_k`` (split-K in a cluster) concern
+    the Hopper
     kernel (the Ampere kernel has its own tile and takes the drift counter argument without
     using it)."""
     if path == "hopper":
@@ -121,8 +122,9 @@ def gemm_kernel(path: str, cluster_m: int = DEFAULT_CLUSTER_M, tile=DEFAULT_TILE
 
         stages = {} if max_stages is None else {"max_stages": max_stages}
         split = {} if cluster_k == 1 else {"cluster_k": cluster_k}
+        along_n = {} if cluster_n == 1 else {"cluster_n": cluster_n}
         return GemmSm90(cluster_m=cluster_m, tile=tile, drift_slack=0 if drift else None,
-                        **stages, **split, **config)
+                        **stages, **split, **along_n, **config)
     from ..kernels.gemm.sm80 import GemmSm80
 
     return GemmSm80(**config)
@@ -132,14 +134,15 @@ def make_build(path: str, dtype, out_dtype, a_major: str, b_major: str, epilogue
                bias_dtype=None, cluster_m: int = DEFAULT_CLUSTER_M,
                tile=DEFAULT_TILE, drift: bool = False, max_stages: int | None = None,
                c_form: str = "rows", batched: bool = True, c_transposed: bool = False,
-               cluster_k: int = 1) -> Build:
+               cluster_k: int = 1, cluster_n: int = 1) -> Build:
     """The GEMM kernel of ``path`` against fake operands (``gemm_build``); ``c_transposed``
     (Hopper): C is the row-major output of a swap-AB launch, stored transposed;
-    ``cluster_k`` (Hopper): split-K over a cluster's CTAs, reduced in the launch."""
+    ``cluster_k`` (Hopper): split-K over a cluster's CTAs, reduced in the launch;
+    ``cluster_n`` (Hopper): CTAs along N sharing A tiles."""
     if epilogue.bias and bias_dtype is None:
         raise ValueError("a bias epilogue needs the bias dtype (bias_dtype)")
-    kernel = gemm_kernel(path, cluster_m, tile, drift, max_stages, cluster_k, a_major=a_major,
-                         b_major=b_major, epilogue=epilogue,
+    kernel = gemm_kernel(path, cluster_m, tile, drift, max_stages, cluster_k, cluster_n,
+                         a_major=a_major, b_major=b_major, epilogue=epilogue,
                          **({"c_transposed": True} if c_transposed else {}))
     return gemm_build(kernel, dtype, out_dtype, a_major, b_major,
                       bias_dtype if epilogue.bias else None, drift, c_form, batched)
@@ -376,8 +379,10 @@ def _plan(a, b_nk, bias, out, out_dtype, epilogue, a_name, b_name) -> GemmPlan:
     kernel = kernel_for(a.device, key, lambda path, target: make_build(
         path, a.dtype, out_dtype, a_major, b_major,
         _epilogue(bias=bias_dtype is not None, activation=epilogue), bias_dtype, cluster_m,
-        tile, drift, plan.max_stages, batched=not flat, cluster_k=plan.cluster_k),
-        hopper_key=(cluster_m, tile, plan.max_stages, plan.cluster_k))
+        tile, drift, plan.max_stages, batched=not flat, cluster_k=plan.cluster_k,
+        cluster_n=plan.cluster_n),
+        hopper_key=(cluster_m, tile, plan.max_stages, plan.cluster_k)
+        + ((plan.cluster_n,) if plan.cluster_n > 1 else ()))
     return GemmPlan(shape, out_dtype, kernel, ctas, drift, flat=flat)
 
 

@@ -128,6 +128,7 @@ class GemmSchedule(NamedTuple):
     splits: int = 1  # K slices (batch dim of the launch), summed by SplitKReduce
     max_stages: int | None = None  # pipeline depth cap (None: the kernel's default)
     cluster_k: int = 1  # K slices in a cluster, reduced through DSMEM in the launch
+    cluster_n: int = 1  # CTAs per cluster along N (A tiles multicast to them)
 
     @property
     def skinny(self) -> bool:
@@ -136,7 +137,8 @@ class GemmSchedule(NamedTuple):
 
     def describe(self) -> str:
         """One line for logs and the CLI."""
-        cluster = f"{self.cluster_m}x1" + (f"x{self.cluster_k}" if self.cluster_k > 1 else "")
+        cluster = (f"{self.cluster_m}x{self.cluster_n}"
+                   + (f"x{self.cluster_k}" if self.cluster_k > 1 else ""))
         parts = [f"tile {self.tile[0]}x{self.tile[1]}x{self.tile[2]}", f"cluster {cluster}",
                  f"{self.ctas} CTAs"]
         if self.swap:

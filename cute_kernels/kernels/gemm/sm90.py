@@ -66,7 +66,9 @@ class GemmSm90:
     multicasts it to both, and every consumer warp releases a stage in both CTAs (empty
     barriers count the peer's warps). This halves B's L2->SM traffic and keeps the pair in
     lockstep, which keeps long-K problems inside L2 (ncu at 16384x53248x16384 without it:
-    215 GB DRAM reads, 23% L2 hits).
+    215 GB DRAM reads, 23% L2 hits). ``cluster_n`` CTAs along N share each A tile the same
+    way; a ``cluster_m x cluster_n`` cluster multicasts both (a stage is released in the
+    cluster_m + cluster_n - 1 CTAs of its row and column).
     Cluster split-K (``cluster_k`` 2 or 4, ``cluster_m`` 1): the cluster's CTAs take one
     tile's K ranges, then exchange fp32 partials through DSMEM so each sums and stores its
     share of the subtiles (``ClusterSplitK``, cluster_split.py); its receive buffer, (k - 1)
@@ -91,7 +93,7 @@ class GemmSm90:
                  epi_n: int = 32, epi_stages: int = 2, gated: str | None = None,
                  cluster_m: int = DEFAULT_CLUSTER_M,
                  drift_slack: int | None = None, c_transposed: bool = False,
-                 cluster_k: int = 1):
+                 cluster_k: int = 1, cluster_n: int = 1):
         # drift_slack (with a zeroed int32 counter passed as mSync): a cluster starts its j-th
         # tile only once every cluster has issued the loads of its first j - drift_slack tiles,
         # so clusters that share A / B panels in L2 stay within drift_slack tiles of each other
@@ -102,13 +104,18 @@ class GemmSm90:
         # c_transposed: mC arrives as the row-major (N', M') output of a swap-AB launch and is
         # seen as its column-major transpose (M', N'): no host-side view per call
         self.c_transposed = c_transposed
-        # cluster_m CTAs along M share B tiles (multicast); cluster_k CTAs split one tile's K
-        # and reduce the slices through DSMEM (cluster_split.py)
-        if cluster_k > 1 and (cluster_m > 1 or gated or c_transposed):
-            raise ValueError(f"cluster_k {cluster_k} (split-K in a cluster) takes cluster_m 1 "
-                             f"and a plain row-major C (got cluster_m {cluster_m}, gated "
-                             f"{gated}, c_transposed {c_transposed})")
-        self.cluster_m, self.cluster_k = cluster_m, cluster_k
+        # cluster_m CTAs along M share B tiles, cluster_n along N share A tiles (multicast);
+        # cluster_k CTAs split one tile's K and reduce the slices through DSMEM
+        # (cluster_split.py)
+        if cluster_k > 1 and (cluster_m > 1 or cluster_n > 1 or gated or c_transposed):
+            raise ValueError(f"cluster_k {cluster_k} (split-K in a cluster) takes cluster_m and "
+                             f"cluster_n 1 and a plain row-major C (got cluster_m {cluster_m}, "
+                             f"cluster_n {cluster_n}, gated {gated}, c_transposed "
+                             f"{c_transposed})")
+        if cluster_m < 1 or cluster_n < 1 or cluster_m * cluster_n * cluster_k > 8:
+            raise ValueError(f"a cluster holds 1 to 8 CTAs (the portable limit), got cluster_m "
+                             f"{cluster_m} x cluster_n {cluster_n} x cluster_k {cluster_k}")
+        self.cluster_m, self.cluster_n, self.cluster_k = cluster_m, cluster_n, cluster_k
         self.a_major, self.b_major = a_major, b_major
         # gated: B holds interleaved (up, gate) rows; C gets act(gate) * up, N / 2 columns
         self.gated = gated
@@ -169,9 +176,11 @@ class GemmSm90:
                                                   ab_dtype, stages)
         sC_layout = sm90_utils.make_smem_layout_epi(c_dtype, c_layout, self.epi_tile,
                                                     self.epi_stages)
-        tma_a, tA = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mA,
-                                                cute.slice_(sA_layout, (None, None, 0)), (bm, bk))
-        cm = self.cluster_m
+        cm, cn = self.cluster_m, self.cluster_n
+        a_op = (cpasync.CopyBulkTensorTileG2SMulticastOp() if cn > 1
+                else cpasync.CopyBulkTensorTileG2SOp())
+        tma_a, tA = cpasync.make_tiled_tma_atom(a_op, mA, cute.slice_(sA_layout, (None, None, 0)),
+                                                (bm, bk), num_multicast=cn)
         b_op = (cpasync.CopyBulkTensorTileG2SMulticastOp() if cm > 1
                 else cpasync.CopyBulkTensorTileG2SOp())
         tma_b, tB = cpasync.make_tiled_tma_atom(b_op, mB, cute.slice_(sB_layout, (None, None, 0)),
@@ -197,7 +206,7 @@ class GemmSm90:
         self.c_layout = c_layout
         self.kernel(tiled_mma, tma_a, tA, tma_b, tB, tma_c, tC, mC, mBias,
                     sA_layout, sB_layout, sC_layout, mSync).launch(
-            grid=(num_ctas, 1, 1), block=(self.threads, 1, 1), cluster=(cm * ck, 1, 1),
+            grid=(num_ctas, 1, 1), block=(self.threads, 1, 1), cluster=(cm * cn * ck, 1, 1),
             stream=stream)
 
     @cute.kernel
@@ -221,17 +230,20 @@ class GemmSm90:
             cpasync.prefetch_descriptor(tma_b)
             cpasync.prefetch_descriptor(tma_c)
 
-        cm = self.cluster_m
-        # a 1-D cluster of cm CTAs along M: the rank is the M coordinate
-        cta_layout_mnk = cute.make_layout((cm, 1, 1))
+        cm, cn, ck = self.cluster_m, self.cluster_n, self.cluster_k
+        # a cm x cn cluster (launched 1-D): rank = rank_m + cm * rank_n
+        cta_layout_mnk = cute.make_layout((cm, cn, 1))
         cta_rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
-        # with cluster split-K (cluster_m 1) the rank is the K slice instead
-        m_rank = 0 if cutlass.const_expr(self.cluster_k > 1) else cta_rank
-        cluster_coord = cta_layout_mnk.get_flat_coord(m_rank)  # (rank_m, 0, 0)
+        # with cluster split-K (cluster_m = cluster_n = 1) the rank is the K slice instead
+        mn_rank = 0 if cutlass.const_expr(ck > 1) else cta_rank
+        cluster_coord = cta_layout_mnk.get_flat_coord(mn_rank)  # (rank_m, rank_n, 0)
+        # B goes to the CTAs of this one's column (along M), A to those of its row (along N)
         b_mcast_mask = cute.make_layout_image_mask(cta_layout_mnk, cluster_coord, mode=0)
-        ck = self.cluster_k
-        cluster_id = bidx // (cm * ck)
-        num_clusters = gdimx // (cm * ck)
+        a_mcast_mask = None
+        if cutlass.const_expr(cn > 1):
+            a_mcast_mask = cute.make_layout_image_mask(cta_layout_mnk, cluster_coord, mode=1)
+        cluster_id = bidx // (cm * cn * ck)
+        num_clusters = gdimx // (cm * cn * ck)
         storage = cutlass.memory.SmemAllocator().allocate(self.storage_cls)
         stage_bytes = (cute.size_in_bytes(ab_dtype, cute.slice_(sA_layout, (None, None, 0)))
                        + cute.size_in_bytes(ab_dtype, cute.slice_(sB_layout, (None, None, 0))))
@@ -239,8 +251,8 @@ class GemmSm90:
             barrier_storage=storage.mbar.data_ptr(), num_stages=self.stages,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
             consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
-                                                     self.consumer_wgs * 4 * cm),
-            tx_count=stage_bytes, cta_layout_vmnk=cute.make_layout((1, cm, 1, 1)))
+                                                     self.consumer_wgs * 4 * (cm + cn - 1)),
+            tx_count=stage_bytes, cta_layout_vmnk=cute.make_layout((1, cm, cn, 1)))
         red = None
         if cutlass.const_expr(ck > 1):  # the split's barriers, initialized cluster-wide
             red_mbar = storage.red_mbar.data_ptr()
@@ -273,17 +285,21 @@ class GemmSm90:
             k_end = k_tiles * (cta_rank + 1) // ck
             k_count = k_end - k_first
         tiles_mc = (tiles_m + cm - 1) // cm
-        num_tiles = tiles_mc * tiles_n * batches
+        tiles_nc = tiles_n if cutlass.const_expr(cn == 1) else (tiles_n + cn - 1) // cn
+        num_tiles = tiles_mc * tiles_nc * batches
         # the persistent schedule: this cluster's tiles are cluster_id, + num_clusters, ...
         # below num_tiles, mapped to this CTA's (m, n, batch) tile by _tile_coord
         sched = SimpleNamespace(cluster_id=cluster_id, num_clusters=num_clusters,
-                                num_tiles=num_tiles, tiles_mc=tiles_mc, tiles_n=tiles_n,
+                                num_tiles=num_tiles, tiles_mc=tiles_mc, tiles_nc=tiles_nc,
                                 k_first=k_first, k_end=k_end, k_count=k_count,
-                                cta_rank=cta_rank, m_rank=m_rank)
+                                cta_rank=cta_rank,
+                                rank_mn=(mn_rank, 0) if cutlass.const_expr(cn == 1)
+                                else (cluster_coord[0], cluster_coord[1]))
         # what the producer loads: this CTA loads its b_rank-th share of each B tile and
-        # multicasts it to the CTAs of b_mcast_mask
+        # multicasts it to the CTAs of b_mcast_mask, and likewise its a_rank-th share of A
         ab = SimpleNamespace(pipe=ab_pipe, tma_a=tma_a, sA=sA, gA=gA, tma_b=tma_b, sB=sB, gB=gB,
-                             b_rank=cluster_coord[0], b_mcast_mask=b_mcast_mask)
+                             b_rank=cluster_coord[0], b_mcast_mask=b_mcast_mask,
+                             a_rank=cluster_coord[1], a_mcast_mask=a_mcast_mask)
 
         is_producer_wg = wg == PRODUCER_WG
         if is_producer_wg:
@@ -300,8 +316,8 @@ class GemmSm90:
             rel = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
             for tile in cutlass.range(sched.cluster_id, sched.num_tiles, sched.num_clusters,
                                       unroll=1):
-                tm, tn, tl = self._tile_coord(tile, sched.tiles_mc, sched.tiles_n,
-                                              sched.m_rank)
+                tm, tn, tl = self._tile_coord(tile, sched.tiles_mc, sched.tiles_nc,
+                                              sched.rank_mn)
                 rel, rd = self.mma(tiled_mma, ab.pipe, frag, sched.k_count, rel, rd)
                 if cutlass.const_expr(self.gated is not None):
                     self.gated_epilogue_tile(frag, epi, tm, tn, tl)
@@ -326,11 +342,13 @@ class GemmSm90:
         """The TMA warp: for every tile of this cluster, the A and B k-tiles into the
         ``ab.pipe`` ring (one elected lane). ``ab``: the pipeline, the TMA atoms, the smem
         stages ``sA``/``sB``, the tile views ``gA``/``gB``, this CTA's share of B
-        (``b_rank``) and the CTAs it multicasts to (``b_mcast_mask``). With the drift limiter
+        (``b_rank``) and the CTAs it multicasts to (``b_mcast_mask``), likewise for A
+        (``a_rank``, ``a_mcast_mask``; with ``cluster_n`` > 1). With the drift limiter
         (``drift_slack`` and ``mSync``), each tile first waits for the other clusters."""
         ab_pipe, tma_a, tma_b, b_mcast_mask = ab.pipe, ab.tma_a, ab.tma_b, ab.b_mcast_mask
-        m_rank, num_clusters = sched.m_rank, sched.num_clusters
-        tAsA, tAgA = cpasync.tma_partition(tma_a, 0, cute.make_layout(1),
+        num_clusters = sched.num_clusters
+        # A: each CTA of a row of the cluster loads its share of the tile and multicasts it
+        tAsA, tAgA = cpasync.tma_partition(tma_a, ab.a_rank, cute.make_layout(self.cluster_n),
                                            cute.group_modes(ab.sA, 0, 2),
                                            cute.group_modes(ab.gA, 0, 2))
         # B: each CTA of the cluster loads its half of the tile and multicasts it
@@ -343,12 +361,16 @@ class GemmSm90:
         for tile in cutlass.range(sched.cluster_id, sched.num_tiles, num_clusters, unroll=1):
             if cutlass.const_expr(limit):
                 self._await_clusters(mSync, (wave - self.drift_slack) * num_clusters)
-            tm, tn, tl = self._tile_coord(tile, sched.tiles_mc, sched.tiles_n, m_rank)
+            tm, tn, tl = self._tile_coord(tile, sched.tiles_mc, sched.tiles_nc, sched.rank_mn)
             for kt in cutlass.range(sched.k_first, sched.k_end, unroll=1):
                 ab_pipe.producer_acquire(prod)
                 full = ab_pipe.producer_get_barrier(prod)
-                cute.copy(tma_a, tAgA[(None, tm, kt, tl)], tAsA[(None, prod.index)],
-                          tma_bar_ptr=full)
+                if cutlass.const_expr(self.cluster_n > 1):
+                    cute.copy(tma_a, tAgA[(None, tm, kt, tl)], tAsA[(None, prod.index)],
+                              tma_bar_ptr=full, mcast_mask=ab.a_mcast_mask)
+                else:
+                    cute.copy(tma_a, tAgA[(None, tm, kt, tl)], tAsA[(None, prod.index)],
+                              tma_bar_ptr=full)
                 cute.copy(tma_b, tBgB[(None, tn, kt, tl)], tBsB[(None, prod.index)],
                           tma_bar_ptr=full, mcast_mask=b_mcast_mask)
                 ab_pipe.producer_commit(prod)
@@ -372,15 +394,17 @@ class GemmSm90:
             polls += 1
 
     @cute.jit
-    def _tile_coord(self, tile, tiles_mc, tiles_n, cta_rank):
+    def _tile_coord(self, tile, tiles_mc, tiles_nc, rank_mn):
         """Cluster work unit -> this CTA's (m, n, batch) tile: clusters walk cluster tiles in
         grouped order; the CTAs of a cluster take adjacent M tiles of the same N tile (so B
-        is shared). A CTA past M still runs the mainloop: its half of B feeds its peer; TMA
-        zero-fills its own A and clips its store."""
-        tmc, tn, tl = grouped_tile_coord(tile, tiles_mc, tiles_n,
-                                         max(1, self.group_m // self.cluster_m),
-                                         minimum=cutlass.min)
-        return tmc * self.cluster_m + cta_rank, tn, tl
+        is shared) and adjacent N tiles of the same M tile (A shared). A CTA past M (or N)
+        still runs the mainloop: its share of B (A) feeds its peers; TMA zero-fills its own
+        A (B) and clips its store."""
+        tmc, tnc, tl = grouped_tile_coord(tile, tiles_mc, tiles_nc,
+                                          max(1, self.group_m // self.cluster_m),
+                                          minimum=cutlass.min)
+        tn = tnc if cutlass.const_expr(self.cluster_n == 1) else tnc * self.cluster_n + rank_mn[1]
+        return tmc * self.cluster_m + rank_mn[0], tn, tl
 
     # ---------------------------------- consumers ----------------------------------
 
