@@ -129,6 +129,13 @@ if [ "$PART" = decode ]; then  # decode's query tile: 128 vs 64 rows
   step decode-tiles-eager 150 python perf/decode_tiles.py --s-kv 4096,65536 --batch 1,16
   for f in "$OUT"/decode-tiles-*.log; do echo "--- $f"; tail -12 "$f"; done
 fi
+if [ "$PART" = decode2 ]; then  # decode at two CTAs per SM; what cuDNN runs for short causal
+  step decode2-tiles 300 python perf/decode_tiles.py --graphs --two-per-sm --block-m 64 \
+    --stages 2,3 --splits 1,8,14,16,24,32 --s-q 1 --s-kv 4096,65536 --batch 1,16
+  step decode2-baselines 120 python perf/baseline_kernels.py --ours \
+    --attention 32,16,1024,128,causal 16,16,2048,128,causal
+  for f in "$OUT"/decode2-*.log; do echo "--- $f"; grep -v "DEBUG\|Warn" "$f" | tail -30; done
+fi
 if [ "$PART" = checks ]; then  # GPU tests of both paths, sanitizers on the new builds
   step attention-gpu-tests 330 python -m pytest -q --tb=short -p no:logging \
     tests/test_attention_gpu.py tests/test_dispatch_gpu.py

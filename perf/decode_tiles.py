@@ -38,9 +38,11 @@ from cute_kernels.bench import bench_interleaved, format_table, input_sets_neede
 from cute_kernels.ops.attention import _attention
 
 
-def ours(b: int, s_q: int, block_m: int, n: int, stages: int = 2):
+def ours(b: int, s_q: int, block_m: int, n: int, stages: int = 2, two_per_sm: bool = False):
     rows = (H // H_KV) * s_q
     config = dict(overlap=True, block_m=block_m, stages=stages)
+    if two_per_sm:  # 64 x 64 tiles, two CTAs per SM (the short causal tiles)
+        config.update(block_n=64, ctas_per_sm=2)
 
     def run(x):
         o, _ = _attention(x[0].reshape(b, H_KV, rows, D), x[1], x[2], False, None, n, None,
@@ -49,8 +51,9 @@ def ours(b: int, s_q: int, block_m: int, n: int, stages: int = 2):
     return run
 
 
-def vname(m: int, stages: int, n: int | None = None) -> str:
-    return f"M{m}" + (f"s{stages}" if stages != 2 else "") + (f" n={n}" if n else "")
+def vname(m: int, stages: int, two: bool = False, n: int | None = None) -> str:
+    return (f"M{m}" + ("x64c2" if two else "") + (f"s{stages}" if stages != 2 else "")
+            + (f" n={n}" if n else ""))
 
 
 def main() -> None:
@@ -63,6 +66,8 @@ def main() -> None:
     ap.add_argument("--block-m", type=ints, default=[128, 64])
     ap.add_argument("--stages", type=ints, default=[2], help="K/V stages (64-row tiles only "
                     "beyond 2: the 128-row tile's smem holds 2)")
+    ap.add_argument("--two-per-sm", action="store_true",
+                    help="also 64 x 64 tiles at two CTAs per SM (with each --stages)")
     ap.add_argument("--graphs", action="store_true")
     ap.add_argument("--rounds", type=int, default=10)
     args = ap.parse_args()
@@ -78,10 +83,12 @@ def main() -> None:
                 ref = reference(*sets[0], False)
                 fns = sdpa_contenders(False, s_q, s_kv)
                 splits = [n for n in args.splits if n == 1 or n <= s_kv // 512]
-                variants = [(m, st) for m in args.block_m for st in args.stages
+                variants = [(m, st, False) for m in args.block_m for st in args.stages
                             if st == 2 or m == 64]
-                fns.update({vname(m, st, n): ours(b, s_q, m, n, st) for m, st in variants
-                            for n in splits})
+                if args.two_per_sm:
+                    variants += [(64, st, True) for st in args.stages]
+                fns.update({vname(m, st, two, n): ours(b, s_q, m, n, st, two)
+                            for m, st, two in variants for n in splits})
                 for name in list(fns):
                     try:
                         err = relative_error(fns[name](sets[0]), ref)
@@ -97,7 +104,9 @@ def main() -> None:
                 t = bench_interleaved(fns, sets, rounds=args.rounds, warmup=2)
                 ms = {n: v.median_ms for n, v in t.items()}
                 sdpa = min(v for n, v in ms.items() if n.startswith("SDPA"))
-                best = {v: min((ms[vname(*v, n)], n) for n in splits) for v in variants}
+                variants = [v for v in variants if any(vname(*v, n) in ms for n in splits)]
+                best = {v: min((ms[vname(*v, n)], n) for n in splits if vname(*v, n) in ms)
+                        for v in variants}
                 rows.append([label(b, s_q, s_kv), sdpa,
                              *(f"{best[v][0]:.4f} (n={best[v][1]})" for v in variants),
                              *(sdpa / best[v][0] for v in variants)])
@@ -105,7 +114,7 @@ def main() -> None:
                 torch.cuda.empty_cache()
     print(f"decode tiles ({'CUDA graphs' if args.graphs else 'eager'}), ms; ratio = fastest "
           f"SDPA / ours")
-    names = [vname(m, st) for m, st in variants]
+    names = [vname(*v) for v in variants]
     print(format_table(["shape", "SDPA ms", *(f"{v} best" for v in names),
                         *(f"{v} x SDPA" for v in names)], rows))
 

@@ -7,7 +7,8 @@
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/gemm_session.sh sweep
 # and for the split-K in a cluster: gaps (baseline kernels, ncu), stages, cluster-tiles (forced
 # routes), cluster-checks (GPU tests, sanitizers), cluster-shapes (the default routes); and
-# cluster-n: 2-D clusters (A multicast along N), forced on the shapes where we trail.
+# cluster-n: 2-D clusters (A multicast along N), forced on the shapes where we trail, and
+# cluster-n-checks (their tests and sanitizers).
 # Prints a summary last.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-gemm}
@@ -101,5 +102,11 @@ if [ "$PART" = cluster-n ]; then  # 2-D clusters (A multicast along N): tests, p
 64x128x64p8,128x64x64p8c1n2,64x128x64p8c2n2g128,128x64x64p8c2n2g128,128x128x64c2n2g128,\
 128x128x64c1n2,128x256x64c1n2
   echo "--- n-tiles"; grep -v "DEBUG\|Warn" "$OUT/n-tiles.log" | tail -60
+fi
+if [ "$PART" = cluster-n-checks ]; then  # 2-D clusters: their GPU tests, sanitizers
+  step n-tests 150 python -m pytest -q --tb=short -p no:logging tests/test_gemm_gpu.py \
+    -k "clusters_along_n"
+  step n-memcheck 150 "${SANITIZE[@]}" --tool memcheck python perf/gemm_skinny_probe.py
+  step n-racecheck 150 "${SANITIZE[@]}" --tool racecheck python perf/gemm_skinny_probe.py
 fi
 echo; echo "=== summary"; printf '%s\n' "${summary[@]}"
