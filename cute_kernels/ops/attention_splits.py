@@ -1,11 +1,16 @@
 """How many key splits ``attention`` runs when ``num_splits`` is None (flash-decoding).
 
-Split-KV pays a fixed price (a workspace, a second kernel that combines the partials: ~10 us
-on an H100) for filling SMs that a few query tiles leave idle. The rule, from perf/decode.py
-on the H100 (perf/RESULTS.md "Decode attention"): below ``MIN_AUTO_SPLIT_KEYS`` keys never
-(S_kv 4k: every n >= 2 was 9-19% slower than n = 1 over two runs), above it the smallest
-n that fills the SMs about as well as the best (``splits_heuristic``; S_kv 64k at B1: 0.10
-against 0.72 ms).
+Split-KV pays a fixed price (a workspace, a second kernel that combines the partials) for
+filling SMs that a few query tiles leave idle. The rule: below ``MIN_AUTO_SPLIT_KEYS`` keys
+never, above it the smallest n that fills the SMs about as well as the best
+(``splits_heuristic``). perf/decode.py on an H200 (perf/RESULTS.md "Decode attention"), GPU
+time in CUDA graphs, B1 H32 H_kv 8 D128, n = 1 against the heuristic's n: S_kv 64k 0.58 against
+0.072 ms; S_kv 4k 0.042 against 0.017 (n 7), S_kv 2k 0.024 against 0.016 (n 4), and at B4
+S_kv 2k / 4k 0.024 / 0.043 against 0.018 / 0.025 (n 4). Eager calls of these short shapes
+are host-bound (0.03-0.09 ms per call for SDPA and us alike), where n = 1 measured 0-10%
+faster than a split but every n stays ahead of SDPA (an H100 run before plans were cached
+had splits 9-19% slower at S_kv 4k, which is why the floor was 8k until then). At 1k keys
+the heuristic's at-least-4-blocks rule allows 2 splits, which bought nothing (0.016 both).
 Pure Python: the perf script and the tests import it without a GPU.
 """
 
@@ -18,7 +23,7 @@ import math
 BLOCK_M, BLOCK_N = 128, 128
 MIN_BLOCKS_PER_SPLIT = 4
 #: the shortest key sequence ``num_splits=None`` splits
-MIN_AUTO_SPLIT_KEYS = 8192
+MIN_AUTO_SPLIT_KEYS = 2048
 
 
 def query_tiles(b: int, h_kv: int, s_q: int, q_per_kv: int, causal: bool,
