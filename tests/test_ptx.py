@@ -332,16 +332,34 @@ def test_column_sparse_short_lists_ptx(entry_keys, persistent):
 @pytest.mark.parametrize("target", TARGETS)
 def test_split_combine_ptx(head_dim, target):
     """The split-KV combine: shuffle reductions of the partial lse, vector loads of each
-    split's O chunk (4 or 2 bf16 per lane), no spills."""
+    split's O chunk (4 or 2 bf16 per lane), no spills; on sm_90 a programmatic dependent
+    launch that first waits for the split kernel's grid (griddepcontrol.wait)."""
     import torch
 
-    from cute_kernels.ops.attention import make_combine_build
+    from cute_kernels.ops.attention import make_combine_build, target_has_pdl
     from cute_kernels.runtime.compile import compile_ptx
 
-    ptx = compile_ptx(make_combine_build(torch.bfloat16, head_dim), target)
+    pdl = target_has_pdl(target)
+    assert pdl == (target == "sm_90a")
+    ptx = compile_ptx(make_combine_build(torch.bfloat16, head_dim, pdl=pdl), target)
     assert instruction_mix(ptx)["shfl.sync"] >= 10  # max and sum butterflies, 5 steps each
     assert f"ld.global.v{head_dim // 32}.b16" in ptx
+    assert ("griddepcontrol.wait" in ptx) == pdl
     _assert_no_spills(ptx, target)
+
+
+def test_split_kernel_lets_the_combine_launch_early():
+    """The Hopper split-KV kernel signals griddepcontrol.launch_dependents (after its key
+    loop); the plain kernel does not."""
+    import torch
+
+    from cute_kernels.ops.attention import make_build
+    from cute_kernels.runtime.compile import compile_ptx
+
+    for split_kv in (True, False):
+        ptx = compile_ptx(make_build("hopper", torch.bfloat16, 128, False, split_kv=split_kv,
+                                     short_query=True), "sm_90a")
+        assert ("griddepcontrol.launch_dependents" in ptx) == split_kv
 
 
 @pytest.mark.parametrize("drift", [False, True])

@@ -498,7 +498,8 @@ def combine_kernel(o_parts, lse_parts, o, lse) -> None:
     from the split partials ``o_parts`` (n B, H, S, D) and ``lse_parts`` (n B, H, S)."""
     d = o.shape[-1]
     kernel = kernel_for(o.device, ("split_combine", o.dtype, d),
-                        lambda path, target: make_combine_build(o.dtype, d))
+                        lambda path, target: make_combine_build(o.dtype, d,
+                                                                pdl=target_has_pdl(target)))
     kernel(*combine_params().call_args(mOParts=o_parts, mLseParts=lse_parts, mO=o, mLSE=lse))
 
 
@@ -513,15 +514,22 @@ def combine_params():
     return kernel_params(SPLIT_COMBINE_KERNEL)
 
 
-def make_combine_build(dtype, head_dim: int):
+def target_has_pdl(target: str) -> bool:
+    """Whether kernels compiled for ``target`` (``sm_80``, ``sm_90a``, ...) may use
+    programmatic dependent launch (``griddepcontrol``: sm_90 and later)."""
+    return int(target.removeprefix("sm_").rstrip("af")) >= 90
+
+
+def make_combine_build(dtype, head_dim: int, pdl: bool = False):
     """The split-KV combine kernel against symbolic partials (n B, H, S, D) / (n B, H, S) and
-    outputs (B, H, S, D) (unit-stride D) / (B, H, S)."""
+    outputs (B, H, S, D) (unit-stride D) / (B, H, S); ``pdl``: launched as a programmatic
+    dependent of the split kernel (sm_90+)."""
     from ..kernels.attention.split_combine import SplitCombine
     from ..runtime.bridge import fake_bhsd, fake_compact
     from ..runtime.compile import Build
     from ..runtime.launch import launch_args
 
-    kernel = SplitCombine(head_dim)
+    kernel = SplitCombine(head_dim, pdl=pdl)
     return Build(kernel, launch_args(
         kernel, mOParts=fake_bhsd(dtype, head_dim), mLseParts=fake_compact(torch.float32, 3),
         mO=fake_bhsd(dtype, head_dim), mLSE=fake_compact(torch.float32, 3)))

@@ -738,6 +738,10 @@ class AttentionSm90(PersistentSchedule):
         else:
             k_state, v_state = self._mainloop_sequential(mc, col, k_state, v_state)
 
+        if cutlass.const_expr(self.split_kv):
+            # the combine kernel (a programmatic dependent) may launch: its CTAs wait in
+            # griddepcontrol.wait for this grid's writes, so its launch overlaps our tail
+            cute.arch.griddepcontrol_launch_dependents()
         lse = cute.make_rmem_tensor(rows, Float32)
         softmax_finish(acc_O, row_max, row_sum, lse, scale_log2)
         if cutlass.const_expr(self.accumulate):

@@ -9,7 +9,11 @@ split's keys, in q's dtype) and its ``lse_i``; the row's answer is
 lse = -inf). Roles: one warp per query row, ``warps`` rows per CTA; lanes split the splits for
 the max and the sum (then shuffle reductions), and the head dim for the weighted sum (D / 32
 consecutive elements per lane, one vector load per split). No shared memory. The same code on
-both paths.
+both paths. On sm_90 (``pdl``) it is launched as a programmatic dependent of the split kernel
+before it: its CTAs are launched while the split kernel's last CTAs finish (the Hopper split
+kernel signals ``griddepcontrol.launch_dependents`` once its key loop is done) and wait in
+``griddepcontrol.wait`` until that grid has completed and its writes are visible, so the
+second launch's latency overlaps the first kernel's tail.
 """
 
 from __future__ import annotations
@@ -29,10 +33,11 @@ class SplitCombine:
 
     warps = 4
 
-    def __init__(self, head_dim: int):
+    def __init__(self, head_dim: int, pdl: bool = False):
         if head_dim not in (64, 128):
             raise ValueError(f"head_dim must be 64 or 128, got {head_dim}")
         self.head_dim = head_dim
+        self.pdl = pdl  # programmatic dependent launch (sm_90+)
         self.per_lane = head_dim // 32
         self.threads = 32 * self.warps
 
@@ -42,11 +47,13 @@ class SplitCombine:
         rows = mO.shape[0] * mO.shape[1] * mO.shape[2]
         self.kernel(mOParts, mLseParts, mO, mLSE).launch(
             grid=(cute.ceil_div(rows, self.warps), 1, 1), block=(self.threads, 1, 1),
-            stream=stream)
+            stream=stream, use_pdl=self.pdl)
 
     @cute.kernel
     def kernel(self, mOParts: cute.Tensor, mLseParts: cute.Tensor, mO: cute.Tensor,
                mLSE: cute.Tensor):
+        if cutlass.const_expr(self.pdl):
+            cute.arch.griddepcontrol_wait()  # the split kernel's partials are all written
         tidx, _, _ = cute.arch.thread_idx()
         block, _, _ = cute.arch.block_idx()
         lane, warp_id = tidx % 32, tidx // 32
