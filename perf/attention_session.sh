@@ -136,6 +136,19 @@ if [ "$PART" = decode2 ]; then  # decode at two CTAs per SM; what cuDNN runs for
     --attention 32,16,1024,128,causal 16,16,2048,128,causal
   for f in "$OUT"/decode2-*.log; do echo "--- $f"; grep -v "DEBUG\|Warn" "$f" | tail -30; done
 fi
+if [ "$PART" = decode-pdl ]; then  # the combine as a programmatic dependent launch; splits from 2k
+  step pdl-tests 300 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
+    -k "split or decode or num_splits or gqa or repeat_calls"
+  step pdl-memcheck 120 "${SANITIZE[@]}" --tool memcheck python perf/attention_probe.py \
+    hopper 1 9000 32 8 128 0
+  step pdl-racecheck 120 "${SANITIZE[@]}" --tool racecheck python perf/attention_probe.py \
+    hopper 1 9000 32 8 128 0
+  for g in "--graphs" "--graphs --no-pdl" ""; do
+    step "pdl-decode$(echo "$g" | tr -d ' -')" 150 python perf/decode.py --quick $g \
+      --s-kv 2048,4096,65536 --out "$OUT/decode$(echo "$g" | tr -d ' -')"
+  done
+  for f in "$OUT"/pdl-decode*.log; do echo "--- $f"; grep -A 16 "^ours:" "$f"; done
+fi
 if [ "$PART" = checks ]; then  # GPU tests of both paths, sanitizers on the new builds
   step attention-gpu-tests 330 python -m pytest -q --tb=short -p no:logging \
     tests/test_attention_gpu.py tests/test_dispatch_gpu.py

@@ -388,11 +388,15 @@ def main(argv=None) -> None:
     ap.add_argument("--combine", choices=["torch", "kernel"], default=None,
                     help="how split-KV partials are combined (default: the library's "
                          "ops.attention.SPLIT_COMBINE_KERNEL_ON)")
+    ap.add_argument("--no-pdl", action="store_true",
+                    help="launch the combine kernel plainly, not as a programmatic dependent "
+                         "(ops.attention.SPLIT_COMBINE_PDL)")
     ap.add_argument("--out", default="perf/results")
     args = ap.parse_args(argv)
-    if args.combine is not None:
-        from cute_kernels.ops import attention as attention_ops
+    from cute_kernels.ops import attention as attention_ops
 
+    attention_ops.SPLIT_COMBINE_PDL = not args.no_pdl
+    if args.combine is not None:
         attention_ops.SPLIT_COMBINE_KERNEL_ON = args.combine == "kernel"
     gpu = torch.cuda.is_available()
     sms = args.sms or (torch.cuda.get_device_properties(0).multi_processor_count if gpu

@@ -491,15 +491,19 @@ def tile_costs(m: int, s_q: int, s_kv: int, causal: bool, tile: tuple) -> list[i
 #: instead of ``combine_splits`` (about ten eager torch ops: ~0.15 ms more per call at
 #: B1 S_kv 4k-64k on the H100, perf/RESULTS.md). On since its GPU tests passed (2026-11-23).
 SPLIT_COMBINE_KERNEL_ON = True
+#: Whether the combine kernel is a programmatic dependent launch of the split kernel where the
+#: target has it (sm_90+; ``target_has_pdl``)
+SPLIT_COMBINE_PDL = True
 
 
 def combine_kernel(o_parts, lse_parts, o, lse) -> None:
     """The combine kernel into ``o`` (B, H, S, D, unit-stride D) and ``lse`` (B, H, S) fp32
     from the split partials ``o_parts`` (n B, H, S, D) and ``lse_parts`` (n B, H, S)."""
     d = o.shape[-1]
-    kernel = kernel_for(o.device, ("split_combine", o.dtype, d),
-                        lambda path, target: make_combine_build(o.dtype, d,
-                                                                pdl=target_has_pdl(target)))
+    pdl = SPLIT_COMBINE_PDL
+    kernel = kernel_for(o.device, ("split_combine", o.dtype, d, pdl),
+                        lambda path, target: make_combine_build(
+                            o.dtype, d, pdl=pdl and target_has_pdl(target)))
     kernel(*combine_params().call_args(mOParts=o_parts, mLseParts=lse_parts, mO=o, mLSE=lse))
 
 
