@@ -109,4 +109,18 @@ if [ "$PART" = cluster-n-checks ]; then  # 2-D clusters: their GPU tests, saniti
   step n-memcheck 150 "${SANITIZE[@]}" --tool memcheck python perf/gemm_skinny_probe.py
   step n-racecheck 150 "${SANITIZE[@]}" --tool racecheck python perf/gemm_skinny_probe.py
 fi
+if [ "$PART" = gaps-mainloop ]; then  # ncu: our small-tile mainloops against cuBLAS's, stalls
+  for cfg in "dict(tile=(128, 64, 64), cluster_m=1, cluster_n=2, cluster_k=1, max_stages=8)" \
+             "dict(tile=(64, 128, 64), cluster_m=2, cluster_k=1, max_stages=8)"; do
+    step "gapsm-$(echo "$cfg" | tr -dc 'a-z0-9' | head -c 40)" 150 ncu --nvtx \
+      --nvtx-include "profile/" --section SpeedOfLight --section WarpStateStats \
+      --metrics "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed,\
+lts__t_sectors_op_read.sum,smsp__inst_executed.sum,sm__cycles_elapsed.avg,\
+regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
+      python perf/profile_gemm_plan.py 1024,1024,4096 "$cfg"
+  done
+  for f in "$OUT"/gapsm-*.log; do echo "--- $f"; grep -v "DEBUG\|Warn\|^==PROF" "$f" \
+    | grep -E "GemmSm90|nvjet|Duration|stalled|hmma|lts__|inst_exec|cycles_elapsed|Warp Cycles|Issued" \
+    | awk '$NF != 0 && $NF != "0.00"' | head -60; done
+fi
 echo; echo "=== summary"; printf '%s\n' "${summary[@]}"
