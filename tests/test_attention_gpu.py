@@ -314,11 +314,11 @@ def test_num_splits_none_splits_long_keys(monkeypatch):
     assert taken and taken[0] > 1
     check(o, lse, q, k, v, False)
     taken.clear()
-    q, k, v = qkv(1, 8, 2, 1, 3000, 128)  # a residue block, split too (from 2,048 keys)
+    q, k, v = qkv(1, 8, 2, 1, 4100, 128)  # a residue block, split too (from 4,096 keys)
     check(*ck.attention(q, k, v, return_lse=True), q, k, v, False)
     assert taken and taken[0] > 1
     taken.clear()
-    q, k, v = qkv(1, 8, 2, 1, 1500, 128)
+    q, k, v = qkv(1, 8, 2, 1, 3000, 128)
     check(*ck.attention(q, k, v, return_lse=True), q, k, v, False)
     assert taken == [1]
 

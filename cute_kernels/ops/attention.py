@@ -22,7 +22,7 @@ from typing import NamedTuple
 import torch
 
 from ..kernels.attention.tiles import HOPPER_DEFAULT_TILE, colsum_spans_ctas
-from ..runtime.arch import HOPPER, device_target, forced_path, sm_count
+from ..runtime.arch import HOPPER, device_target, forced_path, sm_count, target_has_pdl
 from ..runtime.bridge import kernel_for
 from ..runtime.validate import (
     check_cuda,
@@ -518,12 +518,6 @@ def combine_params():
     return kernel_params(SPLIT_COMBINE_KERNEL)
 
 
-def target_has_pdl(target: str) -> bool:
-    """Whether kernels compiled for ``target`` (``sm_80``, ``sm_90a``, ...) may use
-    programmatic dependent launch (``griddepcontrol``: sm_90 and later)."""
-    return int(target.removeprefix("sm_").rstrip("af")) >= 90
-
-
 def make_combine_build(dtype, head_dim: int, pdl: bool = False):
     """The split-KV combine kernel against symbolic partials (n B, H, S, D) / (n B, H, S) and
     outputs (B, H, S, D) (unit-stride D) / (B, H, S); ``pdl``: launched as a programmatic
@@ -588,9 +582,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         num_splits: split-KV (flash-decoding): each query tile's keys are cut into this
             many ranges run by separate CTAs and combined in float32 (for decoding: few
             query rows, long keys). 1: no split. None (default): chosen from the shapes and
-            the GPU's SM count (``ops.attention_splits.auto_splits``: no split below 8,192
-            keys or once the query tiles fill the SMs; H100 timings per n in
-            perf/RESULTS.md "Decode attention").
+            the GPU's SM count (``ops.attention_splits.auto_splits``: no split below 4,096
+            keys or once the query tiles fill the SMs; timings per n in perf/RESULTS.md
+            "Decode attention").
 
     Returns:
         o (B, H, S_q, D) in q's dtype and memory layout (``out`` itself when given); with

@@ -3,14 +3,14 @@
 Split-KV pays a fixed price (a workspace, a second kernel that combines the partials) for
 filling SMs that a few query tiles leave idle. The rule: below ``MIN_AUTO_SPLIT_KEYS`` keys
 never, above it the smallest n that fills the SMs about as well as the best
-(``splits_heuristic``). perf/decode.py on an H200 (perf/RESULTS.md "Decode attention"), GPU
-time in CUDA graphs, B1 H32 H_kv 8 D128, n = 1 against the heuristic's n: S_kv 64k 0.58 against
-0.072 ms; S_kv 4k 0.042 against 0.017 (n 7), S_kv 2k 0.024 against 0.016 (n 4), and at B4
-S_kv 2k / 4k 0.024 / 0.043 against 0.018 / 0.025 (n 4). Eager calls of these short shapes
-are host-bound (0.03-0.09 ms per call for SDPA and us alike), where n = 1 measured 0-10%
-faster than a split but every n stays ahead of SDPA (an H100 run before plans were cached
-had splits 9-19% slower at S_kv 4k, which is why the floor was 8k until then). At 1k keys
-the heuristic's at-least-4-blocks rule allows 2 splits, which bought nothing (0.016 both).
+(``splits_heuristic``). perf/decode.py on an H200 (perf/RESULTS.md "Decode attention"), B1
+H32 H_kv 8 D128, n = 1 against the heuristic's n, GPU time in CUDA graphs: S_kv 64k 0.58
+against 0.072 ms; S_kv 4k 0.042 against 0.016 (n 7); S_kv 2k 0.024 against 0.015 (n 4).
+Eager calls of these short shapes are host-bound (the split route's second launch and
+workspace cost ~12 us of host time): at S_kv 4k the split still won eager (0.045 against
+0.041 ms), at 2k it lost (0.030 against 0.042), so the floor is 4,096 keys, where neither
+way of calling loses (8,192 until the H200 run of 2026-11-26; an H100 run before plans were
+cached had had splits 9-19% slower eager at 4k).
 Pure Python: the perf script and the tests import it without a GPU.
 """
 
@@ -23,7 +23,7 @@ import math
 BLOCK_M, BLOCK_N = 128, 128
 MIN_BLOCKS_PER_SPLIT = 4
 #: the shortest key sequence ``num_splits=None`` splits
-MIN_AUTO_SPLIT_KEYS = 2048
+MIN_AUTO_SPLIT_KEYS = 4096
 
 
 def query_tiles(b: int, h_kv: int, s_q: int, q_per_kv: int, causal: bool,

@@ -143,6 +143,13 @@ def device_target(device) -> tuple[str, str]:
     return select_path(major, minor), target_for_capability(major, minor)
 
 
+def target_has_pdl(target: str) -> bool:
+    """Whether kernels compiled for ``target`` (``sm_80``, ``sm_90a``, ...) may use
+    programmatic dependent launch (``griddepcontrol``: sm_90 and later): a finishing kernel
+    (split-KV combine, split-K reduce) launched while the kernel before it still runs."""
+    return int(target.removeprefix("sm_").rstrip("af")) >= 90
+
+
 _SM_COUNT: dict[int | None, int] = {}
 
 
