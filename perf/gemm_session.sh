@@ -123,17 +123,4 @@ regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
     | grep -E "GemmSm90|nvjet|Duration|stalled|hmma|lts__|inst_exec|cycles_elapsed|Warp Cycles|Issued" \
     | awk '$NF != 0 && $NF != "0.00"' | head -60; done
 fi
-if [ "$PART" = pdl ]; then  # the split-K reduce as a programmatic dependent launch
-  step pdl-tests 240 python -m pytest -q --tb=short -p no:logging tests/test_gemm_gpu.py \
-    tests/test_attention_gpu.py -k "skinny or forced or strided_out or swap or num_splits \
-or split_decode or cluster_split_default"
-  step pdl-memcheck 150 "${SANITIZE[@]}" --tool memcheck python perf/gemm_skinny_probe.py
-  for p in "" "--no-pdl"; do
-    step "pdl-skinny$(echo "$p" | tr -d ' -')" 200 python perf/gemm_skinny.py --graphs \
-      --rounds 12 $p --out "$OUT/skinny$(echo "$p" | tr -d ' -')" --shapes \
-1x14336x4096,13x14336x4096,1x4096x14336,8x4096x14336,13x4096x14336,1x28672x8192,\
-13x28672x8192,333x1024x4096
-  done
-  for f in "$OUT"/pdl-skinny*.log; do echo "--- $f"; grep -v "DEBUG\|Warn" "$f" | tail -14; done
-fi
 echo; echo "=== summary"; printf '%s\n' "${summary[@]}"

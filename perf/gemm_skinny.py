@@ -92,12 +92,8 @@ def main() -> None:
     ap.add_argument("--kvariants", default="128:6",
                     help="swapped variants as k-tile:max-stages,... (with --variants)")
     ap.add_argument("--rounds", type=int, default=15)
-    ap.add_argument("--no-pdl", action="store_true",
-                    help="launch the split-K reduce plainly, not as a programmatic dependent "
-                         "(ops.gemm.SPLIT_REDUCE_PDL)")
     ap.add_argument("--out", default="perf/results")
     args = ap.parse_args()
-    gemm_ops.SPLIT_REDUCE_PDL = not args.no_pdl
     shapes = QUICK if args.quick else SWEEP
     if args.shapes:
         shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]

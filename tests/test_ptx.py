@@ -481,42 +481,22 @@ def test_gemm_2d_cluster_ptx(tile, cluster_m, cluster_n):
     ("float32", "silu", "bfloat16")])
 def test_split_reduce_ptx(target, out_dtype, activation, bias_dtype):
     """The split-K finishing pass: SIMT only (no tensor cores, no async copies), 16-byte
-    stores of the output, the activation compiled in only when asked; on sm_90 a
-    programmatic dependent launch that first waits for the GEMM's grid."""
+    stores of the output, the activation compiled in only when asked."""
     import torch
 
     from cute_kernels.kernels.gemm.epilogue import Epilogue
     from cute_kernels.ops.gemm import reduce_build
-    from cute_kernels.runtime.arch import target_has_pdl
     from cute_kernels.runtime.compile import compile_ptx
 
     bias = getattr(torch, bias_dtype) if bias_dtype else None
-    pdl = target_has_pdl(target)
     ptx = compile_ptx(reduce_build(getattr(torch, out_dtype),
-                                   Epilogue(bias=bias is not None, activation=activation), bias,
-                                   pdl=pdl), target)
+                                   Epilogue(bias=bias is not None, activation=activation), bias),
+                      target)
     mix = instruction_mix(ptx)
     assert mix["mma.sync"] == mix["wgmma"] == mix["cp.async"] == 0
     assert "st.global.v4" in ptx
     assert ("ex2.approx" in ptx or "tanh.approx" in ptx) == (activation is not None)
-    assert ("griddepcontrol.wait" in ptx) == pdl
     _assert_no_spills(ptx, target)
-
-
-@pytest.mark.parametrize("launch_dependents", [False, True])
-def test_workspace_gemm_lets_the_reduce_launch_early(launch_dependents):
-    """A swap-AB launch into the fp32 workspace signals griddepcontrol.launch_dependents once
-    its consumers are past their last tile (only when asked: plain GEMMs have no dependent)."""
-    import torch
-
-    from cute_kernels.kernels.gemm.epilogue import Epilogue
-    from cute_kernels.ops.gemm import make_build
-    from cute_kernels.runtime.compile import compile_ptx
-
-    ptx = compile_ptx(make_build("hopper", torch.bfloat16, torch.float32, "k", "k", Epilogue(),
-                                 None, 1, (128, 16, 128), False, 6, c_form="transposed",
-                                 launch_dependents=launch_dependents), "sm_90a")
-    assert ptx.count("griddepcontrol.launch_dependents") == launch_dependents
 
 
 @pytest.mark.parametrize("head_dim, causal, split_kv", [(128, False, True), (128, True, False),

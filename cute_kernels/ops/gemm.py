@@ -18,7 +18,7 @@ from typing import NamedTuple
 import torch
 
 from ..kernels.common.activation_names import ACTIVATIONS
-from ..runtime.arch import device_target, forced_path, sm_count, target_has_pdl
+from ..runtime.arch import device_target, forced_path, sm_count
 from ..runtime.bridge import fake_mkl, fake_vector, kernel_for
 from ..runtime.compile import Build
 from ..runtime.launch import KernelParams, kernel_params, launch_args
@@ -38,11 +38,6 @@ from .dispatch import KernelOp, plain_eager
 #: ``logging.getLogger("cute_kernels.gemm").setLevel("DEBUG")`` prints each new plan's
 #: schedule (tile, swap-AB, split-K); ``cute-kernels schedule M N K`` prints it without a GPU
 _LOG = logging.getLogger("cute_kernels.gemm")
-
-#: Whether the split-K / swap-AB reduce is a programmatic dependent launch of its GEMM where
-#: the target has it (sm_90+, ``runtime.arch.target_has_pdl``): it launches during the GEMM's
-#: tail and waits in ``griddepcontrol.wait`` for the partials
-SPLIT_REDUCE_PDL = True
 
 IN_DTYPES = (torch.bfloat16, torch.float16)
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -139,19 +134,16 @@ def make_build(path: str, dtype, out_dtype, a_major: str, b_major: str, epilogue
                bias_dtype=None, cluster_m: int = DEFAULT_CLUSTER_M,
                tile=DEFAULT_TILE, drift: bool = False, max_stages: int | None = None,
                c_form: str = "rows", batched: bool = True, c_transposed: bool = False,
-               cluster_k: int = 1, cluster_n: int = 1,
-               launch_dependents: bool = False) -> Build:
+               cluster_k: int = 1, cluster_n: int = 1) -> Build:
     """The GEMM kernel of ``path`` against fake operands (``gemm_build``); ``c_transposed``
     (Hopper): C is the row-major output of a swap-AB launch, stored transposed;
     ``cluster_k`` (Hopper): split-K over a cluster's CTAs, reduced in the launch;
-    ``cluster_n`` (Hopper): CTAs along N sharing A tiles; ``launch_dependents`` (Hopper): a
-    programmatic dependent launch (the split-K reduce) may start during its tail."""
+    ``cluster_n`` (Hopper): CTAs along N sharing A tiles."""
     if epilogue.bias and bias_dtype is None:
         raise ValueError("a bias epilogue needs the bias dtype (bias_dtype)")
     kernel = gemm_kernel(path, cluster_m, tile, drift, max_stages, cluster_k, cluster_n,
                          a_major=a_major, b_major=b_major, epilogue=epilogue,
-                         **({"c_transposed": True} if c_transposed else {}),
-                         **({"launch_dependents": True} if launch_dependents else {}))
+                         **({"c_transposed": True} if c_transposed else {}))
     return gemm_build(kernel, dtype, out_dtype, a_major, b_major,
                       bias_dtype if epilogue.bias else None, drift, c_form, batched)
 
@@ -186,16 +178,15 @@ def gemm_build(kernel, dtype, out_dtype, a_major: str, b_major: str, bias_dtype,
            if drift else {})))
 
 
-def reduce_build(out_dtype, epilogue, bias_dtype, pdl: bool = False) -> Build:
+def reduce_build(out_dtype, epilogue, bias_dtype) -> Build:
     """The split-K / swap-AB finishing kernel against a fully strided fp32 (M, N, splits)
-    workspace view and a row-major output; ``pdl``: a programmatic dependent launch of the
-    GEMM before it (sm_90+)."""
+    workspace view and a row-major output."""
     from cutlass.cute.runtime import make_fake_tensor
 
     from ..kernels.gemm.split_reduce import SplitKReduce
     from ..runtime.bridge import cutlass_dtype, sym
 
-    kernel = SplitKReduce(epilogue, pdl=pdl)
+    kernel = SplitKReduce(epilogue)
     ws = make_fake_tensor(cutlass_dtype(torch.float32), (sym(), sym(), sym()),
                           (sym(), sym(), sym()), assumed_align=16)
     # rows of 8-element multiples, 16-byte aligned (_plan routes other outputs around it)
@@ -419,18 +410,14 @@ def _workspace_plan(a, b_nk, out_dtype, epilogue, bias_dtype, shape, sched, a_ma
     lhs_major, rhs_major = ((_flip(b_major), _flip(a_major)) if sched.swap
                             else (a_major, b_major))
     key = ("gemm_workspace", a.dtype, lhs_major, rhs_major, sched.swap)
-    # on sm_90 the reduce is a programmatic dependent launch of the GEMM (SPLIT_REDUCE_PDL)
-    pdl = SPLIT_REDUCE_PDL
-    kernel = kernel_for(a.device, (*key, pdl), lambda path, target: make_build(
+    kernel = kernel_for(a.device, key, lambda path, target: make_build(
         path, a.dtype, torch.float32, lhs_major, rhs_major, _epilogue(False, None), None,
         sched.cluster_m, sched.tile, False, sched.max_stages,
-        c_form="transposed" if sched.swap else "workspace",
-        launch_dependents=pdl and path == "hopper" and target_has_pdl(target)),
+        c_form="transposed" if sched.swap else "workspace"),
         hopper_key=(sched.cluster_m, sched.tile, sched.max_stages))
-    reduce = kernel_for(a.device, ("gemm_reduce", out_dtype, epilogue, bias_dtype, pdl),
+    reduce = kernel_for(a.device, ("gemm_reduce", out_dtype, epilogue, bias_dtype),
                         lambda path, target: reduce_build(
-                            out_dtype, _epilogue(bias_dtype is not None, epilogue), bias_dtype,
-                            pdl=pdl and target_has_pdl(target)))
+                            out_dtype, _epilogue(bias_dtype is not None, epilogue), bias_dtype))
     return GemmPlan(shape, out_dtype, kernel, sched.ctas, False, reduce, sched.swap,
                     WorkspaceViews.make(a, b_nk, sched.swap, sched.splits))
 

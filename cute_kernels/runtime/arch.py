@@ -146,7 +146,7 @@ def device_target(device) -> tuple[str, str]:
 def target_has_pdl(target: str) -> bool:
     """Whether kernels compiled for ``target`` (``sm_80``, ``sm_90a``, ...) may use
     programmatic dependent launch (``griddepcontrol``: sm_90 and later): a finishing kernel
-    (split-KV combine, split-K reduce) launched while the kernel before it still runs."""
+    (the split-KV combine) launched while the kernel before it still runs."""
     return int(target.removeprefix("sm_").rstrip("af")) >= 90
 
 

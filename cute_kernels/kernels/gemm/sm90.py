@@ -93,7 +93,7 @@ class GemmSm90:
                  epi_n: int = 32, epi_stages: int = 2, gated: str | None = None,
                  cluster_m: int = DEFAULT_CLUSTER_M,
                  drift_slack: int | None = None, c_transposed: bool = False,
-                 cluster_k: int = 1, cluster_n: int = 1, launch_dependents: bool = False):
+                 cluster_k: int = 1, cluster_n: int = 1):
         # drift_slack (with a zeroed int32 counter passed as mSync): a cluster starts its j-th
         # tile only once every cluster has issued the loads of its first j - drift_slack tiles,
         # so clusters that share A / B panels in L2 stay within drift_slack tiles of each other
@@ -116,9 +116,6 @@ class GemmSm90:
             raise ValueError(f"a cluster holds 1 to 8 CTAs (the portable limit), got cluster_m "
                              f"{cluster_m} x cluster_n {cluster_n} x cluster_k {cluster_k}")
         self.cluster_m, self.cluster_n, self.cluster_k = cluster_m, cluster_n, cluster_k
-        # launch_dependents: a programmatic dependent launch after this one (the split-K
-        # reduce) may start once every CTA's consumers are past their last mainloop
-        self.launch_dependents = launch_dependents
         self.a_major, self.b_major = a_major, b_major
         # gated: B holds interleaved (up, gate) rows; C gets act(gate) * up, N / 2 columns
         self.gated = gated
@@ -333,8 +330,6 @@ class GemmSm90:
                             tiled_mma, frag, epi, tm, tn, tl, subs))
                 else:
                     self.epilogue_tile(tiled_mma, frag, epi, tm, tn, tl)
-            if cutlass.const_expr(self.launch_dependents):
-                cute.arch.griddepcontrol_launch_dependents()
             is_store_warp, store_pipe = epi.is_store_warp, epi.store_pipe
             if is_store_warp:
                 with cute.arch.elect_one():

@@ -12,9 +12,7 @@ one does, with one rounding.
 Roles: one thread per ``VEC`` consecutive outputs of a row (N is a multiple of 8), 256
 threads per CTA, no shared memory; the workspace is small and L2-resident (a few MB at
 decode shapes), so its reads are scalar and the output's are 16-byte stores when aligned.
-The same code on both paths. On sm_90 (``pdl``) it is a programmatic dependent launch of the
-GEMM before it (``GemmSm90(launch_dependents=True)``): launched during the GEMM's tail, it
-waits in ``griddepcontrol.wait`` until the GEMM's partials are written.
+The same code on both paths.
 """
 
 from __future__ import annotations
@@ -35,21 +33,18 @@ class SplitKReduce:
 
     threads = 256
 
-    def __init__(self, epilogue: Epilogue | None = None, pdl: bool = False):
+    def __init__(self, epilogue: Epilogue | None = None):
         self.epilogue = epilogue or Epilogue()
-        self.pdl = pdl  # programmatic dependent launch (sm_90+)
 
     @cute.jit
     def __call__(self, mWs: cute.Tensor, mOut: cute.Tensor, mBias, stream):
         units = mOut.shape[0] * (mOut.shape[1] // VEC)
         self.kernel(mWs, mOut, mBias).launch(
             grid=(cute.ceil_div(units, self.threads), 1, 1), block=(self.threads, 1, 1),
-            stream=stream, use_pdl=self.pdl)
+            stream=stream)
 
     @cute.kernel
     def kernel(self, mWs: cute.Tensor, mOut: cute.Tensor, mBias):
-        if cutlass.const_expr(self.pdl):
-            cute.arch.griddepcontrol_wait()  # the GEMM's partials are all written
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         rows, cols = mOut.shape[0], mOut.shape[1]
