@@ -52,7 +52,8 @@ def build_names() -> list[str]:
                     continue  # over the smem budget: refused at construction
                 names.append(f"colsum:{d}:{group}:{json.dumps(c, sort_keys=True)}")
     names += ["gemm:drift", "gemm:bias-gelu", "gemm:fp32-out", "gemm:flat", "gemm:flat-swap",
-              "gated:bias-swiglu", "attn-ampere-colsum:64:128", "gather:short-persistent"]
+              "gated:bias-swiglu", "attn-ampere-colsum:64:128", "gather:short-persistent",
+              "gemm:cluster-split", "gemm:cluster-2x2", "attn:split-decode", "attn:combine-pdl"]
     return names
 
 
@@ -68,6 +69,11 @@ def _build(name: str):
     if kind == "registry":
         op, variant, target = rest.split(":")
         return get_entry(op).build(variant, PATH_OF_TARGET[target]), target
+    if name == "attn:split-decode":  # split-KV decode's 64-row tile
+        return attention.make_build("hopper", torch.bfloat16, 128, False, split_kv=True,
+                                    short_query=True), "sm_90a"
+    if name == "attn:combine-pdl":
+        return attention.make_combine_build(torch.bfloat16, 128, pdl=True), "sm_90a"
     if kind == "attn":
         d, causal, cfg = rest.split(":", 2)
         return attention.make_build("hopper", torch.bfloat16, int(d), bool(int(causal)),
@@ -97,6 +103,12 @@ def _build(name: str):
         return gemm.make_build("hopper", bf16, bf16, "k", "k", Epilogue(bias_dim=0), None, 1,
                                (128, 16, 128), False, 6, batched=False,
                                c_transposed=True), "sm_90a"
+    if name == "gemm:cluster-split":  # split-K 2 in a cluster, summed through DSMEM
+        return gemm.make_build("hopper", bf16, bf16, "k", "k", Epilogue(), None, 1,
+                               (128, 64, 64), False, 8, batched=False, cluster_k=2), "sm_90a"
+    if name == "gemm:cluster-2x2":  # both operands multicast
+        return gemm.make_build("hopper", bf16, bf16, "k", "k", Epilogue(), None, 2,
+                               (128, 128, 64), batched=False, cluster_n=2), "sm_90a"
     if name == "gather:short-persistent":
         from cute_kernels.ops import column_sparse
 
