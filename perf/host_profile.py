@@ -4,7 +4,8 @@ many calls of each op, no sync inside, top functions by their own time.
     python perf/host_profile.py [--calls 300] [--top 12] [--ops bsr_softmax,decode]
 
 Ops: ``bsr_sddmm`` / ``bsr_softmax`` / ``bsr_spmm`` (N 8192, G 64, 95% of blocks absent, one
-head), ``decode`` (``attention`` at B1 H32 H_kv8 S_q1 S_kv4096 D128, GQA packed), ``linear``
+head), ``decode`` (``attention`` at B1 H32 H_kv8 S_q1 S_kv4096 D128, GQA packed: split by
+default; ``decode_unsplit`` with ``num_splits=1``; ``sdpa_decode`` torch's), ``linear``
 (1024^3, ``out=``), ``linear_decode`` (13 x 14336 x 4096: swap-AB, workspace and reduce) and
 ``matmul`` (torch's, 1024^3, for scale). Prints
 the host microseconds per call, then each op's profile. Needs a CUDA GPU.
@@ -45,6 +46,9 @@ def ops() -> dict:
     y2 = torch.empty(13, 14336, device="cuda", dtype=torch.bfloat16)
     return {"bsr_sddmm": lambda: ck.bsr_sddmm(q, k, lay), "bsr_softmax": lambda: ck.bsr_softmax(s),
             "bsr_spmm": lambda: ck.bsr_spmm(p, v), "decode": lambda: ck.attention(dq, dk, dv),
+            "decode_unsplit": lambda: ck.attention(dq, dk, dv, num_splits=1),
+            "sdpa_decode": lambda: torch.nn.functional.scaled_dot_product_attention(
+                dq, dk, dv, enable_gqa=True),
             "linear": lambda: ck.linear(x1, w1, out=y1),
             "linear_decode": lambda: ck.linear(x2, w2, out=y2),
             "matmul": lambda: torch.matmul(x1, w1.t(), out=y1)}

@@ -300,6 +300,7 @@ class AttentionPlan(NamedTuple):
     splits: int
     order: torch.Tensor | None = None
     ctas: int | None = None
+    combine: object | None = None  # the split-KV combine kernel (found once, with the plan)
 
     def run(self, q, k, v, o):
         """(o, lse) for q, k, v of the plan's metadata, o written into ``o`` (checked)."""
@@ -330,7 +331,7 @@ class AttentionPlan(NamedTuple):
         if n == 1:
             return o, lse
         if SPLIT_COMBINE_KERNEL_ON:
-            combine_kernel(o_out, lse_out, o, lse)
+            combine_kernel(o_out, lse_out, o, lse, self.combine)
             return o, lse
         o_comb, lse = combine_splits(o_out.view(n, b, h, s_q, d), lse_out.view(n, b, h, s_q))
         return o.copy_(o_comb), lse
@@ -371,7 +372,8 @@ def make_plan(q, k, causal: bool, scale: float, num_splits: int,
             (cfg.get("block_m") or HOPPER_DEFAULT_TILE[0],
              cfg.get("block_n") or HOPPER_DEFAULT_TILE[1]), cfg.get("ctas_per_sm", 1),
             q.device)
-    return AttentionPlan(kernel, float(scale), pack, n, order, ctas)
+    combine = combine_kernel_for(q.device, q.dtype, d) if n > 1 else None
+    return AttentionPlan(kernel, float(scale), pack, n, order, ctas, combine)
 
 
 #: Plans of eager calls by the call's metadata (:func:`_plan_key`): ``attention`` runs a hit
@@ -496,14 +498,20 @@ SPLIT_COMBINE_KERNEL_ON = True
 SPLIT_COMBINE_PDL = True
 
 
-def combine_kernel(o_parts, lse_parts, o, lse) -> None:
-    """The combine kernel into ``o`` (B, H, S, D, unit-stride D) and ``lse`` (B, H, S) fp32
-    from the split partials ``o_parts`` (n B, H, S, D) and ``lse_parts`` (n B, H, S)."""
-    d = o.shape[-1]
+def combine_kernel_for(device, dtype, head_dim: int):
+    """The compiled combine kernel for ``dtype`` partials of ``head_dim`` on ``device``."""
     pdl = SPLIT_COMBINE_PDL
-    kernel = kernel_for(o.device, ("split_combine", o.dtype, d, pdl),
-                        lambda path, target: make_combine_build(
-                            o.dtype, d, pdl=pdl and target_has_pdl(target)))
+    return kernel_for(device, ("split_combine", dtype, head_dim, pdl),
+                      lambda path, target: make_combine_build(
+                          dtype, head_dim, pdl=pdl and target_has_pdl(target)))
+
+
+def combine_kernel(o_parts, lse_parts, o, lse, kernel=None) -> None:
+    """The combine kernel into ``o`` (B, H, S, D, unit-stride D) and ``lse`` (B, H, S) fp32
+    from the split partials ``o_parts`` (n B, H, S, D) and ``lse_parts`` (n B, H, S);
+    ``kernel``: the compiled kernel when the caller holds it (a plan), else found here."""
+    if kernel is None:
+        kernel = combine_kernel_for(o.device, o.dtype, o.shape[-1])
     kernel(*combine_params().call_args(mOParts=o_parts, mLseParts=lse_parts, mO=o, mLSE=lse))
 
 
