@@ -69,9 +69,9 @@ def _build(name: str):
     if kind == "registry":
         op, variant, target = rest.split(":")
         return get_entry(op).build(variant, PATH_OF_TARGET[target]), target
-    if name == "attn:split-decode":  # split-KV decode's 64-row tile
+    if name == "attn:split-decode":  # split-KV decode's 64-row tile and its PDL combine
         return attention.make_build("hopper", torch.bfloat16, 128, False, split_kv=True,
-                                    short_query=True), "sm_90a"
+                                    short_query=True, combine_pdl=True), "sm_90a"
     if name == "attn:combine-pdl":
         return attention.make_combine_build(torch.bfloat16, 128, pdl=True), "sm_90a"
     if kind == "attn":

@@ -349,6 +349,25 @@ def test_split_combine_ptx(head_dim, target):
     _assert_no_spills(ptx, target)
 
 
+@pytest.mark.parametrize("target", TARGETS)
+def test_split_kv_build_holds_both_launches(target):
+    """The op's split-KV build (``SplitKVAttention``) compiles the split kernel and the combine
+    kernel into one module (one host call launches both); on sm_90 the combine waits for the
+    split kernel's grid (programmatic dependent launch)."""
+    import torch
+
+    from cute_kernels.ops.attention import make_build
+    from cute_kernels.runtime.arch import PATH_OF_TARGET, target_has_pdl
+    from cute_kernels.runtime.compile import compile_ptx
+
+    pdl = target_has_pdl(target)
+    ptx = compile_ptx(make_build(PATH_OF_TARGET[target], torch.bfloat16, 128, False,
+                                 split_kv=True, short_query=True, combine_pdl=pdl), target)
+    assert ptx.count(".entry") == 2
+    assert ("griddepcontrol.wait" in ptx) == pdl
+    assert ("griddepcontrol.launch_dependents" in ptx) == pdl
+
+
 def test_split_kernel_lets_the_combine_launch_early():
     """The Hopper split-KV kernel signals griddepcontrol.launch_dependents (after its key
     loop); the plain kernel does not."""

@@ -172,7 +172,7 @@ def _hopper_colsum_atomic(head_dim: int, group: int, config_key: tuple) -> bool:
 def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = False,
                group: int = 192, config: dict | None = None, split_kv: bool = False,
                short_query: bool = False, persistent: bool = False,
-               short_causal: bool = False):
+               short_causal: bool = False, combine_pdl: bool | None = None):
     """The attention kernel of ``path`` against symbolic (B, H, S, D) tensors (unit-stride head
     dim, other strides multiples of 8 elements), a compact fp32 lse and, for the column-sum
     variant, compact fp32 prev_lse (B, H, S_q) and colsum (B, H, G, S_kv). ``config``
@@ -180,7 +180,9 @@ def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = Fal
     split-KV variant (o and lse with n_splits x B batch entries); ``short_query``: the Hopper
     tile for at most 64 query rows; ``persistent``: its persistent schedule;
     ``short_causal``: its two-CTAs-per-SM tiles for short causal sequences (all
-    ``hopper_config``, chosen by ``make_plan``)."""
+    ``hopper_config``, chosen by ``make_plan``). ``combine_pdl`` (with ``split_kv``; None:
+    not): the split launch and the combine kernel's in one host function
+    (``SplitKVAttention``), the combine a programmatic dependent launch when True."""
     import cutlass
 
     from ..runtime.bridge import fake_bhsd, fake_compact
@@ -206,6 +208,14 @@ def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = Fal
         cfg = {} if colsum else ampere_config(head_dim)
         kernel = AttentionSm80(head_dim, causal, colsum=colsum, group=group, **cfg,
                                **({"split_kv": True} if split_kv else {}))
+    if combine_pdl is not None:
+        from ..kernels.attention.split_combine import SplitCombine
+        from ..kernels.attention.split_kv import SplitKVAttention
+
+        joint = SplitKVAttention(kernel, SplitCombine(head_dim, pdl=combine_pdl))
+        return Build(joint, launch_args(
+            joint, mQ=bhsd(), mK=bhsd(), mV=bhsd(), mOParts=bhsd(), mLseParts=f32(3),
+            mO=bhsd(), mLSE=f32(3), scale=cutlass.Float32(1.0)))
     prev_lse, colsums = (f32(3), f32(4)) if colsum else (None, None)
     return Build(kernel, launch_args(
         kernel, mQ=bhsd(), mK=bhsd(), mV=bhsd(), mO=bhsd(), mLSE=f32(3), mPrevLSE=prev_lse,
@@ -229,6 +239,17 @@ def schedule_args(kernel) -> dict:
 #: The attention kernel classes, as ``"module:Class"`` (the column-sparse op calls them too).
 ATTENTION_KERNELS = ("cute_kernels.kernels.attention.sm90:AttentionSm90",
                      "cute_kernels.kernels.attention.sm80:AttentionSm80")
+
+
+SPLIT_KV_KERNEL = "cute_kernels.kernels.attention.split_kv:SplitKVAttention"
+
+
+@functools.cache
+def split_kv_params():
+    """The runtime parameters of the split-KV launch with its combine (``SplitKVAttention``)."""
+    from ..runtime.launch import kernel_params
+
+    return kernel_params(SPLIT_KV_KERNEL)
 
 
 @functools.cache
@@ -300,7 +321,7 @@ class AttentionPlan(NamedTuple):
     splits: int
     order: torch.Tensor | None = None
     ctas: int | None = None
-    combine: object | None = None  # the split-KV combine kernel (found once, with the plan)
+    joint: bool = False  # the kernel is the split launch and the combine's (SplitKVAttention)
 
     def run(self, q, k, v, o):
         """(o, lse) for q, k, v of the plan's metadata, o written into ``o`` (checked)."""
@@ -324,15 +345,18 @@ class AttentionPlan(NamedTuple):
         if n > 1:  # the partials' workspace: n x B batch entries
             o_out = torch.empty(n * b, h, s_q, d, dtype=q.dtype, device=q.device)
             lse_out = torch.empty(n * b, h, s_q, dtype=torch.float32, device=q.device)
+            if self.joint:  # one host call: the split launch, then the combine's
+                self.kernel(*split_kv_params().call_args(
+                    mQ=q, mK=k, mV=v, mOParts=o_out, mLseParts=lse_out, mO=o, mLSE=lse,
+                    scale=self.scale))
+                return o, lse
         self.kernel(*attention_params().call_args(
             mQ=q, mK=k, mV=v, mO=o_out, mLSE=lse_out, mPrevLSE=None, mColsum=None,
             mIndices=None, mCounts=None, scale=self.scale, out_scale=None,
             mTileOrder=self.order, num_ctas=self.ctas))
         if n == 1:
             return o, lse
-        if SPLIT_COMBINE_KERNEL_ON:
-            combine_kernel(o_out, lse_out, o, lse, self.combine)
-            return o, lse
+        # SPLIT_COMBINE_KERNEL_ON off: the torch combine
         o_comb, lse = combine_splits(o_out.view(n, b, h, s_q, d), lse_out.view(n, b, h, s_q))
         return o.copy_(o_comb), lse
 
@@ -357,10 +381,14 @@ def make_plan(q, k, causal: bool, scale: float, num_splits: int,
                   and device_target(q.device)[0] == HOPPER)
     # short causal (S_kv <= SHORT_CAUSAL_MAX_KEYS): 64 x 64 tiles, two CTAs per SM
     short_causal = plain and causal and s_kv <= SHORT_CAUSAL_MAX_KEYS
-    key = ("attention", q.dtype, d, bool(causal), *(("split",) if n > 1 else ()))
+    # split-KV with the combine kernel: both launches from one host call (SplitKVAttention)
+    joint, pdl = n > 1 and SPLIT_COMBINE_KERNEL_ON, SPLIT_COMBINE_PDL
+    key = ("attention", q.dtype, d, bool(causal), *(("split",) if n > 1 else ()),
+           *(("with_combine", pdl) if joint else ()))
     kernel = kernel_for(q.device, key, lambda path, target: make_build(
         path, q.dtype, d, bool(causal), config=config, split_kv=n > 1, short_query=short,
-        persistent=persistent, short_causal=short_causal),
+        persistent=persistent, short_causal=short_causal,
+        combine_pdl=(pdl and target_has_pdl(target)) if joint else None),
         hopper_key=_config_key(config) + (("short_query",) if short else ())
         + (("persistent",) if persistent else ()) + (("short_causal",) if short_causal else ()))
     cfg = config if config is not None else hopper_config(
@@ -372,8 +400,7 @@ def make_plan(q, k, causal: bool, scale: float, num_splits: int,
             (cfg.get("block_m") or HOPPER_DEFAULT_TILE[0],
              cfg.get("block_n") or HOPPER_DEFAULT_TILE[1]), cfg.get("ctas_per_sm", 1),
             q.device)
-    combine = combine_kernel_for(q.device, q.dtype, d) if n > 1 else None
-    return AttentionPlan(kernel, float(scale), pack, n, order, ctas, combine)
+    return AttentionPlan(kernel, float(scale), pack, n, order, ctas, joint)
 
 
 #: Plans of eager calls by the call's metadata (:func:`_plan_key`): ``attention`` runs a hit
@@ -498,20 +525,13 @@ SPLIT_COMBINE_KERNEL_ON = True
 SPLIT_COMBINE_PDL = True
 
 
-def combine_kernel_for(device, dtype, head_dim: int):
-    """The compiled combine kernel for ``dtype`` partials of ``head_dim`` on ``device``."""
-    pdl = SPLIT_COMBINE_PDL
-    return kernel_for(device, ("split_combine", dtype, head_dim, pdl),
-                      lambda path, target: make_combine_build(
-                          dtype, head_dim, pdl=pdl and target_has_pdl(target)))
-
-
-def combine_kernel(o_parts, lse_parts, o, lse, kernel=None) -> None:
-    """The combine kernel into ``o`` (B, H, S, D, unit-stride D) and ``lse`` (B, H, S) fp32
-    from the split partials ``o_parts`` (n B, H, S, D) and ``lse_parts`` (n B, H, S);
-    ``kernel``: the compiled kernel when the caller holds it (a plan), else found here."""
-    if kernel is None:
-        kernel = combine_kernel_for(o.device, o.dtype, o.shape[-1])
+def combine_kernel(o_parts, lse_parts, o, lse) -> None:
+    """The combine kernel on its own (the op launches it with the split kernel,
+    ``SplitKVAttention``): into ``o`` (B, H, S, D, unit-stride D) and ``lse`` (B, H, S) fp32
+    from the split partials ``o_parts`` (n B, H, S, D) and ``lse_parts`` (n B, H, S)."""
+    d = o.shape[-1]
+    kernel = kernel_for(o.device, ("split_combine", o.dtype, d),
+                        lambda path, target: make_combine_build(o.dtype, d))
     kernel(*combine_params().call_args(mOParts=o_parts, mLseParts=lse_parts, mO=o, mLSE=lse))
 
 
