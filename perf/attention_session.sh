@@ -149,6 +149,20 @@ if [ "$PART" = decode-pdl ]; then  # the combine as a programmatic dependent lau
   done
   for f in "$OUT"/pdl-decode*.log; do echo "--- $f"; grep -A 16 "^ours:" "$f"; done
 fi
+if [ "$PART" = decode-joint ]; then  # split + combine from one host call: tests, host, speed
+  step joint-tests 200 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
+    -k "split or decode or num_splits or gqa or repeat_calls"
+  step joint-memcheck 120 "${SANITIZE[@]}" --tool memcheck python perf/attention_probe.py \
+    hopper 1 9000 32 8 128 0
+  step joint-host 120 python perf/host_profile.py --ops decode,decode_unsplit,sdpa_decode \
+    --calls 300 --top 4
+  for g in "" "--graphs"; do
+    step "joint-decode$(echo "$g" | tr -d ' -')" 150 python perf/decode.py --quick $g \
+      --out "$OUT/joint$(echo "$g" | tr -d ' -')"
+  done
+  grep "us of host time" "$OUT/joint-host.log"
+  for f in "$OUT"/joint-decode*.log; do echo "--- $f"; grep -A 16 "^ours:" "$f"; done
+fi
 if [ "$PART" = checks ]; then  # GPU tests of both paths, sanitizers on the new builds
   step attention-gpu-tests 330 python -m pytest -q --tb=short -p no:logging \
     tests/test_attention_gpu.py tests/test_dispatch_gpu.py
