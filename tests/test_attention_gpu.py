@@ -359,34 +359,41 @@ def test_repeat_calls_run_the_cached_plan_on_fresh_data(path, s_q, s_kv, splits)
                 ck.attention(q, k, v, out=q, num_splits=splits)
 
 
-@pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("b, s_q, s_kv, splits", [(1, 1, 4097, None), (3, 8, 9000, None),
-                                                  (2, 1, 2048, 16)])
-def test_split_decode_captures_in_a_cuda_graph(path, b, s_q, s_kv, splits):
-    """Split-KV decode (the default splits, or many short ranges) captured in a CUDA graph: the
-    split kernel and the combine kernel (on sm_90 its programmatic dependent launch) replay
-    on fresh inputs copied into the captured ones and match the reference, with O and lse
-    poisoned before each replay."""
-    q, k, v = qkv(b, 32, 8, s_q, s_kv, 128)
-    with ck.force_path(path):
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm up (compile, plan, allocator) off the capture
-            for _ in range(2):
-                ck.attention(q, k, v, return_lse=True, num_splits=splits)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            o, lse = ck.attention(q, k, v, return_lse=True, num_splits=splits)
+def check_graph_replays(call, inputs, fresh_inputs, causal):
+    """Capture ``call(*inputs)`` -> (o, lse) in a CUDA graph after two warm-up calls on a side
+    stream (compile, plan, allocator off the capture); replay it twice on fresh inputs copied
+    into the captured ones, O and lse poisoned before each replay, against the reference."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            call(*inputs)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        o, lse = call(*inputs)
     for _ in range(2):
-        fresh = qkv(b, 32, 8, s_q, s_kv, 128)
-        for dst, src in zip((q, k, v), fresh):
+        fresh = fresh_inputs()
+        for dst, src in zip(inputs, fresh):
             dst.copy_(src)
         o.fill_(float("nan"))
         lse.fill_(float("nan"))
         graph.replay()
         torch.cuda.synchronize()
-        check(o, lse, *fresh, False)
+        check(o, lse, *fresh, causal)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("b, s_q, s_kv, splits", [(1, 1, 4097, None), (3, 8, 9000, None),
+                                                  (2, 1, 2048, 16)])
+def test_split_decode_captures_in_a_cuda_graph(path, b, s_q, s_kv, splits):
+    """Split-KV decode (the default splits, or many short ranges) captured in a CUDA graph: the
+    split kernel and the combine kernel (one host call; on sm_90 the combine a programmatic
+    dependent launch) replay on fresh inputs and match the reference."""
+    with ck.force_path(path):
+        check_graph_replays(
+            lambda q, k, v: ck.attention(q, k, v, return_lse=True, num_splits=splits),
+            qkv(b, 32, 8, s_q, s_kv, 128), lambda: qkv(b, 32, 8, s_q, s_kv, 128), False)
 
 
 @pytest.mark.parametrize("s_q, s_kv, causal, d", [(333, 700, False, 128), (333, 700, True, 128),
@@ -402,20 +409,6 @@ def test_persistent_default_captures_in_a_cuda_graph(s_q, s_kv, causal, d):
 
     q, k, v = qkv(2, 4, 2, s_q, s_kv, d)
     assert make_plan(q, k, causal, d ** -0.5, 1).order is not None
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm up (compile, plan, allocator) off the capture
-        for _ in range(2):
-            ck.attention(q, k, v, causal=causal, return_lse=True)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        o, lse = ck.attention(q, k, v, causal=causal, return_lse=True)
-    for _ in range(2):
-        fresh = qkv(2, 4, 2, s_q, s_kv, d)
-        for dst, src in zip((q, k, v), fresh):
-            dst.copy_(src)
-        o.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        check(o, lse, *fresh, causal)
+    check_graph_replays(
+        lambda q, k, v: ck.attention(q, k, v, causal=causal, return_lse=True), (q, k, v),
+        lambda: qkv(2, 4, 2, s_q, s_kv, d), causal)
