@@ -27,11 +27,11 @@ decode = load_script()
 @pytest.mark.parametrize("b, s_q, s_kv, sms, expected", [
     # the op packs the 4 query heads of a KV head into one tile at these S_q: 8 tiles per
     # batch entry (32 without packing)
-    (1, 1, 4096, 132, 7),      # 8 tiles: capped at 8 splits of 4 blocks, 7 within 85% of it
-    (1, 8, 131072, 132, 14),
+    (1, 1, 4096, 132, 8),      # 8 tiles: capped at 8 splits of 4 blocks (7 is 0.875 of it)
+    (1, 8, 131072, 132, 16),   # 128 CTAs, 0.97 of a wave (14: 0.85)
     (4, 1, 65536, 132, 4),     # 32 tiles: 4 splits make 128 CTAs (0.97 of a wave)
     (16, 1, 131072, 132, 1),   # 128 tiles: a wave already (2 splits: 1.94 waves, no better)
-    (1, 1, 4096, 78, 7),
+    (1, 1, 4096, 78, 8),
     (1, 1, 256, 132, 1),       # 2 key blocks: fewer than 4 per split at n = 2
     (1, 1, 1024, 132, 2),      # 8 key blocks: capped at 2 splits of 4
     (1, 200, 65536, 132, 2),   # S_q >= a tile: not packed, 2 query tiles per head: 64 tiles
@@ -129,8 +129,9 @@ def test_auto_splits_fill_the_gpu_at_short_keys():
     2k keys stay whole."""
     from cute_kernels.ops.attention_splits import auto_splits
 
-    assert auto_splits(1, 8, 1, 4096, 132, q_per_kv=4) == 7  # graphs 0.042 -> 0.016 ms
-    assert auto_splits(1, 8, 8, 4096, 132, q_per_kv=4) == 7
+    assert auto_splits(1, 8, 1, 4096, 132, q_per_kv=4) == 8  # graphs 0.042 -> 0.016 ms
+    assert auto_splits(1, 8, 8, 4096, 132, q_per_kv=4) == 8
+    assert auto_splits(1, 8, 1, 65536, 132, q_per_kv=4) == 16  # H100 0.101 -> 0.099 ms
     assert auto_splits(4, 8, 1, 4096, 132, q_per_kv=4) == 4  # graphs 0.043 -> 0.025 ms
     assert auto_splits(16, 8, 1, 4096, 132, q_per_kv=4) == 1
     assert auto_splits(1, 8, 1, 2048, 132, q_per_kv=4) == 1  # eager 0.030 against 0.042

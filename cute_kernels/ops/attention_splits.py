@@ -22,6 +22,12 @@ import math
 #: num_splits at the number of key blocks)
 BLOCK_M, BLOCK_N = 128, 128
 MIN_BLOCKS_PER_SPLIT = 4
+#: ``splits_heuristic`` takes the fewest splits whose wave efficiency is within this share of
+#: the best. FlashAttention-2 uses 0.85 (fewer partials to combine); with the combine a
+#: dependent launch from the same host call, the fuller wave wins: B1 H_kv 8 S_kv 64k, 16
+#: splits (0.97 of a wave) against 0.85's 14 (0.85): H100 0.099 against 0.101-0.102 ms, H200
+#: 0.070-0.072 against 0.071-0.072 (perf/RESULTS.md "Decode attention")
+FILL_WITHIN = 0.95
 #: the shortest key sequence ``num_splits=None`` splits
 MIN_AUTO_SPLIT_KEYS = 4096
 
@@ -51,8 +57,9 @@ def splits_heuristic(b: int, h_kv: int, s_q: int, s_kv: int, sms: int, *, q_per_
     n = 1 .. min(max_splits, blocks // min_blocks) (at least ``min_blocks`` key blocks per
     split; blocks = ceil(s_kv / block_n)) with n x tiles <= max_waves waves, skipping an n
     whose blocks per split equal those of n - 1 (it only adds empty splits), the smallest n
-    whose wave efficiency (waves / ceil(waves)) is within 85% of the best (FlashAttention-2's
-    rule), so few splits (less combine work) unless more fill the last wave better."""
+    whose wave efficiency (waves / ceil(waves)) is within ``FILL_WITHIN`` of the best
+    (FlashAttention-2's rule, with its 0.85 raised to 0.95), so few splits unless more fill
+    the last wave better."""
     tiles = query_tiles(b, h_kv, s_q, q_per_kv, causal, block_m)
     blocks = -(-s_kv // block_n)
     cap = max(1, min(max_splits, blocks // min_blocks))
@@ -67,7 +74,7 @@ def splits_heuristic(b: int, h_kv: int, s_q: int, s_kv: int, sms: int, *, q_per_
         waves = tiles * n / sms
         efficiency[n] = waves / math.ceil(waves)
     top = max(efficiency.values())
-    return min(n for n, e in efficiency.items() if e >= 0.85 * top)
+    return min(n for n, e in efficiency.items() if e >= FILL_WITHIN * top)
 
 
 def auto_splits(b: int, h_kv: int, s_q: int, s_kv: int, sms: int, *, q_per_kv: int = 1,
