@@ -71,6 +71,10 @@ def main() -> None:
     ap.add_argument("--graphs", action="store_true")
     ap.add_argument("--rounds", type=int, default=10)
     args = ap.parse_args()
+    variants = [(m, st, False) for m in args.block_m for st in args.stages
+                if st == 2 or m == 64]
+    if args.two_per_sm:
+        variants += [(64, st, True) for st in args.stages]
     rows = []
     for s_q in args.s_q:
         for s_kv in args.s_kv:
@@ -83,10 +87,6 @@ def main() -> None:
                 ref = reference(*sets[0], False)
                 fns = sdpa_contenders(False, s_q, s_kv)
                 splits = [n for n in args.splits if n == 1 or n <= s_kv // 512]
-                variants = [(m, st, False) for m in args.block_m for st in args.stages
-                            if st == 2 or m == 64]
-                if args.two_per_sm:
-                    variants += [(64, st, True) for st in args.stages]
                 fns.update({vname(m, st, two, n): ours(b, s_q, m, n, st, two)
                             for m, st, two in variants for n in splits})
                 for name in list(fns):
@@ -104,12 +104,13 @@ def main() -> None:
                 t = bench_interleaved(fns, sets, rounds=args.rounds, warmup=2)
                 ms = {n: v.median_ms for n, v in t.items()}
                 sdpa = min(v for n, v in ms.items() if n.startswith("SDPA"))
-                variants = [v for v in variants if any(vname(*v, n) in ms for n in splits)]
-                best = {v: min((ms[vname(*v, n)], n) for n in splits if vname(*v, n) in ms)
-                        for v in variants}
+                # a variant the kernel refused at this shape (e.g. over the smem budget): "-"
+                best = {v: min(((ms[vname(*v, n)], n) for n in splits if vname(*v, n) in ms),
+                               default=None) for v in variants}
                 rows.append([label(b, s_q, s_kv), sdpa,
-                             *(f"{best[v][0]:.4f} (n={best[v][1]})" for v in variants),
-                             *(sdpa / best[v][0] for v in variants)])
+                             *(f"{best[v][0]:.4f} (n={best[v][1]})" if best[v] else "-"
+                               for v in variants),
+                             *(sdpa / best[v][0] if best[v] else "-" for v in variants)])
                 del sets
                 torch.cuda.empty_cache()
     print(f"decode tiles ({'CUDA graphs' if args.graphs else 'eager'}), ms; ratio = fastest "

@@ -215,17 +215,19 @@ def test_skinny_shapes_default_schedule(m, n, k):
 @pytest.fixture
 def forced_schedule(monkeypatch):
     """``force(swap=..., splits=..., tile_n=...)``: every following GEMM plan uses that
-    schedule (residue shapes the heuristic would not split)."""
+    schedule (residue shapes the heuristic would not split); ``batched=True``: batched
+    GEMMs too (their plans ask for the unswapped, unsplit schedule, ``skinny=False``)."""
     import cute_kernels.ops.gemm as gemm_ops
     import cute_kernels.tuning.gemm as gemm_tuning
 
     real = gemm_tuning.schedule
 
     def force(*, swap: bool, splits: int, tile_n: int = 16, cluster_m: int = 1, tile=None,
-              cluster_k: int = 1, ctas: int | None = None, cluster_n: int = 1):
+              cluster_k: int = 1, ctas: int | None = None, cluster_n: int = 1,
+              batched: bool = False):
         def schedule(m, n, k, batch, sms, skinny=True, cluster_split=True):
             base = real(m, n, k, batch, sms, skinny=False)
-            if not skinny:
+            if not skinny and not batched:
                 return base
             t = (128, tile_n, 64) if swap else tile or base.tile
             if cluster_k > 1 and not cluster_split:  # fp32 out: the workspace's K slices
@@ -321,11 +323,13 @@ def test_clusters_along_n(forced_schedule, tile, cluster_m, cluster_n, ctas, m, 
     import cute_kernels.ops.gemm as gemm_ops
 
     forced_schedule(swap=False, splits=1, tile=tile, cluster_m=cluster_m, cluster_n=cluster_n,
-                    ctas=ctas)
+                    ctas=ctas, batched=batch is not None)
     for _ in range(2):  # fresh inputs, the same compiled plan
         run_gemm("hopper", m, n, k, batch=batch, a_major=a_major, b_major=b_major, bias=True,
                  epilogue=epilogue)
-    assert {p.ctas % (cluster_m * cluster_n) for p in gemm_ops._PLANS.values()} == {0}
+    size = cluster_m * cluster_n  # the plan took the forced clusters' grid
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert {p.ctas for p in gemm_ops._PLANS.values()} == {ctas or sms // size * size}
     run_gemm("hopper", m, n, k, batch=batch, a_major=a_major, b_major=b_major,
              dtype=torch.float16, out_dtype=torch.float32)
 
