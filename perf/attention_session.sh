@@ -180,6 +180,52 @@ if [ "$PART" = checks ]; then  # GPU tests of both paths, sanitizers on the new 
     python perf/attention_probe.py hopper 8 5000 32 8 128 0
   [ "${DECODE:-0}" = 1 ] && step decode 200 python perf/decode.py --quick --out "$OUT"
 fi
+if [ "$PART" = async-perf ]; then  # persistent O stores by a producer warp (async_store)
+  step async-sass 150 python perf/sass_spills.py --context 3 dense-persistent-causal-d64 \
+    dense-persistent-causal-d64-sync dense-persistent-causal dense-persistent-causal-sync
+  SCP="block_m=64, block_n=64, stages=2, overlap=True, ctas_per_sm=2, persistent=True"
+  BIG="overlap=True, persistent=True"
+  D64="block_m=64, block_n=128, overlap=True, ctas_per_sm=2, persistent=True"
+  CFG="[dict($SCP), dict($SCP, async_store=False), dict($BIG), dict($BIG, async_store=False)]"
+  step async-c1k-b32 120 $TUNE --causal --shape 32,16,1024,128 --configs "$CFG"
+  step async-c2k-b16 120 $TUNE --causal --shape 16,16,2048,128 --configs "$CFG"
+  step async-c1k-b8 100 $TUNE --causal --shape 8,16,1024,128 --configs "$CFG"
+  step async-c4k-b8 100 $TUNE --causal --shape 8,16,4096,128 --configs \
+    "[dict($BIG), dict($BIG, async_store=False)]"
+  step async-n1k-b32 100 $TUNE --shape 32,16,1024,128 --configs \
+    "[dict($BIG), dict($BIG, async_store=False)]"
+  step async-d64-4k 100 $TUNE --shape 8,32,4096,64 --configs \
+    "[dict($D64), dict($D64, async_store=False)]"
+  LPT="dict(persistent=True, walks='lpt'"
+  step async-blocks-8k 200 python perf/block_sparse_loaders.py --seq 8192 --blocks 32,64 \
+    --rounds 12 --configs "[$LPT), $LPT, async_store=False)]"
+  grep -E "^===|spill|^-- line" "$OUT/async-sass.log"
+  for f in "$OUT"/async-[cnd]*.log "$OUT"/async-blocks-8k.log; do
+    echo "--- $f"; grep -v DEBUG "$f" | tail -9; done
+  echo; echo "=== summary"; printf '%s\n' "${summary[@]}"; exit 0
+fi
+if [ "$PART" = async-perf2 ]; then  # where 128 x 128 async tiles overtake short causal's
+  SCP="block_m=64, block_n=64, stages=2, overlap=True, ctas_per_sm=2, persistent=True"
+  BIG="overlap=True, persistent=True"
+  step async2-n1k-b32 100 $TUNE --shape 32,16,1024,128 --configs \
+    "[dict($BIG), dict($BIG, async_store=False)]"
+  for shape in 8,16,2048 32,16,2048 16,16,1536 16,32,1280; do
+    step "async2-c${shape//,/-}" 100 $TUNE --causal --shape $shape,128 --configs \
+      "[dict($SCP), dict($BIG)]"
+  done
+  for f in "$OUT"/async2-*.log; do echo "--- $f"; grep -v DEBUG "$f" | tail -6; done
+  echo; echo "=== summary"; printf '%s\n' "${summary[@]}"; exit 0
+fi
+if [ "$PART" = async-checks ]; then  # its GPU tests and sanitizers
+  step async-tests 330 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
+    -k "persistent or short_causal or hopper_configs"
+  step async-blocks-tests 200 python -m pytest -q --tb=short -p no:logging \
+    tests/test_block_sparse_gpu.py -k "packed or walks or short"
+  step async-memcheck 90 "${SANITIZE[@]}" --tool memcheck \
+    python perf/attention_probe.py hopper 3000 3000 4 2 128 1
+  step async-racecheck 150 "${SANITIZE[@]}" --tool racecheck \
+    python perf/attention_probe.py hopper 1000 1000 2 2 128 1
+fi
 if [ "$PART" = perf ]; then  # the bars, side by side (perf/RESULTS.md)
   step ampere-d128 200 python perf/attention.py --path ampere --d 128 \
     --s 2048,4096,8192,16384 --no-flex --out "$OUT"

@@ -92,19 +92,19 @@ def test_persistent_ctas_walk_many_tiles(config, causal, s_q, s_kv):
 
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU")
 @pytest.mark.parametrize("b, h, h_kv, s_q, s_kv, dtype", [
-    (4, 16, 4, 2000, 2000, torch.bfloat16),  # 2,048 CTAs of 64 rows: many per SM slot
-    (2, 6, 2, 500, 1999, torch.float16),  # S_q < S_kv
+    (4, 16, 4, 1500, 1500, torch.bfloat16),  # 1,536 CTAs of 64 rows: many per SM slot
+    (2, 6, 2, 500, 1499, torch.float16),  # S_q < S_kv
     (3, 4, 4, 2048, 333, torch.bfloat16),  # S_q > S_kv: rows that see no key
     (1, 2, 1, 65, 65, torch.bfloat16),  # one full and one 1-row tile
 ])
 def test_short_causal_two_ctas_per_sm(b, h, h_kv, s_q, s_kv, dtype):
-    """Causal D = 128 with S_kv <= SHORT_CAUSAL_MAX_KEYS, unpacked and unsplit (asserted), is
+    """Causal D = 128 with S_kv <= SHORT_CAUSAL_MAX_KEYS[128], unpacked and unsplit (asserted), is
     ``make_plan``'s short-causal route: the 64 x 64 tiles two CTAs run per SM. GQA, fp16,
     residue tiles, a poisoned output, against the float32 reference."""
     from cute_kernels.ops.attention import make_plan
     from cute_kernels.tuning.attention import SHORT_CAUSAL_MAX_KEYS
 
-    assert s_kv <= SHORT_CAUSAL_MAX_KEYS
+    assert s_kv <= SHORT_CAUSAL_MAX_KEYS[128]
     q, k, v = qkv(b, h, h_kv, s_q, s_kv, 128, dtype)
     plan = make_plan(q, k, True, 128 ** -0.5, 1)
     assert plan.pack is None and plan.splits == 1

@@ -296,7 +296,42 @@ def test_attention_d64_persistent_ptx(causal, short_causal):
                                  short_causal=short_causal), "sm_90a")
     assert ".minnctapersm 2" in ptx and "%nctaid.x" not in ptx
     assert all(instruction_mix(ptx)[f] > 0 for f in HOPPER)
-    _assert_no_spills(ptx, "sm_90a", allowed=8)
+    # causal 64 x 128 with the async store: 24 bytes, six hoisted smem addresses stored
+    # before the walk and reloaded once per tile (perf/sass_spills.py on the device)
+    _assert_no_spills(ptx, "sm_90a", allowed=24)
+
+
+@pytest.mark.parametrize("short_causal", [False, True])
+def test_attention_async_store_ptx(short_causal):
+    """The persistent schedule's O store by a producer warp (``async_store``, the default):
+    the consumers arrive on the stage's ``O_READY`` barrier (9 or 10, 128 consumer threads
+    per warpgroup + the store warp) without waiting, the store warp waits on it, stores,
+    waits for the store's smem read and frees Q's stage; with ``async_store=False`` the
+    consumers store and no O_READY barrier exists. A configuration that cannot take it is
+    refused."""
+    import torch
+
+    from cute_kernels.kernels.attention.sm90 import AttentionSm90
+    from cute_kernels.ops.attention import make_build
+    from cute_kernels.runtime.compile import compile_ptx
+    from cute_kernels.tuning.attention import hopper_config
+
+    cfg = hopper_config(128, True, persistent=True, short_causal=short_causal)
+    threads = 128 * (1 if short_causal else 2) + 32
+    ptx = compile_ptx(make_build("hopper", torch.bfloat16, 128, True, config=cfg), "sm_90a")
+    for stage in (9, 10):
+        assert f"bar.arrive {stage}, {threads};" in ptx
+        assert f"bar.sync \t{stage}, {threads};" in ptx
+    assert ptx.count("cp.async.bulk.wait_group.read") == 1
+    sync = compile_ptx(make_build("hopper", torch.bfloat16, 128, True,
+                                  config=dict(cfg, async_store=False)), "sm_90a")
+    assert "bar.arrive" not in sync and f"bar.sync \t9, {threads};" not in sync
+    assert sync.count("cp.async.bulk.wait_group.read") == 1
+    with pytest.raises(ValueError, match="async_store applies to the persistent schedule"):
+        AttentionSm90(128, True, overlap=True, async_store=True)
+    with pytest.raises(ValueError, match="async_store applies to the persistent schedule"):
+        AttentionSm90(128, False, block_m=128, block_n=128, gather=True, group=128,
+                      persistent=True, async_store=True)
 
 
 @pytest.mark.parametrize("entry_keys, persistent", [(1, False), (1, True), (16, False),

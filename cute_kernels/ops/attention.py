@@ -379,8 +379,8 @@ def make_plan(q, k, causal: bool, scale: float, num_splits: int,
     plain = config is None and pack is None and not short and n == 1
     persistent = (plain and (d == 64 or causal or s_kv <= PERSISTENT_MAX_KEYS)
                   and device_target(q.device)[0] == HOPPER)
-    # short causal (S_kv <= SHORT_CAUSAL_MAX_KEYS): 64 x 64 tiles, two CTAs per SM
-    short_causal = plain and causal and s_kv <= SHORT_CAUSAL_MAX_KEYS
+    # short causal (S_kv <= SHORT_CAUSAL_MAX_KEYS[d]): 64 x 64 tiles, two CTAs per SM
+    short_causal = plain and causal and s_kv <= SHORT_CAUSAL_MAX_KEYS.get(d, 0)
     # split-KV with the combine kernel: both launches from one host call (SplitKVAttention)
     joint, pdl = n > 1 and SPLIT_COMBINE_KERNEL_ON, SPLIT_COMBINE_PDL
     key = ("attention", q.dtype, d, bool(causal), *(("split",) if n > 1 else ()),

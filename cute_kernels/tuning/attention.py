@@ -16,8 +16,12 @@ PERSISTENT_MAX_KEYS = 2048
 #: the 128 x 128 one-CTA tiles walked longest first (H200, perf/attention_tuning.py --causal):
 #: B32 H16 S1024 0.373 / 0.459, B8 H16 S1024 0.097 / 0.112, B8 H16 S2048 0.320 / 0.329, B16
 #: H16 S2048 0.663 / 0.696; from S 4096 the big tiles win (1.240 / 1.153, S 8192 2.380 /
-#: 2.060). 64 x 80 tiles measured the same; longest first 1-5% slower on the small tiles
-SHORT_CAUSAL_MAX_KEYS = 2048
+#: 2.060). 64 x 80 tiles measured the same; longest first 1-5% slower on the small tiles.
+#: D = 128 moved to 1,536 once the 128 x 128 persistent tiles stored O asynchronously
+#: (``async_store``; H200, ms short / big tiles: B8 H16 S2048 0.281 / 0.274, B32 H16 S2048
+#: 1.219 / 1.188, B16 H16 S1536 0.338 / 0.340, B16 H32 S1280 0.511 / 0.540, B32 H16 S1024
+#: 0.360 / 0.394); D = 64 keeps 2,048 (not re-measured). Per head dim:
+SHORT_CAUSAL_MAX_KEYS = {128: 1536, 64: 2048}
 
 
 def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
@@ -47,7 +51,7 @@ def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
     this one, the CTAs walking balanced static lists (``ops.attention.dense_tile_order``);
     causal against the one-CTA-per-tile grid walked longest first (H200, ms vs cuDNN): B8
     H16 S4096 0.985x against 0.934x, B4 H16 S8192 1.039x / 0.993x, B2 H16 S16384 1.072x /
-    1.030x. ``short_causal`` (causal D = 128, at most ``SHORT_CAUSAL_MAX_KEYS`` keys): 64 x 64
+    1.030x. ``short_causal`` (causal D = 128, at most ``SHORT_CAUSAL_MAX_KEYS[128]`` keys): 64 x 64
     tiles, two CTAs per SM, persistent with ``persistent``: B8 H16 S1024 0.952x against
     0.878x one CTA per tile, B32 H16 S1024 0.885x / 0.858x, B16 H16 S2048 0.900x / 0.862x
     (128 x 128 persistent tiles measured the same there, 0.879x). D = 64 (``persistent``
@@ -69,7 +73,11 @@ def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
     if persistent:
         if head_dim == 64:
             return dict(block_m=64, block_n=128, overlap=True, ctas_per_sm=2, persistent=True)
-        return dict(overlap=True, persistent=True)
+        # O stored by a producer warp (``async_store``, the kernel's default) where it
+        # measured faster: causal (H200, ms async / consumers storing: B32 H16 S1024 0.394 /
+        # 0.417, B16 H16 S2048 0.619 / 0.639, B8 H16 S4096 1.060 / 1.079); non-causal short
+        # rows ran 2% slower with it (B32 H16 S1024 0.488 / 0.476, 0.525 / 0.515)
+        return dict(overlap=True, persistent=True, **({} if causal else {"async_store": False}))
     if head_dim == 128:
         return dict(overlap=True, longest_first=True) if causal and not split_kv else dict(
             overlap=True)

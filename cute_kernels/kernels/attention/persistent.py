@@ -3,7 +3,8 @@ one or two CTAs per SM stay resident and walk static tile lists, ``mTileOrder`` 
 (entries c and c + 1 bound CTA c's list: the host's ``tile_scheduler.balanced_walks`` for dense
 and causal tiles, the device's ``ops.tile_order.snake_walks`` for gathers). Every role carries
 its pipeline states from tile to tile, so the producer loads the next tile's Q and first K/V
-blocks while the consumers finish this one.
+blocks while the consumers finish this one, and (``async_store``) a producer warp stores each
+O tile while the consumers start the next.
 
 ``PersistentSchedule`` is a mixin of ``AttentionSm90``: its methods are the kernel's roles
 (``load``, ``load_gathered``'s pieces, ``mma``, ``epilogue``) driven over the walk; the
@@ -17,7 +18,7 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 from cutlass import Int32
 
-from .roles import PRODUCER_WARPGROUP, TMA_WARP, TileCoord
+from .roles import ASYNC_STORE_WARP, PRODUCER_WARPGROUP, TMA_WARP, NamedBarrier, TileCoord
 
 
 class PersistentSchedule:
@@ -32,8 +33,8 @@ class PersistentSchedule:
         ``mTileOrder[blockIdx.x]`` up to ``mTileOrder[blockIdx.x + 1]``) and carries its
         pipeline states from tile to tile, so the producer fetches the next tile's Q and
         first K/V blocks while the consumers still work on (or store) this one; the
-        producer's tails run once, after the last tile. Each consumer releases its Q stage
-        once O has left it."""
+        producer's tails run once, after the last tile. Q's stage is freed once O has left
+        it: by the store warp (``async_store``) or by the consumers."""
         tiles = self._tile_walk(mTileOrder, s_q, mLSE)
         lists = (mIndices, mCounts, mFullIndices, mFullCounts, mDocIds)
         if wg == PRODUCER_WARPGROUP:
@@ -44,6 +45,9 @@ class PersistentSchedule:
             elif warp == TMA_WARP:
                 self._persistent_load(tma_q, tQ, tma_k, tK, tma_v, tV, sQ, sK, sV, pipes,
                                       tiles, lists, s_q, s_kv, q_per_kv)
+            if cutlass.const_expr(self.async_store):
+                if warp == ASYNC_STORE_WARP:
+                    self._persistent_store(tma_o, tO, sQ, pipes.q_pipe, tiles)
         else:
             self._consumer_registers()
             self._persistent_mma(qk_mma, pv_mma, col_mma, sQ, sK, sV, storage, sP_layout,
@@ -112,6 +116,24 @@ class PersistentSchedule:
         pipes.v_pipe.producer_tail(v_state)
 
     @cute.jit
+    def _persistent_store(self, tma_o, tO, sQ, q_pipe, tiles):
+        """Store warp (``async_store``): per tile of the walk, wait until the consumers have
+        put O in Q's stage (``O_READY`` + stage), store it by TMA, and free the stage once the
+        store has read it; the consumers meanwhile run their next tile on the other stage.
+        One barrier per stage: consumers reach a stage's barrier again only after its Q was
+        reloaded, which waits for this warp's release, so no arrival is counted twice."""
+        order, first, stride, end, m_tiles, heads = tiles
+        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer,
+                                               self.q_stages)
+        for t in cutlass.range(first, end, stride, unroll=1):
+            m_block, head, batch = self._tile_coords(order[t], m_tiles, heads)
+            o_ready(q_state.index, 128 * self.consumer_wgs + 32, arrive=False)
+            self._store_o(tma_o, tO, sQ, q_state.index, m_block, head, batch)
+            cute.arch.sync_warp()  # the elected lane has waited for the store's read
+            q_pipe.consumer_release(q_state)
+            q_state.advance()
+
+    @cute.jit
     def _persistent_mma(self, qk_mma, pv_mma, col_mma, sQ, sK, sV, storage, sP_layout,
                         sF_layout, pipes, tiles, lists, tma_o, tO, mLSE, s_q, s_kv, q_per_kv,
                         scale_log2, tidx, warp, out_scale):
@@ -130,15 +152,32 @@ class PersistentSchedule:
     def _scheduled_tile(self, tile_id, m_tiles, heads, q_per_kv, s_q, s_kv, lists):
         """(TileCoord, key-block view, gathered key list or None) of tile ``tile_id`` =
         ``(b * H + h) * M + m``."""
-        m_block = tile_id % m_tiles
-        head = (tile_id // m_tiles) % heads
-        batch = tile_id // (m_tiles * heads)
+        m_block, head, batch = self._tile_coords(tile_id, m_tiles, heads)
         tile = TileCoord(m_block, head, head // q_per_kv, batch)
         blocks, rows = self._key_block_view(tile, s_q, s_kv, *lists, Int32(0), Int32(1))
         return tile, blocks, rows
+
+    @staticmethod
+    def _tile_coords(tile_id, m_tiles, heads):
+        """(m_block, head, batch) of tile ``tile_id`` = ``(b * H + h) * M + m``."""
+        return tile_id % m_tiles, (tile_id // m_tiles) % heads, tile_id // (m_tiles * heads)
 
     @cute.jit
     def _q_tail(self, q_pipe, q_state):
         """The Q pipeline's producer tail (a method, so the branch that calls it carries no
         pipeline state)."""
         q_pipe.producer_tail(q_state)
+
+
+@cute.jit
+def o_ready(q_stage, threads, arrive: cutlass.Constexpr):
+    """Barrier ``O_READY + q_stage`` (consumers arrive, the store warp waits), its id a
+    constant per branch: a register id would make ptxas reserve all 16 barriers."""
+    for stage in cutlass.range_constexpr(2):
+        if q_stage == stage:
+            if cutlass.const_expr(arrive):
+                cute.arch.barrier_arrive(barrier_id=int(NamedBarrier.O_READY) + stage,
+                                         number_of_threads=threads)
+            else:
+                cute.arch.barrier(barrier_id=int(NamedBarrier.O_READY) + stage,
+                                  number_of_threads=threads)

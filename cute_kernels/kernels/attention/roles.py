@@ -10,6 +10,9 @@ import enum
 PRODUCER_WARPGROUP = 0
 TMA_WARP = 0  # the producer warp that issues every load
 STORE_WARP = 4  # the first consumer warp, which issues the epilogue's TMA store
+#: the producer warp that issues the persistent schedule's O stores (``async_store``): the
+#: consumers hand it the O tile and go on to their next tile without waiting for the store
+ASYNC_STORE_WARP = 1
 
 
 class NamedBarrier(enum.IntEnum):
@@ -19,6 +22,7 @@ class NamedBarrier(enum.IntEnum):
     PINGPONG = 2  # 2, 3, 4: consumer warpgroup c's turn to issue Q K^T
     COLSUM_OPERANDS = 5  # 5, 6, 7: consumer c's column-sum operands (P, f) are in smem
     GATHER_INDICES = 8  # the producer warpgroup: a key tile's row indices are in smem
+    O_READY = 9  # 9, 10: the O tile in Q's stage s is in smem (consumers -> async store warp)
 
 
 class Pipelines:

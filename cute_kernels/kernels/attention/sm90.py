@@ -41,7 +41,7 @@ from .online_softmax import (
     softmax_finish,
     store_lse,
 )
-from .persistent import PersistentSchedule
+from .persistent import PersistentSchedule, o_ready
 from .roles import (
     PRODUCER_WARPGROUP,
     STORE_WARP,
@@ -67,7 +67,8 @@ class AttentionSm90(PersistentSchedule):
     Warp roles (``kernel`` dispatches each to its method): warpgroup 0 is the producer
     (``setmaxnreg`` down); its warp 0 runs ``load``: TMA of Q once, then K and V of every key
     block the key-block iterator (block_info.py) yields, through the K/V loader (kv_loader.py).
-    Warps 1.. of it are the column-sum writers (``ColumnSumsSm90.write``). The consumer
+    Warps 1.. of it are the column-sum writers (``ColumnSumsSm90.write``); warp 1 is the
+    persistent schedule's O store warp (``async_store``). The consumer
     warpgroups (``setmaxnreg`` up) run ``mma`` and own 64 query rows each: S = Q K^T by WGMMA
     from smem, online softmax in registers (exp2, scale folded), P kept in registers as the A
     operand of O += P V (WGMMA, V an MN-major smem operand), then ``epilogue``.
@@ -124,14 +125,18 @@ class AttentionSm90(PersistentSchedule):
     longest first to the CTA that frees up first, or the device's ``snake_walks`` of a gather
     order); every role carries its pipeline states from tile to tile, so the producer loads
     the next tile's Q (two Q stages) and first K/V blocks while the consumers finish this
-    one, and a consumer releases its Q stage once the TMA store has read O out of it, hiding
-    the per-tile launch, Q load and pipeline fill. On an H200 (perf/RESULTS.md): causal
-    S 4k-16k 4-6% faster than the longest-first grid, short causal at two CTAs per SM 3-8%,
-    246-574-key gathered lists 6-20%. The gather variant's whole producer warpgroup walks
-    (warp 0 also issues Q).
+    one, hiding the per-tile launch, Q load and pipeline fill. O leaves through Q's stage:
+    with ``async_store`` (the default where a producer warp is free: not the row gather) the
+    consumers write it, arrive on ``O_READY`` + stage and go on to their next tile, while
+    producer warp ``ASYNC_STORE_WARP`` stores it by TMA and frees the stage once the store
+    has read it (128 x 128 causal tiles 2-6% faster on an H200, perf/RESULTS.md); else the
+    consumers' store warp stores and they all wait for that read. On an H200: causal S 4k-16k
+    4-6% faster than the longest-first grid, short causal at two CTAs per SM 3-8%, 246-574-key
+    gathered lists 6-20%. The gather variant's whole producer warpgroup walks (warp 0 also
+    issues Q).
 
     Two CTAs per SM (``ctas_per_sm=2``, 64-row tiles only; the op's choice for causal D = 128
-    with at most 2,048 keys and for gathered lists of at most 1,024 keys, tuning/attention.py):
+    with at most 1,536 keys and for gathered lists of at most 1,024 keys, tuning/attention.py):
     ptxas builds for 128 registers a thread at launch (``.minnctapersm 2``), the producer
     hands its share to the consumer (40 / 208), and shared memory stays under 113 KiB (64 x 64
     key tiles, two stages: 83 KiB at D = 128), so one CTA's Q load, pipeline fill and epilogue
@@ -161,7 +166,8 @@ class AttentionSm90(PersistentSchedule):
                  gather_entry_keys: int = 1, gather_tma: bool = False,
                  block_sparse: bool = False, mask=None, split_kv: bool = False,
                  persistent: bool = False, longest_first: bool = False,
-                 tile_order: bool = False, ctas_per_sm: int = 1):
+                 tile_order: bool = False, ctas_per_sm: int = 1,
+                 async_store: bool | None = None):
         self.head_dim, self.causal, self.stages, self.colsum = head_dim, causal, stages, colsum
         # overlap: the softmax of S(n) runs while O += P(n + 1) V(n + 1) is on the tensor cores
         # (intra-warpgroup pipelining)
@@ -181,6 +187,7 @@ class AttentionSm90(PersistentSchedule):
                             longest_first, tile_order)
         self._init_memory(head_dim, stages, gather, gather_hoist, gather_addresses,
                           gather_entry_keys, gather_tma, ctas_per_sm)
+        self._init_store(persistent, async_store)
         self.sums = NoColumnSums()
         if colsum:
             self.sums = ColumnSumsSm90(
@@ -362,6 +369,20 @@ class AttentionSm90(PersistentSchedule):
                              f"{stages} stages needs {self.smem_bytes()} bytes of shared memory, "
                              f"more than the {TWO_CTA_SMEM} of half an SM (fewer stages or a "
                              f"narrower block_n)")
+
+    def _init_store(self, persistent, async_store):
+        """Who stores O: the consumers (``STORE_WARP``), or with ``async_store`` (the
+        persistent schedule's default) the producer warp ``ASYNC_STORE_WARP``, which frees
+        Q's stage once its TMA store has read O, so the consumers start their next tile
+        without waiting for that read. The row gather keeps every producer warp busy, so its
+        consumers store."""
+        row_gather = self.gather and self.kv_loader.producer_threads > 1
+        if async_store is None:
+            async_store = persistent and not row_gather
+        if async_store and (not persistent or row_gather):
+            raise ValueError("async_store applies to the persistent schedule (without the "
+                             "row gather, whose producer warps all load)")
+        self.async_store = async_store
 
     def smem_bytes(self) -> int:
         """Shared memory of the SharedStorage built in ``__call__`` (alignment included)."""
@@ -574,9 +595,12 @@ class AttentionSm90(PersistentSchedule):
         consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.consumer_wgs * 4)
         producer = pipeline.CooperativeGroup(pipeline.Agent.Thread)
         bar = storage.mbar.data_ptr()
+        # async_store: the store warp alone frees a Q stage (after its TMA store read O)
+        q_consumers = (pipeline.CooperativeGroup(pipeline.Agent.Thread, 1) if self.async_store
+                       else consumers)
         q_pipe = pipeline.PipelineTmaAsync.create(
             barrier_storage=bar, num_stages=self.q_stages, producer_group=producer,
-            consumer_group=consumers,
+            consumer_group=q_consumers,
             tx_count=cute.size_in_bytes(dtype, cute.slice_(sQ_layout, (None, None, 0))),
             cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)))
         # the loader decides how a K/V stage completes (TMA transaction bytes here)
@@ -749,10 +773,12 @@ class AttentionSm90(PersistentSchedule):
         self.epilogue(acc_O, lse, thr_pv, pv_mma, sQ, tma_o, tO, mLSE, s_q, tile.out_batch,
                       tile.head, tile.m_block, ctid, warp, q_stage)
         if cutlass.const_expr(carried):
-            # the store warp has waited for the TMA store to read O out of Q's stage
-            cute.arch.barrier(barrier_id=int(NamedBarrier.EPILOGUE),
-                              number_of_threads=128 * self.consumer_wgs)
-            pipes.q_pipe.consumer_release(q_state)
+            if cutlass.const_expr(not self.async_store):
+                # the store warp has waited for the TMA store to read O out of Q's stage
+                cute.arch.barrier(barrier_id=int(NamedBarrier.EPILOGUE),
+                                  number_of_threads=128 * self.consumer_wgs)
+                pipes.q_pipe.consumer_release(q_state)
+            # (async_store: the store warp frees the stage once its store has read O)
             q_state.advance()
         return q_state, k_state, v_state
 
@@ -891,9 +917,10 @@ class AttentionSm90(PersistentSchedule):
     @cute.jit
     def epilogue(self, acc_O, lse, thr_pv, pv_mma, sQ, tma_o, tO, mLSE, s_q, batch, head,
                m_block, ctid, warp, q_stage=0):
-        """O through Q's smem (stage ``q_stage``) and one TMA store (rows past S_q clipped);
-        lse per row."""
-        BM, D = self.block_m, self.head_dim
+        """O through Q's smem (stage ``q_stage``) and one TMA store (rows past S_q clipped),
+        issued here or (``async_store``) by the store warp once every consumer has arrived on
+        ``O_READY + q_stage``; lse per row."""
+        D = self.head_dim
         dtype = sQ.element_type
         barrier_threads = 128 * self.consumer_wgs
         rO = cute.make_rmem_tensor_like(acc_O, dtype)
@@ -906,17 +933,28 @@ class AttentionSm90(PersistentSchedule):
         cute.arch.barrier(barrier_id=int(NamedBarrier.EPILOGUE), number_of_threads=barrier_threads)
         cute.copy(r2s, thr_r2s.retile(rO), thr_r2s.partition_D(sO))
         cute.arch.fence_proxy("async.shared", space="cta")
-        cute.arch.barrier(barrier_id=int(NamedBarrier.EPILOGUE), number_of_threads=barrier_threads)
-        if warp == STORE_WARP:
-            gO = cute.local_tile(tO, (BM, D), (None, None, None, None))
-            tOsO, tOgO = cpasync.tma_partition(tma_o, 0, cute.make_layout(1),
-                                               cute.group_modes(sQ, 0, 2),
-                                               cute.group_modes(gO, 0, 2))
-            with cute.arch.elect_one():
-                cute.copy(tma_o, tOsO[(None, q_stage)], tOgO[(None, m_block, 0, head, batch)])
-                cute.arch.cp_async_bulk_commit_group()
-                cute.arch.cp_async_bulk_wait_group(0, read=True)
-        store_lse(lse, thr_pv, mLSE, batch, head, m_block, (BM, D), s_q, ctid)
+        if cutlass.const_expr(self.async_store):
+            store_lse(lse, thr_pv, mLSE, batch, head, m_block, (self.block_m, D), s_q, ctid)
+            o_ready(q_stage, barrier_threads + 32, arrive=True)
+        else:
+            cute.arch.barrier(barrier_id=int(NamedBarrier.EPILOGUE),
+                              number_of_threads=barrier_threads)
+            if warp == STORE_WARP:
+                self._store_o(tma_o, tO, sQ, q_stage, m_block, head, batch)
+            store_lse(lse, thr_pv, mLSE, batch, head, m_block, (self.block_m, D), s_q, ctid)
+
+    @cute.jit
+    def _store_o(self, tma_o, tO, sQ, q_stage, m_block, head, batch):
+        """One warp: the O tile in Q's stage ``q_stage`` to global by one TMA store, waited
+        until it has read the stage."""
+        gO = cute.local_tile(tO, (self.block_m, self.head_dim), (None, None, None, None))
+        tOsO, tOgO = cpasync.tma_partition(tma_o, 0, cute.make_layout(1),
+                                           cute.group_modes(sQ, 0, 2),
+                                           cute.group_modes(gO, 0, 2))
+        with cute.arch.elect_one():
+            cute.copy(tma_o, tOsO[(None, q_stage)], tOgO[(None, m_block, 0, head, batch)])
+            cute.arch.cp_async_bulk_commit_group()
+            cute.arch.cp_async_bulk_wait_group(0, read=True)
 
 
 @cute.jit
