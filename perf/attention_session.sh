@@ -221,10 +221,16 @@ if [ "$PART" = async-checks ]; then  # its GPU tests and sanitizers
     -k "persistent or short_causal or hopper_configs"
   step async-blocks-tests 200 python -m pytest -q --tb=short -p no:logging \
     tests/test_block_sparse_gpu.py -k "packed or walks or short"
+fi
+if [ "$PART" = async-san ]; then  # its sanitizers, and the op's short causal table
   step async-memcheck 90 "${SANITIZE[@]}" --tool memcheck \
     python perf/attention_probe.py hopper 3000 3000 4 2 128 1
   step async-racecheck 150 "${SANITIZE[@]}" --tool racecheck \
     python perf/attention_probe.py hopper 1000 1000 2 2 128 1
+  step async-racecheck-big 150 "${SANITIZE[@]}" --tool racecheck \
+    python perf/attention_probe.py hopper 1700 1700 2 2 128 1
+  step hopper-d128-short 150 python perf/attention.py --d 128 --s 1024,2048,4096 --no-flex \
+    --out "$OUT"
 fi
 if [ "$PART" = perf ]; then  # the bars, side by side (perf/RESULTS.md)
   step ampere-d128 200 python perf/attention.py --path ampere --d 128 \
