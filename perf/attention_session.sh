@@ -222,6 +222,18 @@ if [ "$PART" = async-checks ]; then  # its GPU tests and sanitizers
   step async-blocks-tests 200 python -m pytest -q --tb=short -p no:logging \
     tests/test_block_sparse_gpu.py -k "packed or walks or short"
 fi
+if [ "$PART" = async-final-tests ]; then  # every attention-family GPU test
+  step final-attention-tests 330 python -m pytest -q --tb=short -p no:logging \
+    tests/test_attention_gpu.py tests/test_dispatch_gpu.py
+  step final-sparse-tests 250 python -m pytest -q --tb=short -p no:logging \
+    tests/test_block_sparse_gpu.py tests/test_column_sparse_op_gpu.py
+fi
+if [ "$PART" = async-final-perf ]; then  # the op's tables again
+  step final-d128 120 python perf/attention.py --d 128 --s 1024,2048,4096 --no-flex --out "$OUT"
+  step final-blocks-8k 120 python perf/block_sparse_small.py --seq 8192 --rounds 10
+  for f in "$OUT"/final-d128.log "$OUT"/final-blocks-8k.log; do
+    echo "--- $f"; grep -v DEBUG "$f" | tail -9; done
+fi
 if [ "$PART" = async-san ]; then  # its sanitizers, and the op's short causal table
   step async-memcheck 90 "${SANITIZE[@]}" --tool memcheck \
     python perf/attention_probe.py hopper 3000 3000 4 2 128 1
