@@ -216,6 +216,38 @@ if [ "$PART" = async-perf2 ]; then  # where 128 x 128 async tiles overtake short
   for f in "$OUT"/async2-*.log; do echo "--- $f"; grep -v DEBUG "$f" | tail -6; done
   echo; echo "=== summary"; printf '%s\n' "${summary[@]}"; exit 0
 fi
+if [ "$PART" = pingpong ]; then  # consumers taking turns with the overlapped mainloop
+  SCP="block_m=64, block_n=64, stages=2, overlap=True, ctas_per_sm=2, persistent=True"
+  BIG="overlap=True, persistent=True"
+  step pp-c1k-b32 120 $TUNE --causal --shape 32,16,1024,128 --configs \
+    "[dict($SCP), dict($BIG), dict($BIG, pingpong=True)]"
+  step pp-c2k-b16 120 $TUNE --causal --shape 16,16,2048,128 --configs \
+    "[dict($SCP), dict($BIG), dict($BIG, pingpong=True)]"
+  step pp-c4k-b8 100 $TUNE --causal --shape 8,16,4096,128 --configs \
+    "[dict($BIG), dict($BIG, pingpong=True)]"
+  step pp-c16k-b2 100 $TUNE --causal --shape 2,16,16384,128 --configs \
+    "[dict($BIG), dict($BIG, pingpong=True)]"
+  step pp-n4k-b8 100 $TUNE --shape 8,16,4096,128 --configs \
+    "[dict(overlap=True), dict(overlap=True, pingpong=True)]"
+  step pp-n1k-b32 100 $TUNE --shape 32,16,1024,128 --configs \
+    "[dict($BIG, async_store=False), dict($BIG, async_store=False, pingpong=True), \
+dict($BIG, pingpong=True)]"
+  for f in "$OUT"/pp-*.log; do echo "--- $f"; grep -v DEBUG "$f" | tail -6; done
+  echo; echo "=== summary"; printf '%s\n' "${summary[@]}"; exit 0
+fi
+if [ "$PART" = pingpong2 ]; then  # non-causal: persistent with turns against one CTA per tile
+  BIG="overlap=True, persistent=True, pingpong=True"
+  for shape in 8,16,4096 4,16,8192 2,16,16384; do
+    step "pp2-n${shape//,/-}" 100 $TUNE --shape $shape,128 --configs \
+      "[dict(overlap=True), dict($BIG), dict($BIG, async_store=False)]"
+  done
+  step pp2-op-d128 150 python perf/attention.py --d 128 --s 1024,2048,4096 --no-flex --out "$OUT"
+  step pp2-tests 330 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
+    tests/test_dispatch_gpu.py
+  for f in "$OUT"/pp2-n*.log "$OUT"/pp2-op-d128.log; do
+    echo "--- $f"; grep -v DEBUG "$f" | tail -7; done
+  echo; echo "=== summary"; printf '%s\n' "${summary[@]}"; exit 0
+fi
 if [ "$PART" = async-checks ]; then  # its GPU tests and sanitizers
   step async-tests 330 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
     -k "persistent or short_causal or hopper_configs"

@@ -60,7 +60,9 @@ def test_matches_reference(path, d, causal, s_q, s_kv, h, h_kv):
 CONFIGS = [dict(), dict(overlap=True), dict(block_m=192), dict(block_m=192, block_n=64),
            dict(block_n=176, overlap=True), dict(pingpong=True),
            dict(block_m=192, pingpong=True), dict(persistent=True),
-           dict(overlap=True, persistent=True)]  # (192 rows x 2 Q stages: D = 64 only, below)
+           dict(overlap=True, persistent=True), dict(overlap=True, pingpong=True),
+           dict(overlap=True, persistent=True, pingpong=True, async_store=False)]
+# (192 rows x 2 Q stages: D = 64 only, below)
 
 
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU")
@@ -75,6 +77,7 @@ def test_hopper_configs(config, d, causal):
 
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU")
 @pytest.mark.parametrize("config", [dict(persistent=True), dict(overlap=True, persistent=True),
+                                    dict(overlap=True, persistent=True, pingpong=True),
                                     dict(block_m=192, persistent=True),
                                     dict(block_m=64, block_n=64, stages=2, overlap=True,
                                          ctas_per_sm=2, persistent=True)], ids=str)

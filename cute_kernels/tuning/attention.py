@@ -73,11 +73,14 @@ def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
     if persistent:
         if head_dim == 64:
             return dict(block_m=64, block_n=128, overlap=True, ctas_per_sm=2, persistent=True)
-        # O stored by a producer warp (``async_store``, the kernel's default) where it
-        # measured faster: causal (H200, ms async / consumers storing: B32 H16 S1024 0.394 /
-        # 0.417, B16 H16 S2048 0.619 / 0.639, B8 H16 S4096 1.060 / 1.079); non-causal short
-        # rows ran 2% slower with it (B32 H16 S1024 0.488 / 0.476, 0.525 / 0.515)
-        return dict(overlap=True, persistent=True, **({} if causal else {"async_store": False}))
+        # O stored by a producer warp (``async_store``, the kernel's default) and the two
+        # consumers taking turns to issue their wgmmas (``pingpong``). The async store alone,
+        # H200, ms async / consumers storing: causal B32 H16 S1024 0.394 / 0.417, B16 H16
+        # S2048 0.619 / 0.639, B8 H16 S4096 1.060 / 1.079; non-causal B32 H16 S1024 0.488 /
+        # 0.476 (2% slower). With pingpong, H100, ms against the async store alone: causal
+        # S1024 0.358 / 0.364, S2048 0.606 / 0.613, S4096 1.017 / 1.023, B2 H16 S16384
+        # 3.551 / 3.579; non-causal B32 H16 S1024 0.453 against 0.489 with neither
+        return dict(overlap=True, persistent=True, pingpong=True)
     if head_dim == 128:
         return dict(overlap=True, longest_first=True) if causal and not split_kv else dict(
             overlap=True)

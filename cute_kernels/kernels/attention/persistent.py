@@ -140,6 +140,7 @@ class PersistentSchedule:
         """Consumers, persistent: ``mma`` per tile of the walk, the states carried."""
         order, first, stride, end, m_tiles, heads = tiles
         q_state, k_state, v_state = self._fresh_states(pipeline.PipelineUserType.Consumer)
+        self._open_pingpong((tidx - 128) // 128)
         for t in cutlass.range(first, end, stride, unroll=1):
             tile, blocks, _ = self._scheduled_tile(order[t], m_tiles, heads, q_per_kv, s_q,
                                                    s_kv, lists)

@@ -272,9 +272,10 @@ class AttentionSm90(PersistentSchedule):
                       block_sparse, mask, split_kv):
         """Which kernel this is (pingpong, gather, accumulate, block-sparse, split-KV) and so
         which key blocks its tiles visit (``self.key_blocks``)."""
-        # pingpong (sequential loop only): consumer warpgroups take turns issuing Q K^T
-        if pingpong and overlap:
-            raise ValueError("pingpong applies to the sequential loop (overlap=False)")
+        # pingpong: consumer warpgroups take turns issuing their wgmmas (Q K^T; with the
+        # overlap, Q K^T and P V together), so one's softmax runs beside the other's MMAs
+        if pingpong and overlap and colsum:
+            raise ValueError("pingpong with the overlap does not combine with column sums")
         self.pingpong = pingpong
         # gather (column-sparse attention): each query group attends to its own list of key
         # rows, packed into dense tiles by the gather loader; a tile lies in one group
@@ -321,10 +322,9 @@ class AttentionSm90(PersistentSchedule):
         # walks, persistent.py), so a tile's Q load, K/V prologue and epilogue overlap its
         # neighbours' mainloops; Q gets two stages (the next tile's Q lands while this one's
         # O leaves through the other). Dense, causal, block-list and writing gather kernels.
-        if persistent and (colsum or self.split_kv or self.accumulate or pingpong
-                           or tile_order):
+        if persistent and (colsum or self.split_kv or self.accumulate or tile_order):
             raise ValueError("persistent applies to the dense, causal, block-sparse and "
-                             "(writing, unordered) gather kernels without pingpong")
+                             "(writing, unordered) gather kernels")
         if gather_entry_keys != 1 and not gather:
             raise ValueError("gather_entry_keys applies to the gather variant (gather=True)")
         # longest_first (causal): the one-CTA-per-tile grid is walked in chunks of about a
@@ -757,6 +757,8 @@ class AttentionSm90(PersistentSchedule):
             col = self.sums.setup(col_mma, qk_mma, thr_qk, storage, sP_layout, sF_layout,
                                   mPrevLSE, s_q, tile.batch, tile.head, tile.m_block, ctid, rP,
                                   row_max, scale_log2, sCol, pipes.col_pipe)
+        if cutlass.const_expr(not carried):
+            self._open_pingpong(mc.wg_c)
         if cutlass.const_expr(self.overlap):
             k_state, v_state = self._mainloop_overlapped(mc, col, rows, k_state, v_state)
         else:
@@ -797,18 +799,12 @@ class AttentionSm90(PersistentSchedule):
                                                  self.colsum_stages)
         k_pipe, v_pipe, blocks = mc.k_pipe, mc.v_pipe, mc.blocks
         rP, acc_S, n_blocks, wg_c = mc.rP, mc.acc_S, blocks.n_blocks, mc.wg_c
-        turn = int(NamedBarrier.PINGPONG)
-        if cutlass.const_expr(self.pingpong):
-            # the last consumer opens the first turn
-            if wg_c == self.consumer_wgs - 1:
-                cute.arch.barrier_arrive(barrier_id=turn, number_of_threads=256)
         for step in cutlass.range(n_blocks, unroll=1):
             n = self.key_blocks.block(blocks, step)
             if cutlass.const_expr(self.pingpong):
-                cute.arch.barrier(barrier_id=turn + wg_c, number_of_threads=256)
+                self._take_turn(wg_c)
                 self._qk(mc, k_state, False)
-                cute.arch.barrier_arrive(barrier_id=turn + (wg_c + 1) % self.consumer_wgs,
-                                         number_of_threads=256)
+                self._pass_turn(wg_c)
                 warpgroup.wait_group(0)
                 k_pipe.consumer_release(k_state)
             else:
@@ -843,7 +839,14 @@ class AttentionSm90(PersistentSchedule):
         rP, acc_S, n_blocks = mc.rP, mc.acc_S, blocks.n_blocks
         correction = cute.make_rmem_tensor(rows, Float32)
         if n_blocks > 0:
-            self._qk(mc, k_state, True)
+            if cutlass.const_expr(self.pingpong):
+                self._take_turn(mc.wg_c)
+                self._qk(mc, k_state, False)
+                self._pass_turn(mc.wg_c)
+                warpgroup.wait_group(0)
+                k_pipe.consumer_release(k_state)
+            else:
+                self._qk(mc, k_state, True)
             k_state.advance()
             self._softmax(mc, self.key_blocks.block(blocks, 0), True, None, 0)
             col_state = self.sums.ovl_first_softmax(col, col_state, acc_S)
@@ -851,8 +854,10 @@ class AttentionSm90(PersistentSchedule):
             self.sums.ovl_probabilities(col, acc_S)
         for step in cutlass.range(1, n_blocks, unroll=1):
             n = self.key_blocks.block(blocks, step)
+            self._take_turn(mc.wg_c)
             self._qk(mc, k_state, False)
             self._pv(mc, v_state, False)
+            self._pass_turn(mc.wg_c)
             col_state = self.sums.ovl_after_wgmmas_issued(col, col_state)
             warpgroup.wait_group(1)  # groups retire in order: S(n) is ready
             k_pipe.consumer_release(k_state)
@@ -867,13 +872,39 @@ class AttentionSm90(PersistentSchedule):
             col_state = self.sums.ovl_retire_sums(col, col_state)
             self.sums.ovl_probabilities(col, acc_S)
         if n_blocks > 0:
+            self._take_turn(mc.wg_c)
             self._pv(mc, v_state, False)
+            self._pass_turn(mc.wg_c)
             self.sums.ovl_last_pv_issued(col, col_state)
             warpgroup.wait_group(0)
             v_pipe.consumer_release(v_state)
             self.sums.ovl_last_pv_retired(col, col_state)
             v_state.advance()
         return k_state, v_state
+
+    @cute.jit
+    def _open_pingpong(self, wg_c):
+        """``pingpong``: the last consumer opens the first turn (once per kernel: the turns
+        run on from tile to tile in the persistent schedule)."""
+        if cutlass.const_expr(self.pingpong):
+            if wg_c == self.consumer_wgs - 1:
+                cute.arch.barrier_arrive(barrier_id=int(NamedBarrier.PINGPONG),
+                                         number_of_threads=256)
+
+    @cute.jit
+    def _take_turn(self, wg_c):
+        """``pingpong``: wait for this consumer's turn to issue wgmmas."""
+        if cutlass.const_expr(self.pingpong):
+            cute.arch.barrier(barrier_id=int(NamedBarrier.PINGPONG) + wg_c,
+                              number_of_threads=256)
+
+    @cute.jit
+    def _pass_turn(self, wg_c):
+        """``pingpong``: hand the turn to the next consumer."""
+        if cutlass.const_expr(self.pingpong):
+            cute.arch.barrier_arrive(
+                barrier_id=int(NamedBarrier.PINGPONG) + (wg_c + 1) % self.consumer_wgs,
+                number_of_threads=256)
 
     @cute.jit
     def _qk(self, mc, k_state, wait: cutlass.Constexpr):
