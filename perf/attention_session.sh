@@ -248,6 +248,21 @@ if [ "$PART" = pingpong2 ]; then  # non-causal: persistent with turns against on
     echo "--- $f"; grep -v DEBUG "$f" | tail -7; done
   echo; echo "=== summary"; printf '%s\n' "${summary[@]}"; exit 0
 fi
+if [ "$PART" = pp-final ]; then  # sanitizers on the turns, the op's tables
+  step ppf-tests 200 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
+    -k "persistent or pingpong"
+  step ppf-memcheck 120 "${SANITIZE[@]}" --tool memcheck \
+    python perf/attention_probe.py hopper 1000 4100 4 2 128 0
+  step ppf-racecheck 150 "${SANITIZE[@]}" --tool racecheck \
+    python perf/attention_probe.py hopper 1000 1000 2 2 128 0
+  step ppf-racecheck-causal 150 "${SANITIZE[@]}" --tool racecheck \
+    python perf/attention_probe.py hopper 1700 1700 2 2 128 1
+  step ppf-op 120 python perf/attention.py --d 128 --s 4096,8192 --no-flex --out "$OUT"
+  step ppf-blocks-8k 100 python perf/block_sparse_small.py --seq 8192 --rounds 10
+  for f in "$OUT"/ppf-op.log "$OUT"/ppf-blocks-8k.log; do
+    echo "--- $f"; grep -v DEBUG "$f" | tail -6; done
+  echo; echo "=== summary"; printf '%s\n' "${summary[@]}"; exit 0
+fi
 if [ "$PART" = async-checks ]; then  # its GPU tests and sanitizers
   step async-tests 330 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
     -k "persistent or short_causal or hopper_configs"

@@ -401,11 +401,12 @@ def test_split_decode_captures_in_a_cuda_graph(path, b, s_q, s_kv, splits):
 
 @pytest.mark.parametrize("s_q, s_kv, causal, d", [(333, 700, False, 128), (333, 700, True, 128),
                                                   (2100, 2500, True, 128),
+                                                  (700, 4100, False, 128),
                                                   (333, 2500, False, 64),
                                                   (2100, 2500, True, 64)])
 def test_persistent_default_captures_in_a_cuda_graph(s_q, s_kv, causal, d):
-    """The persistent schedule by default (D = 128 non-causal with few keys; causal: 64-row
-    tiles two CTAs per SM up to 2,048 keys, 128-row tiles past it; D = 64: 64-row tiles two
+    """The persistent schedule by default (D = 128 non-causal up to 8,192 keys; causal: 64-row
+    tiles two CTAs per SM up to 1,536 keys, 128-row tiles past it; D = 64: 64-row tiles two
     CTAs per SM), its walks made at the first, warm-up call; captured in a CUDA graph,
     replays on new inputs copied into the captured ones match the reference."""
     from cute_kernels.ops.attention import make_plan

@@ -292,9 +292,9 @@ def test_plans_take_the_64_row_tile_for_at_most_64_query_rows(monkeypatch, h, h_
     assert att.hopper_config(128, causal, short_query=True)["block_m"] == 64
 
 
-@pytest.mark.parametrize("s_q, s_kv, causal, d, persistent", [(1000, 2048, False, 128, True),
+@pytest.mark.parametrize("s_q, s_kv, causal, d, persistent", [(1000, 8192, False, 128, True),
                                                               (65, 300, False, 128, True),
-                                                              (1000, 2049, False, 128, False),
+                                                              (1000, 8193, False, 128, False),
                                                               (1000, 1000, True, 128, True),
                                                               (3000, 5000, True, 128, True),
                                                               (1000, 5000, False, 64, True),
@@ -317,7 +317,7 @@ def test_plans_run_short_keys_persistent(monkeypatch, s_q, s_kv, causal, d, pers
     assert ("persistent" in seen[0]) == persistent
     assert (plan.order is not None) == persistent
     if persistent:
-        two = d == 64 or (causal and s_kv <= 2048)  # 64-row tiles, two CTAs per SM
+        two = d == 64 or (causal and s_kv <= att.SHORT_CAUSAL_MAX_KEYS[d])  # 64-row tiles
         tiles = 2 * 4 * -(-s_q // (64 if two else 128))
         assert plan.ctas == min(tiles, 132 * (2 if two else 1))
         walks = plan.order.tolist()  # CSR: the CTAs' offsets, then the tiles

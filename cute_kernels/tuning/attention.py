@@ -8,8 +8,10 @@ SHORT_QUERY_ROWS = 64
 #: Keys up to which non-causal D = 128 runs the Hopper kernel's persistent schedule (D = 64
 #: and causal D = 128 run it at any length: ``ops.attention.make_plan``) (H100,
 #: B x H x S = 512 x 1024: 0.475 against 0.500 ms one CTA per tile; 256 x 2048: 0.938 / 0.950;
-#: 128 x 4096: the same; perf/RESULTS.md "Short sequences and D = 64")
-PERSISTENT_MAX_KEYS = 2048
+#: 128 x 4096: the same; perf/RESULTS.md "Short sequences and D = 64"). Raised from 2,048 with
+#: the async store and pingpong (H100, ms persistent / one CTA per tile: B8 H16 S4096 1.801 /
+#: 1.855, B4 H16 S8192 3.436 / 3.452, B2 H16 S16384 6.877 / 6.812)
+PERSISTENT_MAX_KEYS = 8192
 #: Keys up to which causal D = 128 and D = 64 run 64 x 64 tiles two CTAs to an SM
 #: (``short_causal``; D = 64 numbers: ``hopper_config``):
 #: one CTA's Q load, pipeline fill and epilogue then run beside the other's MMAs. ms against

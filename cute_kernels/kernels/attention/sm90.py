@@ -119,7 +119,7 @@ class AttentionSm90(PersistentSchedule):
     one list entry read per visit; partial blocks get the element ``mask`` (``mask_mod.py``) in
     the softmax; loads, roles and pipelines are the dense kernel's.
     Persistent schedule (``persistent``; the op's default for causal D = 128 and non-causal
-    D = 128 with at most 2,048 keys, and for short gathered lists, tuning/attention.py):
+    D = 128 with at most 8,192 keys, and for short gathered lists, tuning/attention.py):
     ``num_ctas`` CTAs (one or two per SM) walk static tile lists ``mTileOrder`` in CSR form
     (entries c and c + 1 bound CTA c's list: the host's ``balanced_walks``, causal tiles dealt
     longest first to the CTA that frees up first, or the device's ``snake_walks`` of a gather
