@@ -263,6 +263,42 @@ if [ "$PART" = pp-final ]; then  # sanitizers on the turns, the op's tables
     echo "--- $f"; grep -v DEBUG "$f" | tail -6; done
   echo; echo "=== summary"; printf '%s\n' "${summary[@]}"; exit 0
 fi
+if [ "$PART" = pp-narrow ]; then  # 128 x 64 tiles with turns against short causal's 64 x 64
+  SCP="block_m=64, block_n=64, stages=2, overlap=True, ctas_per_sm=2, persistent=True"
+  PP="overlap=True, persistent=True, pingpong=True"
+  for shape in 32,16,1024 8,16,1024 16,16,2048; do
+    step "ppn-c${shape//,/-}" 100 $TUNE --causal --shape $shape,128 --configs \
+      "[dict($SCP), dict($PP, block_n=64), dict($PP, block_n=64, stages=3), dict($PP)]"
+  done
+  W="dict(short=False, block_n=64, persistent=True, walks='lpt'"
+  step ppn-blocks-8k 200 python perf/block_sparse_loaders.py --seq 8192 --blocks 32 \
+    --rounds 12 --configs "[dict(persistent=True, walks='lpt'), $W, pingpong=True), \
+$W, pingpong=True, stages=3)]"
+  for f in "$OUT"/ppn-*.log; do echo "--- $f"; grep -v DEBUG "$f" | tail -7; done
+  echo; echo "=== summary"; printf '%s\n' "${summary[@]}"; exit 0
+fi
+if [ "$PART" = turns-final ]; then  # short causal and packed short lists on 128 x 64 turns
+  step turns-tests 330 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
+    tests/test_block_sparse_gpu.py -k "short or packed or persistent or pingpong or reused"
+  step turns-racecheck 150 "${SANITIZE[@]}" --tool racecheck \
+    python perf/attention_probe.py hopper 1000 1000 2 2 128 1
+  step turns-blocks-probe 150 "${SANITIZE[@]}" --tool memcheck python perf/block_sparse_probe.py
+  step turns-blocks-8k 120 python perf/block_sparse_small.py --seq 8192 --block 32 --rounds 10
+  TWO="dict(block_m=64, stages=2, pingpong=False, ctas_per_sm=2, persistent=True, walks='lpt')"
+  step turns-loaders-8k 200 python perf/block_sparse_loaders.py --seq 8192 --blocks 16,32,64 \
+    --rounds 10 --configs "[dict(persistent=True, walks='lpt'), $TWO]"
+  step turns-op 100 python perf/attention.py --d 128 --s 1024,2048 --no-flex --out "$OUT"
+  step turns-blocks-racecheck 150 "${SANITIZE[@]}" --tool racecheck \
+    python perf/block_sparse_probe.py hopper
+  for f in "$OUT"/turns-blocks-8k.log "$OUT"/turns-loaders-8k.log "$OUT"/turns-op.log; do
+    echo "--- $f"; grep -v DEBUG "$f" | tail -9; done
+  echo; echo "=== summary"; printf '%s\n' "${summary[@]}"; exit 0
+fi
+if [ "$PART" = turns-tests ]; then  # the gather-family GPU tests on the turns
+  step turns-sparse-tests 400 python -m pytest -q --tb=short -p no:logging \
+    tests/test_block_sparse_gpu.py tests/test_column_sparse_op_gpu.py
+  echo; echo "=== summary"; printf '%s\n' "${summary[@]}"; exit 0
+fi
 if [ "$PART" = async-checks ]; then  # its GPU tests and sanitizers
   step async-tests 330 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
     -k "persistent or short_causal or hopper_configs"

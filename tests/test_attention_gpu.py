@@ -100,10 +100,11 @@ def test_persistent_ctas_walk_many_tiles(config, causal, s_q, s_kv):
     (3, 4, 4, 2048, 333, torch.bfloat16),  # S_q > S_kv: rows that see no key
     (1, 2, 1, 65, 65, torch.bfloat16),  # one full and one 1-row tile
 ])
-def test_short_causal_two_ctas_per_sm(b, h, h_kv, s_q, s_kv, dtype):
-    """Causal D = 128 with S_kv <= SHORT_CAUSAL_MAX_KEYS[128], unpacked and unsplit (asserted), is
-    ``make_plan``'s short-causal route: the 64 x 64 tiles two CTAs run per SM. GQA, fp16,
-    residue tiles, a poisoned output, against the float32 reference."""
+def test_short_causal_route(b, h, h_kv, s_q, s_kv, dtype):
+    """Causal D = 128 with S_kv <= SHORT_CAUSAL_MAX_KEYS[128], unpacked and unsplit
+    (asserted), is ``make_plan``'s short-causal route: 128 x 64 tiles whose consumers take
+    turns, persistent. GQA, fp16, residue tiles, a poisoned output, against the float32
+    reference."""
     from cute_kernels.ops.attention import make_plan
     from cute_kernels.tuning.attention import SHORT_CAUSAL_MAX_KEYS
 
@@ -405,9 +406,9 @@ def test_split_decode_captures_in_a_cuda_graph(path, b, s_q, s_kv, splits):
                                                   (333, 2500, False, 64),
                                                   (2100, 2500, True, 64)])
 def test_persistent_default_captures_in_a_cuda_graph(s_q, s_kv, causal, d):
-    """The persistent schedule by default (D = 128 non-causal up to 8,192 keys; causal: 64-row
-    tiles two CTAs per SM up to 1,536 keys, 128-row tiles past it; D = 64: 64-row tiles two
-    CTAs per SM), its walks made at the first, warm-up call; captured in a CUDA graph,
+    """The persistent schedule by default (D = 128 non-causal up to 8,192 keys; causal: 128 x
+    64 tiles up to 1,536 keys, 128 x 128 past it; D = 64: 64-row tiles two CTAs per SM), its
+    walks made at the first, warm-up call; captured in a CUDA graph,
     replays on new inputs copied into the captured ones match the reference."""
     from cute_kernels.ops.attention import make_plan
 

@@ -286,7 +286,8 @@ def test_plans_take_the_64_row_tile_for_at_most_64_query_rows(monkeypatch, h, h_
     monkeypatch.setattr(att, "kernel_for",
                         lambda device, key, make, hopper_key=(): seen.append(hopper_key))
     q = torch.empty(2, h, s_q, 128, dtype=torch.bfloat16)
-    k = torch.empty(2, h_kv, 5000, 128, dtype=torch.bfloat16)
+    # keys past PERSISTENT_MAX_KEYS: the one-CTA-per-tile launch's key where not short
+    k = torch.empty(2, h_kv, att.PERSISTENT_MAX_KEYS + 808, 128, dtype=torch.bfloat16)
     att.make_plan(q, k, causal, 0.1, 1)
     assert seen == [("short_query",) if short else ()]
     assert att.hopper_config(128, causal, short_query=True)["block_m"] == 64
@@ -317,7 +318,7 @@ def test_plans_run_short_keys_persistent(monkeypatch, s_q, s_kv, causal, d, pers
     assert ("persistent" in seen[0]) == persistent
     assert (plan.order is not None) == persistent
     if persistent:
-        two = d == 64 or (causal and s_kv <= att.SHORT_CAUSAL_MAX_KEYS[d])  # 64-row tiles
+        two = d == 64  # 64-row tiles, two CTAs per SM (D = 128's short causal: 128 x 64)
         tiles = 2 * 4 * -(-s_q // (64 if two else 128))
         assert plan.ctas == min(tiles, 132 * (2 if two else 1))
         walks = plan.order.tolist()  # CSR: the CTAs' offsets, then the tiles

@@ -202,8 +202,9 @@ def test_a_reused_mask_is_converted_once_and_in_place_edits_are_seen(kv_block, p
                     reason="needs an sm_90 GPU (the Hopper gather tiles' choice)")
 def test_a_reused_mask_takes_the_short_list_tiles(monkeypatch):
     """Packed 32-key lists averaging far below 1,024 keys: the first call of a mask runs the
-    default gather tiles without a sync, the second the two-CTAs-per-SM 64 x 64 tiles (the
-    lists' mean read back once); both against the float32 reference, partial and full lists."""
+    default gather tiles without a sync, the second the short-list tiles (128 x 64, the
+    consumers taking turns, on walks dealt on the host: the lists' mean read back once); both
+    against the float32 reference, partial and full lists."""
     import cute_kernels.ops.column_sparse as cs
 
     chosen = []
@@ -291,16 +292,21 @@ def _packed_launch(q, k, v, block_lists, kv_block, config, persistent):
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the Hopper gather loaders)")
 @pytest.mark.parametrize("kv_block, loader, tiles", [
     (16, "tma", "short"), (32, "tma", "short"), (64, "tma", "short"), (32, "tma", "persistent"),
-    (32, "tma", "long"), (16, "tma", "long"), (32, "gather", "short"), (32, "gather", "long")])
+    (32, "tma", "long"), (16, "tma", "long"), (32, "gather", "short"), (32, "gather", "long"),
+    (32, "tma", "two-ctas")])
 def test_packed_block_loaders(kv_block, loader, tiles):
     """Both K/V loaders of packed key blocks, each tile choice: one TMA box per listed block
-    (``gather_tma``) and the row gather; 64 x 64 tiles at two CTAs per SM (on the ordered
-    grid or persistent) and the 128 x 128 tiles. More query tiles than CTAs, uneven rows
-    (some empty), GQA, partial and full lists, against the float32 reference."""
+    (``gather_tma``) and the row gather; the short lists' 128 x 64 tiles with turns (on the
+    ordered grid or persistent), 64 x 64 tiles at two CTAs per SM (``SHORT_PACKED_TURNS``
+    off) and the 128 x 128 tiles. More query tiles than CTAs, uneven rows (some empty), GQA,
+    partial and full lists, against the float32 reference."""
     from cute_kernels.tuning.attention import hopper_gather_config
 
     config = hopper_gather_config(128, 128, short=tiles != "long",
                                   persistent=tiles == "persistent", entry_keys=kv_block)
+    if tiles == "two-ctas":
+        config = dict(block_m=64, block_n=64, gather=True, group=128, overlap=True,
+                      ctas_per_sm=2, gather_tma=True)
     assert config.get("gather_tma", False) is True
     if loader == "gather":
         del config["gather_tma"]
@@ -337,11 +343,12 @@ def test_bad_packed_list_values_are_clamped(kv_block, path):
 
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the Hopper gather tiles' choice)")
 def test_a_reused_packed_mask_runs_host_dealt_walks(monkeypatch):
-    """Short packed lists on more 64-row tiles than a wave of CTAs: the mask's first call runs
+    """Short packed lists on more 128-row tiles than a wave of CTAs: the mask's first call runs
     the ordered grid (no sync), the second reads the counts back once and runs persistent CTAs
     on walks dealt on the host (``column_sparse.packed_walks``), the third reuses them; all
     against the float32 reference, partial and full lists, GQA."""
     import cute_kernels.ops.column_sparse as cs
+    from cute_kernels.runtime.arch import sm_count
 
     seen = []
     schedule = cs._gather_schedule
@@ -361,4 +368,6 @@ def test_a_reused_packed_mask_runs_host_dealt_walks(monkeypatch):
     assert [p for p, _ in seen] == [False, True, True], seen
     first, again = seen[1][1], seen[2][1]
     assert first is not None and again is first  # dealt once, kept with the mask
-    assert first.numel() > 2 * 8 * (s // 64)  # offsets, then every 64-row tile
+    # CSR: one offset per CTA (one per SM) and the end, then every 128-row tile
+    tiles = 2 * 8 * (s // 128)
+    assert first.numel() == min(sm_count(q.device), tiles) + 1 + tiles

@@ -259,18 +259,27 @@ def test_attention_persistent_ptx(head_dim, causal):
 
 
 def test_attention_short_causal_ptx():
-    """Short causal D = 128 (``short_causal``, persistent): 64 x 64 tiles asking ptxas for two
-    CTAs per SM (``.minnctapersm 2``: 128 registers at launch), the producer giving registers
-    to the consumer (setmaxnreg both ways: one consumer warpgroup reallocates nothing
-    otherwise), no spills; an invalid request is refused before compiling."""
+    """Short causal D = 128 (``short_causal``, persistent): 128 x 64 tiles, three K and V
+    stages (two Q: 2 x 2 + 3 x 4 barriers), the consumers taking turns, no spills. The 64 x
+    64 tiles two CTAs per SM (short causal D = 64's and the short gathers' shape) asking
+    ptxas for two CTAs per SM (``.minnctapersm 2``: 128 registers at launch), the producer
+    giving registers to the consumer (setmaxnreg both ways: one consumer warpgroup
+    reallocates nothing otherwise), no spills; an invalid request is refused before
+    compiling."""
     import torch
 
     from cute_kernels.kernels.attention.sm90 import AttentionSm90
     from cute_kernels.ops.attention import make_build
     from cute_kernels.runtime.compile import compile_ptx
 
-    ptx = compile_ptx(make_build("hopper", torch.bfloat16, 128, True, persistent=True,
-                                 short_causal=True), "sm_90a")
+    short = compile_ptx(make_build("hopper", torch.bfloat16, 128, True, persistent=True,
+                                   short_causal=True), "sm_90a")
+    assert ".minnctapersm" not in short and "bar.arrive 2, 256;" in short
+    assert short.count("mbarrier.init.shared") == 16
+    _assert_no_spills(short, "sm_90a")
+    ptx = compile_ptx(make_build("hopper", torch.bfloat16, 128, True, config=dict(
+        block_m=64, block_n=64, stages=2, overlap=True, ctas_per_sm=2, persistent=True)),
+        "sm_90a")
     assert ".minnctapersm 2" in ptx
     assert "setmaxnreg.inc.sync.aligned.u32 \t208;" in ptx
     assert "setmaxnreg.dec.sync.aligned.u32 \t40;" in ptx
@@ -325,8 +334,8 @@ def test_attention_overlap_pingpong_ptx(persistent):
     assert "wgmma.wait_group.sync.aligned \t1;" in ptx
 
 
-@pytest.mark.parametrize("short_causal", [False, True])
-def test_attention_async_store_ptx(short_causal):
+@pytest.mark.parametrize("two_ctas", [False, True])
+def test_attention_async_store_ptx(two_ctas):
     """The persistent schedule's O store by a producer warp (``async_store``, the default):
     the consumers arrive on the stage's ``O_READY`` barrier (9 or 10, 128 consumer threads
     per warpgroup + the store warp) without waiting, the store warp waits on it, stores,
@@ -340,8 +349,9 @@ def test_attention_async_store_ptx(short_causal):
     from cute_kernels.runtime.compile import compile_ptx
     from cute_kernels.tuning.attention import hopper_config
 
-    cfg = hopper_config(128, True, persistent=True, short_causal=short_causal)
-    threads = 128 * (1 if short_causal else 2) + 32
+    cfg = (dict(block_m=64, block_n=64, stages=2, overlap=True, ctas_per_sm=2, persistent=True)
+           if two_ctas else hopper_config(128, True, persistent=True))
+    threads = 128 * (1 if two_ctas else 2) + 32
     ptx = compile_ptx(make_build("hopper", torch.bfloat16, 128, True, config=cfg), "sm_90a")
     for stage in (9, 10):
         assert f"bar.arrive {stage}, {threads};" in ptx
@@ -361,10 +371,11 @@ def test_attention_async_store_ptx(short_causal):
 @pytest.mark.parametrize("entry_keys, persistent", [(1, False), (1, True), (16, False),
                                                     (32, False), (32, True), (64, False)])
 def test_column_sparse_short_lists_ptx(entry_keys, persistent):
-    """Short gathered lists (``hopper_gather_config(short=True)``): 64 x 64 tiles for two CTAs
-    per SM, WGMMA, no spills. Single keys are gathered row by row (cp.async); lists of 16-,
-    32- or 64-key blocks load one TMA box per block and 64-column half (``gather_tma``): per
-    key tile 64 / E boxes of K and as many of V, and no cp.async at all."""
+    """Short gathered lists (``hopper_gather_config(short=True)``), WGMMA, no spills. Single
+    keys: 64 x 64 tiles for two CTAs per SM, gathered row by row (cp.async). Lists of 16-,
+    32- or 64-key blocks: 128 x 64 tiles, one CTA per SM, the two consumers taking turns,
+    one TMA box per block and 64-column half (``gather_tma``): per key tile 64 / E boxes of K
+    and as many of V, and no cp.async at all."""
     import torch
 
     from cute_kernels.ops.column_sparse import make_build
@@ -373,7 +384,8 @@ def test_column_sparse_short_lists_ptx(entry_keys, persistent):
     ptx = compile_ptx(make_build("hopper", torch.bfloat16, 128, 128, False,
                                  entry_keys=entry_keys, short=True, persistent=persistent,
                                  ordered=not persistent), "sm_90a")
-    assert ".minnctapersm 2" in ptx
+    assert (".minnctapersm 2" in ptx) == (entry_keys == 1)
+    assert ("bar.arrive 2, 256;" in ptx) == (entry_keys > 1)  # the turns' opening
     mix = instruction_mix(ptx)
     assert all(mix[f] > 0 for f in HOPPER)
     if entry_keys == 1:

@@ -331,7 +331,7 @@ class _PackedSchedule:
         self._counts = counts if eager and counts.numel() else None
         self._uses, self._keys, self._host, self._walks = 0, None, None, {}
 
-    def get(self, device, s_q: int, group: int, head_dim: int):
+    def get(self, device, s_q: int, group: int, head_dim: int, entry_keys: int):
         """(mean keys or None, walks or None) for this call's query length and tiles."""
         from .column_sparse import packed_walks
 
@@ -343,10 +343,10 @@ class _PackedSchedule:
             self._keys = int(self._host.float().mean())
         if self._keys is None:
             return None, None
-        key = (s_q, group, head_dim, sm_count(device))
+        key = (s_q, group, head_dim, entry_keys, sm_count(device))
         if key not in self._walks:
             self._walks[key] = packed_walks(self._host, device, s_q, group, head_dim,
-                                            self._keys)
+                                            self._keys, entry_keys)
         return self._keys, self._walks[key]
 
 
@@ -622,7 +622,7 @@ def block_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bl
         if merged is not None:  # no sync, no host expansion: the kernels expand the blocks
             list_keys, walks = _LISTS.get(lists.tensors(), ("packed schedule", s_kv),
                                           lambda: _PackedSchedule(merged[1])).get(
-                q.device, q.shape[2], lists.block_size[0], q.shape[3])
+                q.device, q.shape[2], lists.block_size[0], q.shape[3], lists.block_size[1])
             o, lse = _COLUMN_SPARSE_ATTENTION(q, k, v, *merged, None, lists.block_size[0],
                                               scale, 1.0, lists.block_size[1], list_keys,
                                               walks)

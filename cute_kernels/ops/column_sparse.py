@@ -191,12 +191,12 @@ def column_sparse_attention_reference(q, k, v, indices, counts, *, group: int = 
 # written on another branch; ``make_build`` is the one place that waits for them.
 
 
-def gather_block_m(path: str, group: int, short: bool = False) -> int:
+def gather_block_m(path: str, group: int, short: bool = False, entry_keys: int = 1) -> int:
     """The query rows of a column-sparse CTA: the group on Hopper (128 or 192; 64 for
-    ``short`` lists of group 128, ``hopper_gather_config``), else the Ampere kernel's 64-row
-    tile (128 for group 128)."""
+    ``short`` lists of single keys, group 128, ``hopper_gather_config``), else the Ampere
+    kernel's 64-row tile (128 for group 128)."""
     if path == "hopper" and group in (128, 192):
-        return hopper_gather_config(128, group, short)["block_m"]
+        return hopper_gather_config(128, group, short, entry_keys=entry_keys)["block_m"]
     return 64 if group % 128 else 128
 
 
@@ -266,19 +266,23 @@ _ORDERS = DerivedCache()
 
 
 def _gather_tiling(device: torch.device, group: int, head_dim: int = 128,
-                   list_keys: int | None = None) -> tuple[int, int, bool]:
+                   list_keys: int | None = None, entry_keys: int = 1
+                   ) -> tuple[int, int, bool]:
     """(query rows per CTA, CTAs per wave, short) of the gather kernel on ``device`` for
-    ``group`` and lists of about ``list_keys`` keys (None: long): the path cached per device,
-    forced path and group (resolving it costs more than a launch); the SM count read on every
-    call (an ``SmPartition`` region changes it). ``short``: the Hopper 64 x 64 tiles at two
-    CTAs per SM (``hopper_gather_config``)."""
+    ``group`` and lists of about ``list_keys`` keys (None: long) of ``entry_keys``-key
+    entries: the path cached per device, forced path and group (resolving it costs more than
+    a launch); the SM count read on every call (an ``SmPartition`` region changes it).
+    ``short``: the Hopper short-list tiles (``hopper_gather_config``: 64 x 64 at two CTAs
+    per SM, or for packed blocks 128 x 64 with turns)."""
     key = (device.index, forced_path(), group)
     if key not in _TILING:
         _TILING[key] = device_target(device)[0]
     path = _TILING[key]
     short = (path == "hopper" and group == 128 and head_dim == 128 and list_keys is not None
              and list_keys <= SHORT_GATHER_MAX_KEYS)
-    return gather_block_m(path, group, short), sm_count(device) * (2 if short else 1), short
+    per_sm = (hopper_gather_config(head_dim, group, True, entry_keys=entry_keys)
+              .get("ctas_per_sm", 1) if short else 1)
+    return gather_block_m(path, group, short, entry_keys), sm_count(device) * per_sm, short
 
 
 def _column_sparse_attention(q, k, v, indices, counts, base, group: int, scale: float,
@@ -304,7 +308,7 @@ def _column_sparse_attention(q, k, v, indices, counts, base, group: int, scale: 
     b, h, s_q, d = q.shape
     if list_keys is None:
         list_keys = indices.shape[-1] * entry_keys
-    block_m, wave, short = _gather_tiling(q.device, group, d, list_keys)
+    block_m, wave, short = _gather_tiling(q.device, group, d, list_keys, entry_keys)
     # more tiles than one wave of CTAs: uneven lists would leave the last wave ragged, so the
     # longest go first (below one wave every tile starts at once anyway); short lists of
     # single keys then run persistent CTAs dealt the same order (SHORT_GATHER_PERSISTENT)
@@ -356,7 +360,7 @@ def _gather_schedule(counts, s_q: int, block_m: int, group: int, ordered: bool,
 
 
 def packed_walks(counts: torch.Tensor, device: torch.device, s_q: int, group: int,
-                 head_dim: int, list_keys: int) -> torch.Tensor | None:
+                 head_dim: int, list_keys: int, entry_keys: int = 1) -> torch.Tensor | None:
     """Persistent walks of the short gather tiles for lists whose ``counts`` (int32 (B, H,
     G), key positions, on the host) are known ahead: each tile of the longest-first order to
     the CTA that frees up first (``tile_order.lpt_walks``, a tile costing its key tiles plus
@@ -365,12 +369,12 @@ def packed_walks(counts: torch.Tensor, device: torch.device, s_q: int, group: in
     device's ``snake_walks`` (packed 32-key blocks at S 8k, H200: 0.100 against 0.112 ms)."""
     from .attention import TILE_FIXED_BLOCKS
 
-    block_m, wave, short = _gather_tiling(device, group, head_dim, list_keys)
+    block_m, wave, short = _gather_tiling(device, group, head_dim, list_keys, entry_keys)
     b, h, _ = counts.shape
     m = -(-s_q // block_m)
     if not short or b * h * m <= wave:
         return None
-    block_n = hopper_gather_config(head_dim, group, short)["block_n"]
+    block_n = hopper_gather_config(head_dim, group, short, entry_keys=entry_keys)["block_n"]
     keys = counts.index_select(2, group_rows(m, block_m, group, counts.shape[2], counts.device))
     work = -(-keys.clamp(min=0) // block_n)
     return lpt_walks(longest_first_order(keys), work, wave, TILE_FIXED_BLOCKS).to(device)

@@ -70,6 +70,13 @@ def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
     if short_query:  # one query tile per head: no tile order to choose
         return dict(overlap=True, block_m=64) if head_dim == 128 else dict(block_m=64)
     if short_causal:
+        if head_dim == 128:
+            # 128 x 64 tiles, three stages, one CTA per SM, the two consumers taking turns
+            # (``pingpong``) and O stored asynchronously: against the 64 x 64 tiles two CTAs
+            # per SM (H100, ms): B32 H16 S1024 0.344 / 0.355, B8 H16 S1024 0.091 / 0.094, B16
+            # H16 S2048 0.611 / 0.629 (128 x 128 there: 0.586, hence the 1,536-key threshold)
+            return dict(block_n=64, stages=3, overlap=True, pingpong=True,
+                        persistent=persistent)
         return dict(block_m=64, block_n=64, stages=2, overlap=True, ctas_per_sm=2,
                     persistent=persistent)
     if persistent:
@@ -135,7 +142,11 @@ def hopper_gather_config(head_dim: int, group: int, short: bool = False,
         raise ValueError(f"the Hopper gather kernel takes group 128 or 192 (one consumer "
                          f"warpgroup per 64 rows of a group), got {group}")
     overlap = head_dim == 128 and group == 128
-    if short and overlap:  # at most SHORT_GATHER_MAX_KEYS keys per group
+    turns = (SHORT_PACKED_TURNS and GATHER_TMA_BLOCKS and gather_tma_blocks(entry_keys, 64))
+    if short and overlap and turns:  # packed blocks by TMA, short lists
+        cfg = dict(block_m=128, block_n=64, stages=3, gather=True, group=group, overlap=True,
+                   pingpong=True, **({"persistent": True} if persistent else {}))
+    elif short and overlap:  # at most SHORT_GATHER_MAX_KEYS keys per group
         cfg = dict(block_m=64, block_n=64, gather=True, group=group, overlap=True,
                    ctas_per_sm=2, **({"persistent": True} if persistent else {}))
     else:
@@ -144,6 +155,13 @@ def hopper_gather_config(head_dim: int, group: int, short: bool = False,
         cfg["gather_tma"] = True
     return cfg
 
+
+#: Whether short lists of packed key blocks (TMA boxes, ``GATHER_TMA_BLOCKS``) run 128 x 64
+#: tiles, three stages, one CTA per SM whose two consumers take turns (``pingpong``) instead
+#: of the 64 x 64 tiles two CTAs per SM: H100, perf/block_sparse_loaders.py, B1 H16 S8192,
+#: 32-key blocks 93% absent, host-dealt walks: 0.089 against 0.093 ms (0.612 / 0.582 of the
+#: ideal); two stages 0.093
+SHORT_PACKED_TURNS = True
 
 #: Whether lists of key blocks (``entry_keys`` a multiple of 8) load each block by one TMA box
 #: (``kernels/attention/kv_block_loader.py``) instead of the producer warpgroup's row gather.
