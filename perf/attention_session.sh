@@ -10,6 +10,15 @@ export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/
 source "$(dirname "$0")/session_lib.sh"
 PART=${1:-tune}
 TUNE="python perf/attention_tuning.py --rounds 10"
+probe() {  # label tool probe-arguments...: a sanitizer on perf/attention_probe.py (Hopper)
+  local label=$1 tool=$2; shift 2
+  step "$label" 150 "${SANITIZE[@]}" --tool "$tool" python perf/attention_probe.py hopper "$@"
+}
+short_causal() {  # label-prefix configs: the short causal D = 128 shapes, one step each
+  for shape in 32,16,1024 16,16,2048 8,16,1024; do
+    step "$1-c${shape//,/-}" 120 $TUNE --causal --shape $shape,128 --configs "$2"
+  done
+}
 # the Ampere kernel's tile / warp configurations (AttentionSm80 keyword arguments)
 AMP="[dict(), dict(warps=4), dict(block_n=32, warps=4), dict(block_m=64, warps=4), \
 dict(block_m=256, block_n=32, warps=8), dict(block_m=64, block_n=128, warps=4)]"
@@ -186,10 +195,8 @@ if [ "$PART" = async-perf ]; then  # persistent O stores by a producer warp (asy
   SCP="block_m=64, block_n=64, stages=2, overlap=True, ctas_per_sm=2, persistent=True"
   BIG="overlap=True, persistent=True"
   D64="block_m=64, block_n=128, overlap=True, ctas_per_sm=2, persistent=True"
-  CFG="[dict($SCP), dict($SCP, async_store=False), dict($BIG), dict($BIG, async_store=False)]"
-  step async-c1k-b32 120 $TUNE --causal --shape 32,16,1024,128 --configs "$CFG"
-  step async-c2k-b16 120 $TUNE --causal --shape 16,16,2048,128 --configs "$CFG"
-  step async-c1k-b8 100 $TUNE --causal --shape 8,16,1024,128 --configs "$CFG"
+  short_causal async "[dict($SCP), dict($SCP, async_store=False), dict($BIG), \
+dict($BIG, async_store=False)]"
   step async-c4k-b8 100 $TUNE --causal --shape 8,16,4096,128 --configs \
     "[dict($BIG), dict($BIG, async_store=False)]"
   step async-n1k-b32 100 $TUNE --shape 32,16,1024,128 --configs \
@@ -219,10 +226,7 @@ fi
 if [ "$PART" = pingpong ]; then  # consumers taking turns with the overlapped mainloop
   SCP="block_m=64, block_n=64, stages=2, overlap=True, ctas_per_sm=2, persistent=True"
   BIG="overlap=True, persistent=True"
-  step pp-c1k-b32 120 $TUNE --causal --shape 32,16,1024,128 --configs \
-    "[dict($SCP), dict($BIG), dict($BIG, pingpong=True)]"
-  step pp-c2k-b16 120 $TUNE --causal --shape 16,16,2048,128 --configs \
-    "[dict($SCP), dict($BIG), dict($BIG, pingpong=True)]"
+  short_causal pp "[dict($SCP), dict($BIG), dict($BIG, pingpong=True)]"
   step pp-c4k-b8 100 $TUNE --causal --shape 8,16,4096,128 --configs \
     "[dict($BIG), dict($BIG, pingpong=True)]"
   step pp-c16k-b2 100 $TUNE --causal --shape 2,16,16384,128 --configs \
@@ -251,12 +255,9 @@ fi
 if [ "$PART" = pp-final ]; then  # sanitizers on the turns, the op's tables
   step ppf-tests 200 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
     -k "persistent or pingpong"
-  step ppf-memcheck 120 "${SANITIZE[@]}" --tool memcheck \
-    python perf/attention_probe.py hopper 1000 4100 4 2 128 0
-  step ppf-racecheck 150 "${SANITIZE[@]}" --tool racecheck \
-    python perf/attention_probe.py hopper 1000 1000 2 2 128 0
-  step ppf-racecheck-causal 150 "${SANITIZE[@]}" --tool racecheck \
-    python perf/attention_probe.py hopper 1700 1700 2 2 128 1
+  probe ppf-memcheck memcheck 1000 4100 4 2 128 0
+  probe ppf-racecheck racecheck 1000 1000 2 2 128 0
+  probe ppf-racecheck-causal racecheck 1700 1700 2 2 128 1
   step ppf-op 120 python perf/attention.py --d 128 --s 4096,8192 --no-flex --out "$OUT"
   step ppf-blocks-8k 100 python perf/block_sparse_small.py --seq 8192 --rounds 10
   for f in "$OUT"/ppf-op.log "$OUT"/ppf-blocks-8k.log; do
@@ -266,10 +267,8 @@ fi
 if [ "$PART" = pp-narrow ]; then  # 128 x 64 tiles with turns against short causal's 64 x 64
   SCP="block_m=64, block_n=64, stages=2, overlap=True, ctas_per_sm=2, persistent=True"
   PP="overlap=True, persistent=True, pingpong=True"
-  for shape in 32,16,1024 8,16,1024 16,16,2048; do
-    step "ppn-c${shape//,/-}" 100 $TUNE --causal --shape $shape,128 --configs \
-      "[dict($SCP), dict($PP, block_n=64), dict($PP, block_n=64, stages=3), dict($PP)]"
-  done
+  short_causal ppn "[dict($SCP), dict($PP, block_n=64), dict($PP, block_n=64, stages=3), \
+dict($PP)]"
   W="dict(short=False, block_n=64, persistent=True, walks='lpt'"
   step ppn-blocks-8k 200 python perf/block_sparse_loaders.py --seq 8192 --blocks 32 \
     --rounds 12 --configs "[dict(persistent=True, walks='lpt'), $W, pingpong=True), \
@@ -280,8 +279,7 @@ fi
 if [ "$PART" = turns-final ]; then  # short causal and packed short lists on 128 x 64 turns
   step turns-tests 330 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
     tests/test_block_sparse_gpu.py -k "short or packed or persistent or pingpong or reused"
-  step turns-racecheck 150 "${SANITIZE[@]}" --tool racecheck \
-    python perf/attention_probe.py hopper 1000 1000 2 2 128 1
+  probe turns-racecheck racecheck 1000 1000 2 2 128 1
   step turns-blocks-probe 150 "${SANITIZE[@]}" --tool memcheck python perf/block_sparse_probe.py
   step turns-blocks-8k 120 python perf/block_sparse_small.py --seq 8192 --block 32 --rounds 10
   TWO="dict(block_m=64, stages=2, pingpong=False, ctas_per_sm=2, persistent=True, walks='lpt')"
@@ -318,12 +316,9 @@ if [ "$PART" = async-final-perf ]; then  # the op's tables again
     echo "--- $f"; grep -v DEBUG "$f" | tail -9; done
 fi
 if [ "$PART" = async-san ]; then  # its sanitizers, and the op's short causal table
-  step async-memcheck 90 "${SANITIZE[@]}" --tool memcheck \
-    python perf/attention_probe.py hopper 3000 3000 4 2 128 1
-  step async-racecheck 150 "${SANITIZE[@]}" --tool racecheck \
-    python perf/attention_probe.py hopper 1000 1000 2 2 128 1
-  step async-racecheck-big 150 "${SANITIZE[@]}" --tool racecheck \
-    python perf/attention_probe.py hopper 1700 1700 2 2 128 1
+  probe async-memcheck memcheck 3000 3000 4 2 128 1
+  probe async-racecheck racecheck 1000 1000 2 2 128 1
+  probe async-racecheck-big racecheck 1700 1700 2 2 128 1
   step hopper-d128-short 150 python perf/attention.py --d 128 --s 1024,2048,4096 --no-flex \
     --out "$OUT"
 fi
