@@ -74,9 +74,10 @@ class AttentionSm90(PersistentSchedule):
     operand of O += P V (WGMMA, V an MN-major smem operand), then ``epilogue``.
     Tiles: ``block_m`` = 64 x consumers (64: one consumer warpgroup and no register
     reallocation, for decoding's few query rows; 128: registers 40 / 232; 192: 32 / 160) by
-    ``block_n`` keys. Schedules per consumer: sequential (S, softmax, P V), ``overlap`` (S(n)
-    and P(n + 1) V(n + 1) in flight together) or sequential with ``pingpong`` (consumers issue
-    Q K^T in turn, ``NamedBarrier.PINGPONG`` + consumer).
+    ``block_n`` keys. Schedules per consumer: sequential (S, softmax, P V) or ``overlap`` (S(n)
+    and P(n + 1) V(n + 1) in flight together), either with ``pingpong``: the consumers issue
+    their wgmmas in turn (Q K^T; with the overlap each (Q K^T, P V) pair), through
+    ``NamedBarrier.PINGPONG`` + consumer, so one's softmax runs beside the other's MMAs.
     Column-sum variant (``colsum``, any tile and schedule above; the collaborator
     ``ColumnSumsSm90`` in column_sums.py, called at named points of each schedule): per key
     tile, the column
