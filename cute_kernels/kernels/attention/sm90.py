@@ -5,11 +5,12 @@ fp32; unit-stride head dim. Causal masks bottom-right aligned.
 
 The kernel reads as its roles: ``kernel`` sets up what every role shares and dispatches;
 ``load`` is the producer, ``mma`` (with ``_mainloop_sequential`` or
-``_mainloop_overlapped``) and ``epilogue`` the consumers. Three seams: which key blocks a
-query tile visits (``self.key_blocks``, block_info.py), how K and V reach shared memory
-(``self.kv_loader``, kv_loader.py), and the column sums (``self.sums``, column_sums.py).
-The persistent schedule's walk is the mixin ``PersistentSchedule`` (persistent.py); the
-warp roles and the state they hand each other are in roles.py.
+``_mainloop_overlapped``, the mixin ``ConsumerMainloops`` in mainloop.py) and ``epilogue``
+the consumers. Three seams: which key blocks a query tile visits (``self.key_blocks``,
+block_info.py), how K and V reach shared memory (``self.kv_loader``, kv_loader.py), and the
+column sums (``self.sums``, column_sums.py). The persistent schedule's walk is the mixin
+``PersistentSchedule`` (persistent.py); the warp roles and the state they hand each other
+are in roles.py.
 """
 
 from __future__ import annotations
@@ -33,11 +34,10 @@ from .block_info import (
 from .column_sums import ColumnSumsSm90, NoColumnSums
 from .kv_block_loader import TmaBlockKVLoader
 from .kv_loader import GatherKVLoader, TmaKVLoader, _sdhb
+from .mainloop import ConsumerMainloops
 from .online_softmax import (
     acc_as_a_operand,
     acc_mn_view,
-    mask_and_softmax,
-    rescale_rows,
     softmax_finish,
     store_lse,
 )
@@ -60,7 +60,7 @@ REGISTERS = {1: None, 2: (40, 232), 3: (32, 160)}  # None: no reallocation
 TWO_CTA_REGISTERS = (40, 208)
 #: shared memory one CTA may take at two CTAs per SM (228 KiB less 1 KiB reserved per CTA)
 TWO_CTA_SMEM = 113 * 1024
-class AttentionSm90(PersistentSchedule):
+class AttentionSm90(PersistentSchedule, ConsumerMainloops):
     """Warp-specialized flash attention, one CTA per (query block, head, batch), or one per SM
     walking the tiles (``persistent``).
 
@@ -784,167 +784,6 @@ class AttentionSm90(PersistentSchedule):
             # (async_store: the store warp frees the stage once its store has read O)
             q_state.advance()
         return q_state, k_state, v_state
-
-    @cute.jit
-    def _mainloop_sequential(self, mc, col, k_state=None, v_state=None):
-        """Per key block: S = Q K^T (with ``pingpong``, consumers issue it in turn so their
-        softmaxes interleave with each other's wgmmas instead of coinciding), softmax, then
-        O += P V retired before the next block; column sums at their named points. K/V
-        states: fresh, or carried (persistent); returned advanced."""
-        if cutlass.const_expr(k_state is None):
-            k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer,
-                                                   self.stages)
-            v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer,
-                                                   self.stages)
-        col_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer,
-                                                 self.colsum_stages)
-        k_pipe, v_pipe, blocks = mc.k_pipe, mc.v_pipe, mc.blocks
-        rP, acc_S, n_blocks, wg_c = mc.rP, mc.acc_S, blocks.n_blocks, mc.wg_c
-        for step in cutlass.range(n_blocks, unroll=1):
-            n = self.key_blocks.block(blocks, step)
-            if cutlass.const_expr(self.pingpong):
-                self._take_turn(wg_c)
-                self._qk(mc, k_state, False)
-                self._pass_turn(wg_c)
-                warpgroup.wait_group(0)
-                k_pipe.consumer_release(k_state)
-            else:
-                self._qk(mc, k_state, True)
-            k_state.advance()
-            col_state = self.sums.seq_after_qk(col, col_state, step)
-            self._softmax(mc, n, step == 0, None, step)
-            rP.store(acc_S.load().to(rP.element_type))
-            self.sums.seq_before_pv(col, acc_S)
-            self._pv(mc, v_state, False)
-            col_state = self.sums.seq_after_pv_issued(col, col_state, acc_S)
-            warpgroup.wait_group(self.sums.pv_wait)
-            v_pipe.consumer_release(v_state)
-            v_state.advance()
-        self.sums.seq_finish(col, col_state, n_blocks)
-        return k_state, v_state
-
-    @cute.jit
-    def _mainloop_overlapped(self, mc, col, rows, k_state=None, v_state=None):
-        """S(n) = Q K(n)^T and O += P(n + 1) V(n + 1) in flight together: the softmax of S(n)
-        runs while the P V wgmmas do, and O's rescale waits for them (the first block is
-        peeled: its softmax has no P V beside it; the last P V runs alone). K/V states as
-        ``_mainloop_sequential``."""
-        if cutlass.const_expr(k_state is None):
-            k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer,
-                                                   self.stages)
-            v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer,
-                                                   self.stages)
-        col_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer,
-                                                 self.colsum_stages)
-        k_pipe, v_pipe, blocks = mc.k_pipe, mc.v_pipe, mc.blocks
-        rP, acc_S, n_blocks = mc.rP, mc.acc_S, blocks.n_blocks
-        correction = cute.make_rmem_tensor(rows, Float32)
-        if n_blocks > 0:
-            if cutlass.const_expr(self.pingpong):
-                self._take_turn(mc.wg_c)
-                self._qk(mc, k_state, False)
-                self._pass_turn(mc.wg_c)
-                warpgroup.wait_group(0)
-                k_pipe.consumer_release(k_state)
-            else:
-                self._qk(mc, k_state, True)
-            k_state.advance()
-            self._softmax(mc, self.key_blocks.block(blocks, 0), True, None, 0)
-            col_state = self.sums.ovl_first_softmax(col, col_state, acc_S)
-            rP.store(acc_S.load().to(rP.element_type))
-            self.sums.ovl_probabilities(col, acc_S)
-        for step in cutlass.range(1, n_blocks, unroll=1):
-            n = self.key_blocks.block(blocks, step)
-            self._take_turn(mc.wg_c)
-            self._qk(mc, k_state, False)
-            self._pv(mc, v_state, False)
-            self._pass_turn(mc.wg_c)
-            col_state = self.sums.ovl_after_wgmmas_issued(col, col_state)
-            warpgroup.wait_group(1)  # groups retire in order: S(n) is ready
-            k_pipe.consumer_release(k_state)
-            k_state.advance()
-            self._softmax(mc, n, False, correction, step)
-            col_state = self.sums.ovl_after_softmax(col, col_state, acc_S)
-            self.sums.ovl_retire_pv(col)
-            v_pipe.consumer_release(v_state)
-            v_state.advance()
-            rescale_rows(mc.acc_O, correction)
-            rP.store(acc_S.load().to(rP.element_type))
-            col_state = self.sums.ovl_retire_sums(col, col_state)
-            self.sums.ovl_probabilities(col, acc_S)
-        if n_blocks > 0:
-            self._take_turn(mc.wg_c)
-            self._pv(mc, v_state, False)
-            self._pass_turn(mc.wg_c)
-            self.sums.ovl_last_pv_issued(col, col_state)
-            warpgroup.wait_group(0)
-            v_pipe.consumer_release(v_state)
-            self.sums.ovl_last_pv_retired(col, col_state)
-            v_state.advance()
-        return k_state, v_state
-
-    @cute.jit
-    def _open_pingpong(self, wg_c):
-        """``pingpong``: the last consumer opens the first turn (once per kernel: the turns
-        run on from tile to tile in the persistent schedule)."""
-        if cutlass.const_expr(self.pingpong):
-            if wg_c == self.consumer_wgs - 1:
-                cute.arch.barrier_arrive(barrier_id=int(NamedBarrier.PINGPONG),
-                                         number_of_threads=256)
-
-    @cute.jit
-    def _take_turn(self, wg_c):
-        """``pingpong``: wait for this consumer's turn to issue wgmmas."""
-        if cutlass.const_expr(self.pingpong):
-            cute.arch.barrier(barrier_id=int(NamedBarrier.PINGPONG) + wg_c,
-                              number_of_threads=256)
-
-    @cute.jit
-    def _pass_turn(self, wg_c):
-        """``pingpong``: hand the turn to the next consumer."""
-        if cutlass.const_expr(self.pingpong):
-            cute.arch.barrier_arrive(
-                barrier_id=int(NamedBarrier.PINGPONG) + (wg_c + 1) % self.consumer_wgs,
-                number_of_threads=256)
-
-    @cute.jit
-    def _qk(self, mc, k_state, wait: cutlass.Constexpr):
-        """Issue S = Q K^T for the K stage ``k_state`` (one commit group); with ``wait``, also
-        retire it and free the stage."""
-        mc.k_pipe.consumer_wait(k_state)
-        # the MMA accumulates (set once in ``mma``: a helper cannot rebind the atom's field
-        # across the staged loop), so S starts from zeros
-        mc.acc_S.fill(0.0)
-        warpgroup.fence()
-        for kb in cutlass.range_constexpr(cute.size(mc.tSrQ, mode=[2])):
-            cute.gemm(mc.qk_mma, mc.acc_S, mc.tSrQ[(None, None, kb, mc.q_stage)],
-                      mc.tSrK[(None, None, kb, k_state.index)], mc.acc_S)
-        warpgroup.commit_group()
-        if cutlass.const_expr(wait):
-            warpgroup.wait_group(0)
-            mc.k_pipe.consumer_release(k_state)
-
-    @cute.jit
-    def _pv(self, mc, v_state, wait: cutlass.Constexpr):
-        """Issue O += P V for the V stage ``v_state`` (one commit group); with ``wait``, also
-        retire it and free the stage."""
-        mc.v_pipe.consumer_wait(v_state)
-        warpgroup.fence()
-        for kb in cutlass.range_constexpr(cute.size(mc.tOrP, mode=[2])):
-            cute.gemm(mc.pv_mma, mc.acc_O, mc.tOrP[(None, None, kb)],
-                      mc.tOrV[(None, None, kb, v_state.index)], mc.acc_O)
-        warpgroup.commit_group()
-        if cutlass.const_expr(wait):
-            warpgroup.wait_group(0)
-            mc.v_pipe.consumer_release(v_state)
-
-    @cute.jit
-    def _softmax(self, mc, n, first, correction, step):
-        """Mask (where the key-block iterator says so for visit ``step`` of block ``n``) +
-        online softmax of S."""
-        mask_and_softmax(mc.acc_S, mc.acc_O, mc.row_max, mc.row_sum, mc.scale_log2, mc.thr_qk,
-                         self.key_blocks, mc.blocks, n, first, correction, step)
-
 
     @cute.jit
     def epilogue(self, acc_O, lse, thr_pv, pv_mma, sQ, tma_o, tO, mLSE, s_q, batch, head,
