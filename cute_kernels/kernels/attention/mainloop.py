@@ -30,25 +30,12 @@ class ConsumerMainloops:
         softmaxes interleave with each other's wgmmas instead of coinciding), softmax, then
         O += P V retired before the next block; column sums at their named points. K/V
         states: fresh, or carried (persistent); returned advanced."""
-        if cutlass.const_expr(k_state is None):
-            k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer,
-                                                   self.stages)
-            v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer,
-                                                   self.stages)
-        col_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer,
-                                                 self.colsum_stages)
-        k_pipe, v_pipe, blocks = mc.k_pipe, mc.v_pipe, mc.blocks
-        rP, acc_S, n_blocks, wg_c = mc.rP, mc.acc_S, blocks.n_blocks, mc.wg_c
+        k_state, v_state, col_state = self._loop_states(k_state, v_state)
+        v_pipe, blocks = mc.v_pipe, mc.blocks
+        rP, acc_S, n_blocks = mc.rP, mc.acc_S, blocks.n_blocks
         for step in cutlass.range(n_blocks, unroll=1):
             n = self.key_blocks.block(blocks, step)
-            if cutlass.const_expr(self.pingpong):
-                self._take_turn(wg_c)
-                self._qk(mc, k_state, False)
-                self._pass_turn(wg_c)
-                warpgroup.wait_group(0)
-                k_pipe.consumer_release(k_state)
-            else:
-                self._qk(mc, k_state, True)
+            self._qk_retired(mc, k_state)
             k_state.advance()
             col_state = self.sums.seq_after_qk(col, col_state, step)
             self._softmax(mc, n, step == 0, None, step)
@@ -68,25 +55,12 @@ class ConsumerMainloops:
         runs while the P V wgmmas do, and O's rescale waits for them (the first block is
         peeled: its softmax has no P V beside it; the last P V runs alone). K/V states as
         ``_mainloop_sequential``."""
-        if cutlass.const_expr(k_state is None):
-            k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer,
-                                                   self.stages)
-            v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer,
-                                                   self.stages)
-        col_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer,
-                                                 self.colsum_stages)
+        k_state, v_state, col_state = self._loop_states(k_state, v_state)
         k_pipe, v_pipe, blocks = mc.k_pipe, mc.v_pipe, mc.blocks
         rP, acc_S, n_blocks = mc.rP, mc.acc_S, blocks.n_blocks
         correction = cute.make_rmem_tensor(rows, Float32)
         if n_blocks > 0:
-            if cutlass.const_expr(self.pingpong):
-                self._take_turn(mc.wg_c)
-                self._qk(mc, k_state, False)
-                self._pass_turn(mc.wg_c)
-                warpgroup.wait_group(0)
-                k_pipe.consumer_release(k_state)
-            else:
-                self._qk(mc, k_state, True)
+            self._qk_retired(mc, k_state)
             k_state.advance()
             self._softmax(mc, self.key_blocks.block(blocks, 0), True, None, 0)
             col_state = self.sums.ovl_first_softmax(col, col_state, acc_S)
@@ -121,6 +95,30 @@ class ConsumerMainloops:
             self.sums.ovl_last_pv_retired(col, col_state)
             v_state.advance()
         return k_state, v_state
+
+    def _loop_states(self, k_state, v_state):
+        """(K, V, column-sum ring) states of a mainloop: K/V fresh, or carried from the last
+        tile (persistent); the ring's producer state fresh per tile."""
+        if k_state is None:
+            k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer,
+                                                   self.stages)
+            v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer,
+                                                   self.stages)
+        return k_state, v_state, pipeline.make_pipeline_state(
+            pipeline.PipelineUserType.Producer, self.colsum_stages)
+
+    @cute.jit
+    def _qk_retired(self, mc, k_state):
+        """S = Q K^T issued (in this consumer's turn with ``pingpong``), retired and its K
+        stage freed."""
+        if cutlass.const_expr(self.pingpong):
+            self._take_turn(mc.wg_c)
+            self._qk(mc, k_state, False)
+            self._pass_turn(mc.wg_c)
+            warpgroup.wait_group(0)
+            mc.k_pipe.consumer_release(k_state)
+        else:
+            self._qk(mc, k_state, True)
 
     @cute.jit
     def _open_pingpong(self, wg_c):
