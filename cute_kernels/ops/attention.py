@@ -179,7 +179,7 @@ def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = Fal
     overrides the Hopper kernel's keyword arguments (tuning and tests); ``split_kv``: the
     split-KV variant (o and lse with n_splits x B batch entries); ``short_query``: the Hopper
     tile for at most 64 query rows; ``persistent``: its persistent schedule;
-    ``short_causal``: its two-CTAs-per-SM tiles for short causal sequences (all
+    ``short_causal``: its tiles for short causal sequences (all
     ``hopper_config``, chosen by ``make_plan``). ``combine_pdl`` (with ``split_kv``; None:
     not): the split launch and the combine kernel's in one host function
     (``SplitKVAttention``), the combine a programmatic dependent launch when True."""
@@ -379,7 +379,8 @@ def make_plan(q, k, causal: bool, scale: float, num_splits: int,
     plain = config is None and pack is None and not short and n == 1
     persistent = (plain and (d == 64 or causal or s_kv <= PERSISTENT_MAX_KEYS)
                   and device_target(q.device)[0] == HOPPER)
-    # short causal (S_kv <= SHORT_CAUSAL_MAX_KEYS[d]): 64 x 64 tiles, two CTAs per SM
+    # short causal (S_kv <= SHORT_CAUSAL_MAX_KEYS[d]): D = 128 128 x 64 tiles with turns,
+    # D = 64 64 x 64 tiles two CTAs per SM (``hopper_config``)
     short_causal = plain and causal and s_kv <= SHORT_CAUSAL_MAX_KEYS.get(d, 0)
     # split-KV with the combine kernel: both launches from one host call (SplitKVAttention)
     joint, pdl = n > 1 and SPLIT_COMBINE_KERNEL_ON, SPLIT_COMBINE_PDL

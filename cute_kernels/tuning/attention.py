@@ -53,15 +53,16 @@ def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
     this one, the CTAs walking balanced static lists (``ops.attention.dense_tile_order``);
     causal against the one-CTA-per-tile grid walked longest first (H200, ms vs cuDNN): B8
     H16 S4096 0.985x against 0.934x, B4 H16 S8192 1.039x / 0.993x, B2 H16 S16384 1.072x /
-    1.030x. ``short_causal`` (causal D = 128, at most ``SHORT_CAUSAL_MAX_KEYS[128]`` keys): 64 x 64
-    tiles, two CTAs per SM, persistent with ``persistent``: B8 H16 S1024 0.952x against
-    0.878x one CTA per tile, B32 H16 S1024 0.885x / 0.858x, B16 H16 S2048 0.900x / 0.862x
-    (128 x 128 persistent tiles measured the same there, 0.879x). D = 64 (``persistent``
-    for every unpacked, unsplit shape): 64 x 128 tiles, two CTAs per SM, with the overlap,
-    against the 192 x 128 one-CTA-per-tile default (H200, vs cuDNN): B32 H32 S1024 0.980x /
-    0.799x, B8 H32 S4096 1.029x / 0.976x, B2 H32 S16384 1.065x / 1.067x; causal, against the
-    128 x 128 launch-order grid: S 4096 0.908x / 0.771x, S 16384 1.031x / 0.898x, and short
-    causal's 64 x 64 tiles at S 1024 0.831x / 0.574x, S 2048 0.843x / 0.679x."""
+    1.030x. ``short_causal`` (causal, at most ``SHORT_CAUSAL_MAX_KEYS[head_dim]`` keys): D = 128
+    runs 128 x 64 tiles with turns (numbers at the return below); before them, 64 x 64 tiles two
+    CTAs per SM, persistent: B8 H16 S1024 0.952x against 0.878x one CTA per tile, B32 H16 S1024
+    0.885x / 0.858x, B16 H16 S2048 0.900x / 0.862x (128 x 128 persistent tiles, without the
+    async store and turns, measured the same there, 0.879x). D = 64 (``persistent`` for every
+    unpacked, unsplit shape): 64 x 128 tiles, two CTAs per SM, with the overlap, against the 192
+    x 128 one-CTA-per-tile default (H200, vs cuDNN): B32 H32 S1024 0.980x / 0.799x, B8 H32 S4096
+    1.029x / 0.976x, B2 H32 S16384 1.065x / 1.067x; causal, against the 128 x 128 launch-order
+    grid: S 4096 0.908x / 0.771x, S 16384 1.031x / 0.898x, and short causal's 64 x 64 tiles at S
+    1024 0.831x / 0.574x, S 2048 0.843x / 0.679x."""
     if colsum:
         if head_dim == 64:
             return dict(block_m=192, colsum=True, group=group, colsum_method="mma_sync")
