@@ -95,3 +95,22 @@ def custom(fn: Callable, torch_fn: Callable | None = None) -> Mask:
     if torch_fn is not None and not callable(torch_fn):
         raise TypeError(f"torch_fn must be callable, got {type(torch_fn).__name__}")
     return Mask("custom", 0, fn, torch_fn)
+
+
+#: masks by a small int key: a custom op's schema takes ints, not Mask objects (0: no mask)
+_BY_KEY: dict[int, Mask | None] = {0: None}
+
+
+def key_of(mask: Mask | None) -> int:
+    """The int that stands for ``mask`` in a custom op's arguments (``mask_of`` inverts it)."""
+    for key, known in _BY_KEY.items():
+        if known == mask:
+            return key
+    key = len(_BY_KEY)
+    _BY_KEY[key] = mask
+    return key
+
+
+def mask_of(key: int) -> Mask | None:
+    """The mask ``key_of`` gave ``key``."""
+    return _BY_KEY[key]

@@ -51,5 +51,19 @@ with ck.force_path(path):
         bad = torch.randint(-500, 500, (1, 96, m, 5), dtype=torch.int32, device="cuda")
         block_sparse_attention(q2, k2, v2, (zeros + 99, bad, zeros - 5, bad),
                                block_size=(128, e))
+    # packed small key blocks under element masks: S_kv ending inside a block (the residue
+    # block's box reaches past the keys), 64-row query blocks, documents; a causal mask of
+    # 32-key blocks on 96 heads reused, so its second call runs persistent walks
+    for (qb, e), mask, fn in (((128, 32), masks.causal(), lambda b, h, q, kv: q >= kv),
+                              ((64, 16), masks.sliding_window(100),
+                               lambda b, h, q, kv: (q >= kv) & (q - kv < 100))):
+        bm = create_block_mask(fn, None, None, s, s, device="cuda", BLOCK_SIZE=(qb, e))
+        block_sparse_attention(q, k, v, bm, mask=mask)
+    block_sparse_attention(q, k, v, block_mask_from_dense(dense_doc, (128, 16)),
+                           mask=masks.document(), doc_ids=doc, block_size=(128, 16))
+    causal96 = create_block_mask(lambda b, h, q, kv: q >= kv, None, None, s2, s2,
+                                 device="cuda", BLOCK_SIZE=(128, 32))
+    for _ in range(2):
+        block_sparse_attention(q2, k2, v2, causal96, mask=masks.causal())
 torch.cuda.synchronize()
 print("ok")

@@ -121,6 +121,16 @@ dict(persistent=True, walks='lpt')]"
   for f in "$OUT"/final-loaders.log "$OUT"/final-op.log; do
     echo "--- $f"; grep -v DEBUG "$f" | tail -20; done
 fi
+if [ "$PART" = masked ]; then  # packed key blocks under element masks: tests, sanitizers, perf
+  step masked-tests 420 python -m pytest -q --tb=short -p no:logging \
+    tests/test_block_sparse_gpu.py
+  step masked-memcheck 200 "${SANITIZE[@]}" --tool memcheck python perf/block_sparse_probe.py
+  step masked-memcheck-ampere 200 "${SANITIZE[@]}" --tool memcheck \
+    python perf/block_sparse_probe.py ampere
+  step masked-racecheck 240 "${SANITIZE[@]}" --tool racecheck python perf/block_sparse_probe.py
+  step masked-perf 300 python perf/block_sparse.py --quick --out "$OUT"
+  echo "--- masked-perf"; grep -v DEBUG "$OUT/masked-perf.log" | tail -22
+fi
 if [ "$PART" = narrow ]; then  # packed 32-key blocks on 64 x 32 tiles; what the baselines launch
   step baseline-kernels 200 python perf/baseline_kernels.py
   LPT="dict(persistent=True, walks='lpt'"

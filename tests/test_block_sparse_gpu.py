@@ -168,6 +168,98 @@ def test_packed_blocks_expanded_in_the_kernels(q_block, kv_block, in_kernel, pat
     check(q, k, v, block_lists, block_size=(q_block, kv_block))
 
 
+WINDOW = 300
+PACKED_MASKS = {
+    "causal": (masks.causal(), lambda b, h, q, kv: q >= kv),
+    "window": (masks.sliding_window(WINDOW), lambda b, h, q, kv: (q >= kv) & (q - kv < WINDOW)),
+    "prefix": (masks.prefix_lm(200), lambda b, h, q, kv: (kv < 200) | (q >= kv)),
+}
+
+
+@pytest.mark.parametrize("q_block, kv_block, s", [
+    (128, 32, 1000), (128, 32, 2100), (128, 16, 2100), (128, 64, 777), (64, 32, 1000),
+    (64, 16, 1536)])
+@pytest.mark.parametrize("name", ["causal", "window", "prefix"])
+def test_packed_small_blocks_under_element_masks(q_block, kv_block, s, name, path):
+    """Small key blocks with partial blocks under the built-in masks (FlexAttention's own
+    BlockMask at that block size): S_kv ending inside a block (the residue block listed
+    anywhere, its keys past S_kv hidden) or not, short lists (Hopper's 128 x 64 tiles) and
+    long ones (128 x 128), 64-row query blocks (the FA2 gather kernel), GQA."""
+    mask, fn = PACKED_MASKS[name]
+    q, k, v = fresh(1, 4, s, 128), fresh(1, 2, s, 128), fresh(1, 2, s, 128)
+    block_mask = create_block_mask(fn, B=None, H=None, Q_LEN=s, KV_LEN=s, device="cuda",
+                                   BLOCK_SIZE=(q_block, kv_block))
+    assert int(block_mask.kv_num_blocks.sum()) > 0  # partial blocks under the mask
+    check(q, k, v, block_mask, mask=mask)
+
+
+@pytest.mark.parametrize("kv_block, s", [(32, 1000), (16, 1024)])
+def test_packed_small_blocks_document_and_custom_masks(kv_block, s, path):
+    """Document ids with uneven segments (a dense mask's lists) and a traced CuTe mask on
+    packed blocks, two batches whose documents differ."""
+    import cutlass.cute as cute
+
+    doc = torch.tensor([[0] * 130 + [1] * 600 + [2] * (s - 730), [0] * 7 + [1] * (s - 7)],
+                       dtype=torch.int32, device="cuda")
+    dense = (doc[:, None, :, None] == doc[:, None, None, :]).expand(2, 2, s, s)
+    q, k, v = fresh(2, 2, s, 128), fresh(2, 2, s, 128), fresh(2, 2, s, 128)
+    check(q, k, v, bs.block_mask_from_dense(dense, (128, kv_block)), mask=masks.document(),
+          doc_ids=doc, block_size=(128, kv_block))
+
+    @cute.jit
+    def band(b, h, q, kv):
+        return kv + 100 >= q
+
+    def band_torch(b, h, q, kv):
+        return kv + 100 >= q
+
+    block_mask = create_block_mask(band_torch, B=None, H=None, Q_LEN=s, KV_LEN=s,
+                                   device="cuda", BLOCK_SIZE=(128, kv_block))
+    check(q, k, v, block_mask, mask=masks.custom(band, torch_fn=band_torch))
+
+
+def test_packed_masked_partial_and_full_blocks_anywhere(path):
+    """Hand-built lists of 32-key blocks: random partial and full blocks in random order under
+    the causal mask (partial blocks above the diagonal hide everything, rows left without a
+    key give o = 0), S_kv ending inside a block."""
+    s, kv_block = 1000, 32
+    m, n = -(-s // 128), -(-s // kv_block)
+    on = torch.rand(2, 4, m, n, device="cuda") < 0.4
+    on[:, :, 1] = False  # empty rows
+    full = on & (torch.rand(2, 4, m, n, device="cuda") < 0.5)
+    perm = torch.argsort(torch.rand(2, 4, m, n, device="cuda"), dim=-1)
+
+    def shuffled(sel):
+        counts, order = block_list(sel.gather(-1, perm))
+        return counts, perm.gather(-1, order.long()).to(torch.int32)
+
+    q, k, v = fresh(2, 4, s, 128), fresh(2, 2, s, 128), fresh(2, 2, s, 128)
+    o = check(q, k, v, (*shuffled(on & ~full), *shuffled(full)), mask=masks.causal(),
+              block_size=(128, kv_block))
+    assert bool((o[:, :, 128:256] == 0).all())
+
+
+@pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the Hopper gather tiles' choice)")
+def test_a_reused_masked_packed_mask_runs_host_dealt_walks(monkeypatch):
+    """A sliding-window BlockMask of 32-key blocks on more 128-row tiles than a wave of CTAs:
+    the first call runs the ordered grid, the later ones persistent CTAs on walks dealt on the
+    host, all under the element mask against the float32 reference."""
+    import cute_kernels.ops.column_sparse as cs
+
+    seen = []
+    schedule = cs._gather_schedule
+    monkeypatch.setattr(cs, "_gather_schedule",
+                        lambda *a, **kw: seen.append(a[5]) or schedule(*a, **kw))
+    s = 4000
+    mask, fn = PACKED_MASKS["window"]
+    block_mask = create_block_mask(fn, B=2, H=8, Q_LEN=s, KV_LEN=s, device="cuda",
+                                   BLOCK_SIZE=(128, 32))
+    q, k, v = fresh(2, 8, s, 128), fresh(2, 4, s, 128), fresh(2, 4, s, 128)
+    for _ in range(3):
+        check(q, k, v, block_mask, mask=mask)
+    assert seen == [False, True, True], seen
+
+
 @pytest.mark.parametrize("kv_block", [128, 32])
 def test_a_reused_mask_is_converted_once_and_in_place_edits_are_seen(kv_block, path,
                                                                     monkeypatch):

@@ -297,11 +297,83 @@ def test_packed_rows_merge_partial_and_full_lists(s_kv):
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
-def test_packed_blocks_refuse_an_element_mask():
-    q, k, v = qkv(s_q=256, s_kv=256)
-    lists = bs.block_mask_from_dense(torch.ones(1, 2, 256, 256, dtype=torch.bool), (128, 32))
-    with pytest.raises(ValueError, match="element mask needs 128 x 128 blocks"):
-        bs.block_sparse_attention(q, k, v, lists, mask=masks.causal(), block_size=(128, 32))
+def packed_kernel_semantics(q, k, v, entries, counts, full, kv_block, q_block, mask,
+                            doc_ids=None):
+    """What the gather kernels compute from masked packed lists (block_info.py
+    ``PackedBlockLists``, mask_mod.py ``apply_packed_mask``), in float32 torch: list position
+    p of a query block is key ``E * entries[p // E] + p % E`` (the block clamped into the
+    keys), hidden past S_kv and, in the first ``count - full`` positions, where ``mask``
+    hides it."""
+    b, h, s_q, d = q.shape
+    s_kv = k.shape[2]
+    rep = h // k.shape[1]
+    o = torch.zeros(b, h, s_q, d)
+    for bi, hi, g in itertools.product(range(b), range(h), range(counts.shape[2])):
+        c = int(counts[bi, hi, g])
+        rows = torch.arange(g * q_block, min((g + 1) * q_block, s_q))
+        if c == 0:
+            continue
+        p = torch.arange(c)
+        block = entries[bi, hi, g, p // kv_block].long().clamp(0, (s_kv - 1) // kv_block)
+        key = block * kv_block + p % kv_block
+        partial = p < c - int(full[bi, hi, g])
+        keyc = key.clamp(max=s_kv - 1)
+        bt, ht = torch.tensor(bi), torch.tensor(hi)
+        seen = mask.evaluate(bt, ht, rows.view(-1, 1), keyc.view(1, -1), doc_ids)
+        allowed = (key < s_kv) & (~partial | seen)
+        s = q[bi, hi, rows].float() @ k[bi, hi // rep, keyc].float().T * d ** -0.5
+        s = s.masked_fill(~allowed, float("-inf"))
+        p_ = torch.softmax(s, -1).nan_to_num(0.0)
+        o[bi, hi, rows] = p_ @ v[bi, hi // rep, keyc].float()
+    return o
+
+
+@pytest.mark.parametrize("s_kv", [333, 320])
+@pytest.mark.parametrize("q_block, kv_block", [(128, 32), (64, 16)])
+@pytest.mark.parametrize("mask", [masks.causal(), masks.sliding_window(90), masks.document()])
+def test_masked_packed_entries_give_the_reference(s_kv, q_block, kv_block, mask):
+    """Packed small blocks under an element mask: the merged lists (partial blocks first,
+    the residue block anywhere) with each list's full positions, read as the kernels read
+    them, give the block-sparse reference; without a mask a residue still has no entries."""
+    s_q = s_kv
+    doc = torch.tensor([[0] * 70 + [1] * 200 + [2] * (s_q - 270)], dtype=torch.int32)
+    allowed = mask.evaluate(torch.tensor(0), torch.tensor(0), torch.arange(s_q).view(-1, 1),
+                            torch.arange(s_kv).view(1, -1), doc)
+    block_mask = bs.block_mask_from_dense(allowed.expand(1, 2, s_q, s_kv), (q_block, kv_block))
+    lists = bs.block_lists(block_mask, 1, 2, s_q, s_kv, (q_block, kv_block))
+    assert lists.packed and int(lists.partial_counts.sum()) > 0
+    entries, counts, full = bs.packed_entries(lists, s_kv, masked=True)
+    assert bool((full <= counts).all()) and bool((full % kv_block == 0).all())
+    q, k, v = qkv(s_q=s_q, s_kv=s_kv, h_kv=1)
+    want, _ = bs.block_sparse_attention_reference(q, k, v, block_mask, mask=mask, doc_ids=doc,
+                                                  block_size=(q_block, kv_block))
+    got = packed_kernel_semantics(q, k, v, entries, counts, full, kv_block, q_block, mask, doc)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert (bs.packed_entries(lists, s_kv) is None) == (s_kv % kv_block != 0)
+
+
+@pytest.mark.parametrize("path, group, target", [("hopper", 128, "sm_90a"),
+                                                 ("ampere", 64, "sm_80")])
+@pytest.mark.parametrize("mask", [masks.causal(), masks.document()])
+def test_masked_packed_kernel_ptx(path, group, target, mask):
+    """The gather kernels with an element mask on packed blocks: the mask changes the kernel
+    (list reads in the softmax, the ids for documents), no local memory; Hopper's short-list
+    tiles (128 x 64, turns, persistent) and the Ampere kernel spill at most 8 bytes (the
+    128 x 128 tiles for long lists spill 28-96 bytes, as the block-list kernels' masks do)."""
+    from test_ptx import _assert_no_spills  # tests/ is on pytest's path
+
+    from cute_kernels.ops.column_sparse import make_build
+    from cute_kernels.runtime.compile import compile_ptx
+
+    short = path == "hopper"
+    plain = compile_ptx(make_build(path, BF, 128, group, False, entry_keys=32, short=short,
+                                   persistent=short), target)
+    ptx = compile_ptx(make_build(path, BF, 128, group, False, entry_keys=32, short=short,
+                                 persistent=short, mask=mask), target)
+    assert ptx != plain
+    assert ptx.count("ld.global") > plain.count("ld.global")
+    assert "ld.local" not in ptx and "st.local" not in ptx
+    _assert_no_spills(ptx, target, allowed=8)
 
 
 BSR_BETA = pytest.mark.filterwarnings("ignore:Sparse BSR tensor support is in beta")

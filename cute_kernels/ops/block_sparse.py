@@ -18,15 +18,17 @@ so does 64 x 128 (the FA2 kernel's 64-row tile, on either architecture);
 query blocks of 64 or 128 with key blocks of 16, 32 or 64 are *packed* (tile packing): each
 query block's listed key blocks are expanded into their key rows and run by the column-sparse
 gather kernels (``column_sparse_attention`` with ``group`` = the query block), so small key
-blocks still fill whole tensor-core tiles. Packed blocks take no element mask yet (a mask, or
-partial blocks under a mask_mod, need 128 x 128 blocks).
+blocks still fill whole tensor-core tiles. Packed blocks take the element masks too: the list
+holds each query block's partial blocks first, and the kernels map a masked column's list
+position back to its key (``block_info.PackedBlockLists``), which also lets S_kv end inside a
+block (its keys past S_kv hidden) without a host expansion.
 """
 
 from __future__ import annotations
 
 import torch
 
-from ..masks import Mask
+from ..masks import Mask, key_of, mask_of
 from ..runtime.arch import sm_count
 from ..runtime.bridge import kernel_for
 from ..runtime.validate import check_int, check_tensor, value_checks
@@ -350,24 +352,31 @@ class _PackedSchedule:
         return self._keys, self._walks[key]
 
 
-def packed_entries(lists: BlockLists, s_kv: int):
+def packed_entries(lists: BlockLists, s_kv: int, masked: bool = False):
     """Packed small blocks as the gather kernels' block lists (``entry_keys`` = the key
     block): per query block, its partial then its full listed blocks merged into one int32
     (B, H, M, min(P + F, key blocks)) list, and counts in key positions (blocks x key block),
-    with no device sync. None when S_kv has a residue block (its rows past S_kv would need
-    masking: the host expansion ``packed_rows`` moves that block last instead)."""
+    with no device sync. ``masked`` (the kernels with an element mask, which also hide the
+    keys past S_kv): also the full blocks' positions that end each list, int32 (B, H, M);
+    else None when S_kv has a residue block (its rows past S_kv would need masking: the host
+    expansion ``packed_rows`` moves that block last instead)."""
     kv_block = lists.block_size[1]
-    if s_kv % kv_block:
+    if s_kv % kv_block and not masked:
         return None
     partial_w, full_w = lists.partial_indices.shape[3], lists.full_indices.shape[3]
     n_partial, n_full = _clamped_counts(lists)
     # valid lists name each key block at most once: no query block lists more than there are
     # (a BlockMask's lists are each as wide as the key blocks; both together would be twice)
-    width = min(partial_w + full_w, s_kv // kv_block)
+    width = min(partial_w + full_w, -(-s_kv // kv_block))
     t = torch.arange(width, device=n_partial.device, dtype=INDEX_DTYPE)
     entries = _merged_lists(lists, t, n_partial, partial_w, full_w)
-    counts = ((n_partial + n_full).squeeze(-1).clamp(max=width) * kv_block).to(INDEX_DTYPE)
-    return entries.to(INDEX_DTYPE).contiguous(), counts.contiguous()
+    listed = (n_partial + n_full).squeeze(-1).clamp(max=width)
+    counts = (listed * kv_block).to(INDEX_DTYPE)
+    merged = entries.to(INDEX_DTYPE).contiguous(), counts.contiguous()
+    if not masked:
+        return merged
+    full = (listed - n_partial.squeeze(-1).clamp(max=width)) * kv_block
+    return (*merged, full.to(INDEX_DTYPE).contiguous())
 
 
 def block_sparse_attention_reference(q, k, v, block_mask, *, mask: Mask | None = None,
@@ -396,13 +405,9 @@ def _check_mask(block_mask, mask, doc_ids, lists: BlockLists, b: int, s_q: int, 
                         f"{type(mask).__name__}")
     mask_mod = getattr(block_mask, "mask_mod", None)
     # a device sync, so only where the answer matters: a Python mask_mod nothing can trace
-    partial = ((mask is None or lists.packed) and not _is_noop(mask_mod)
+    partial = (mask is None and not _is_noop(mask_mod)
                and bool((lists.partial_counts > 0).any()))
-    if lists.packed and partial:
-        raise ValueError(f"block_mask has partial blocks under a mask_mod: element masks need "
-                         f"{BLOCK} x {BLOCK} blocks (BLOCK_SIZE {lists.block_size} is packed "
-                         f"into the gather kernels, which take whole blocks)")
-    if mask is None and partial:
+    if partial:
         raise ValueError(
             f"block_mask has partial blocks and a Python mask_mod "
             f"({getattr(mask_mod, '__name__', mask_mod)!r}), which cannot be traced into the "
@@ -486,7 +491,7 @@ def _block_sparse_attention(q, k, v, partial_counts, partial_indices, full_count
     """The direct route, after validation: (o, lse) from the path's kernel."""
     from ..runtime.launch import kernel_params
 
-    mask = _MASKS[mask_key]
+    mask = mask_of(mask_key)
     _check_device_args(q=q, k=k, v=v, kv_num_blocks=partial_counts, kv_indices=partial_indices,
                        full_kv_num_blocks=full_counts, full_kv_indices=full_indices)
     b, h, s_q, d = q.shape
@@ -499,19 +504,6 @@ def _block_sparse_attention(q, k, v, partial_counts, partial_indices, full_count
         mIndices=partial_indices, mCounts=partial_counts, scale=scale, out_scale=None,
         mFullIndices=full_indices, mFullCounts=full_counts, mDocIds=doc_ids))
     return o, lse
-
-
-#: masks by a small int key: a custom op's schema takes ints, not Mask objects
-_MASKS: dict[int, Mask | None] = {0: None}
-
-
-def _mask_key(mask: Mask | None) -> int:
-    for key, known in _MASKS.items():
-        if known == mask:
-            return key
-    key = len(_MASKS)
-    _MASKS[key] = mask
-    return key
 
 
 @torch.library.custom_op("cute_kernels::block_sparse_attention", mutates_args=())
@@ -594,9 +586,8 @@ def block_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bl
         TypeError: as :func:`cute_kernels.attention`; a block_mask or mask of another type.
         ValueError: as :func:`cute_kernels.attention`; lists whose shapes do not match q/k,
             (validate) counts or indices out of range, an unsupported block size, a BlockMask with
-            partial blocks and a mask_mod but no ``mask``, missing or misshapen doc_ids, an
-            element mask on packed (small) blocks, or (validate) a mask that disagrees with
-            the mask_mod.
+            partial blocks and a mask_mod but no ``mask``, missing or misshapen doc_ids, or
+            (validate) a mask that disagrees with the mask_mod.
     """
     scale = validate_attention(q, k, v, scale)
     b, h, s_q, _ = q.shape
@@ -610,26 +601,26 @@ def block_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bl
     if debug and mask is not None:
         _check_mask_mod_agrees(block_mask, mask, doc_ids, b, h, s_q, s_kv)
     if lists.packed:
-        if mask is not None:
-            raise ValueError(f"an element mask needs {BLOCK} x {BLOCK} blocks; blocks "
-                             f"{lists.block_size} are packed into the gather kernels, which "
-                             f"take whole blocks only (pass mask=None)")
         from .column_sparse import _COLUMN_SPARSE_ATTENTION, column_sparse_attention
 
-        merged = (_LISTS.get(lists.tensors(), ("packed", s_kv),
-                             lambda: packed_entries(lists, s_kv))
-                  if PACKED_EXPANSION_IN_KERNEL else None)
+        masked = mask is not None
+        merged = (_LISTS.get(lists.tensors(), ("packed", s_kv, masked),
+                             lambda: packed_entries(lists, s_kv, masked))
+                  if PACKED_EXPANSION_IN_KERNEL or masked else None)
         if merged is not None:  # no sync, no host expansion: the kernels expand the blocks
+            entries, counts = merged[:2]
             list_keys, walks = _LISTS.get(lists.tensors(), ("packed schedule", s_kv),
-                                          lambda: _PackedSchedule(merged[1])).get(
+                                          lambda: _PackedSchedule(counts)).get(
                 q.device, q.shape[2], lists.block_size[0], q.shape[3], lists.block_size[1])
-            o, lse = _COLUMN_SPARSE_ATTENTION(q, k, v, *merged, None, lists.block_size[0],
-                                              scale, 1.0, lists.block_size[1], list_keys,
-                                              walks)
+            o, lse = _COLUMN_SPARSE_ATTENTION(q, k, v, entries, counts, None,
+                                              lists.block_size[0], scale, 1.0,
+                                              lists.block_size[1], list_keys, walks,
+                                              *((merged[2], doc_ids, key_of(mask)) if masked
+                                                else ()))
             return (o, lse) if return_lse else o
         indices, counts = packed_rows(lists, s_kv)
         return column_sparse_attention(q, k, v, indices, counts, group=lists.block_size[0],
                                        scale=scale, return_lse=return_lse)
     o, lse = _BLOCK_SPARSE_ATTENTION(q, k, v, *lists.tensors(), doc_ids, scale,
-                                     _mask_key(mask), lists.block_size[0])
+                                     key_of(mask), lists.block_size[0])
     return (o, lse) if return_lse else o

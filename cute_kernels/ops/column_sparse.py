@@ -37,6 +37,7 @@ import numbers
 
 import torch
 
+from ..masks import mask_of
 from ..runtime.arch import device_target, forced_path, sm_count
 from ..runtime.bridge import kernel_for
 from ..runtime.validate import (
@@ -202,7 +203,7 @@ def gather_block_m(path: str, group: int, short: bool = False, entry_keys: int =
 
 def make_build(path: str, dtype, head_dim: int, group: int, accumulate: bool,
                config: dict | None = None, entry_keys: int = 1, ordered: bool = False,
-               short: bool = False, persistent: bool = False):
+               short: bool = False, persistent: bool = False, mask=None):
     """The column-sparse attention kernel of ``path`` (``AttentionSm90`` / ``AttentionSm80``
     in their gather configuration) against symbolic tensors: q/k/v/o (B, H, S, D) as
     :func:`.attention.make_build`, compact int32 indices (B, H, G, L) and counts (B, H, G), a
@@ -212,7 +213,10 @@ def make_build(path: str, dtype, head_dim: int, group: int, accumulate: bool,
     attention's packed small blocks). ``ordered``: the CTAs take their tiles from an int32
     tile order (``tile_order``; the op passes the longest lists first). ``short``: lists of at
     most ``SHORT_GATHER_MAX_KEYS`` keys, and ``persistent`` their persistent CTAs walking
-    int32 tile walks instead of an ordered grid (``hopper_gather_config``)."""
+    int32 tile walks instead of an ordered grid (``hopper_gather_config``). ``mask``: an
+    element mask (``cute_kernels.masks``) inside the partial blocks of packed block entries
+    (``entry_keys`` > 1, listed first; the kernel reads each group's full positions from
+    compact int32 counts (B, H, G) and the document mask's ids (B, S))."""
     import cutlass
 
     from ..runtime.bridge import fake_bhsd, fake_compact, fake_vector
@@ -228,6 +232,8 @@ def make_build(path: str, dtype, head_dim: int, group: int, accumulate: bool,
         cfg = (hopper_gather_config(head_dim, group, short, persistent, entry_keys)
                if config is None else config)
         entry = {"gather_entry_keys": entry_keys} if entry_keys != 1 else {}
+        if mask is not None:
+            entry["mask"] = mask
         kernel = AttentionSm90(head_dim, False, **cfg, **entry, accumulate=accumulate,
                                tile_order=ordered)
     else:
@@ -237,12 +243,16 @@ def make_build(path: str, dtype, head_dim: int, group: int, accumulate: bool,
 
         kernel = AttentionSm80(head_dim, False, block_m=gather_block_m(path, group), group=group,
                                gather=True, accumulate=accumulate,
-                               gather_entry_keys=entry_keys, tile_order=ordered)
+                               gather_entry_keys=entry_keys, tile_order=ordered, mask=mask)
     # the tile order of an ordered grid, or a persistent kernel's walks and CTA count
     schedule = schedule_args(kernel) or ({"mFullIndices": None, "mFullCounts": None,
                                           "mDocIds": None,
                                           "mTileOrder": fake_vector(torch.int32, align=4)}
                                          if ordered else {})
+    if mask is not None:  # the groups' full positions (and document ids) for the mask
+        schedule = {**schedule, "mFullIndices": None,
+                    "mFullCounts": fake_compact(torch.int32, 3),
+                    "mDocIds": fake_compact(torch.int32, 2) if mask.needs_doc_ids else None}
     return Build(kernel, launch_args(
         kernel, mQ=bhsd(), mK=bhsd(), mV=bhsd(), mO=bhsd(), mLSE=fake_compact(torch.float32, 3),
         mPrevLSE=None, mColsum=None, mIndices=fake_compact(torch.int32, 4),
@@ -287,7 +297,8 @@ def _gather_tiling(device: torch.device, group: int, head_dim: int = 128,
 
 def _column_sparse_attention(q, k, v, indices, counts, base, group: int, scale: float,
                              out_scale: float, entry_keys: int = 1,
-                             list_keys: int | None = None, walks=None, out=None):
+                             list_keys: int | None = None, walks=None, full_counts=None,
+                             doc_ids=None, mask_key: int = 0, out=None):
     """The direct route, after ``validate_column_sparse``: (o, lse) from the path's kernel.
     ``base``: the tensor the attention is added onto (None: written), read and left unchanged
     unless it is ``out`` itself (the eager ``accumulate=True`` call); o is ``out`` when given,
@@ -296,8 +307,16 @@ def _column_sparse_attention(q, k, v, indices, counts, base, group: int, scale: 
     lists' typical length in keys where the caller knows it (default their width), which picks
     the short-list tiles (a choice of speed only: either tile runs any list). ``walks``: the
     short tiles' persistent walks dealt on the host for these counts (``packed_walks``; the
-    caller keeps them per list), used where the short tiles outnumber a wave of CTAs."""
+    caller keeps them per list), used where the short tiles outnumber a wave of CTAs.
+    ``mask_key`` (``masks.key_of``; block entries only): the element mask inside each list's
+    partial blocks, which come first; ``full_counts`` int32 (B, H, G) the positions of the
+    full blocks that end each list, ``doc_ids`` the document mask's ids."""
+    mask = mask_of(mask_key)
     tensors = {"q": q, "k": k, "v": v, "indices": indices, "counts": counts}
+    if mask is not None:
+        tensors["full_counts"] = full_counts
+        if doc_ids is not None:
+            tensors["doc_ids"] = doc_ids
     if base is not None:
         tensors["base"] = base
     if out is not None:
@@ -318,10 +337,10 @@ def _column_sparse_attention(q, k, v, indices, counts, base, group: int, scale: 
                   and (walks is not None or (entry_keys == 1 and SHORT_GATHER_PERSISTENT)))
     ordered = ordered and not persistent
     key = ("column_sparse_attention", q.dtype, d, group, base is not None, entry_keys,
-           ordered, short, persistent)
+           ordered, short, persistent) + ((mask,) if mask is not None else ())
     kernel = kernel_for(q.device, key, lambda path, target: make_build(
         path, q.dtype, d, group, base is not None, entry_keys=entry_keys, ordered=ordered,
-        short=short, persistent=persistent))
+        short=short, persistent=persistent, mask=mask))
     if out is None:
         o = torch.empty_like(q) if base is None else base.clone()
     else:
@@ -334,7 +353,9 @@ def _column_sparse_attention(q, k, v, indices, counts, base, group: int, scale: 
         mIndices=indices.contiguous(), mCounts=counts.contiguous(), scale=scale,
         out_scale=out_scale if base is not None else None,
         **_gather_schedule(counts, s_q, block_m, group, ordered, persistent, wave, tiles,
-                           walks)))
+                           walks),
+        **({"mFullCounts": full_counts.contiguous(), "mDocIds": doc_ids}
+           if mask is not None else {})))
     if base is None and out_scale != 1.0:
         # the writing kernel has no factor (the accumulating one applies it in registers)
         o.mul_(out_scale)
@@ -392,15 +413,18 @@ def _column_sparse_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
                                 base: torch.Tensor | None, group: int, scale: float,
                                 out_scale: float, entry_keys: int = 1,
                                 list_keys: int | None = None,
-                                walks: torch.Tensor | None = None
+                                walks: torch.Tensor | None = None,
+                                full_counts: torch.Tensor | None = None,
+                                doc_ids: torch.Tensor | None = None, mask_key: int = 0
                                 ) -> tuple[torch.Tensor, torch.Tensor]:
     return _column_sparse_attention(q, k, v, indices, counts, base, group, scale, out_scale,
-                                    entry_keys, list_keys, walks)
+                                    entry_keys, list_keys, walks, full_counts, doc_ids,
+                                    mask_key)
 
 
 @_column_sparse_attention_op.register_fake
 def _(q, k, v, indices, counts, base, group, scale, out_scale, entry_keys=1, list_keys=None,
-      walks=None):
+      walks=None, full_counts=None, doc_ids=None, mask_key=0):
     b, h, s_q, _ = q.shape
     return torch.empty_like(q), q.new_empty(b, h, s_q, dtype=torch.float32)
 

@@ -72,6 +72,9 @@ class DenseKeyBlocks:
 
     #: the element mask of partial blocks (block lists only)
     mask = None
+    #: whether the key columns are list positions of packed blocks (``PackedBlockLists``:
+    #: the mask maps them to keys, ``mask_mod.apply_packed_mask``)
+    packed_blocks = False
 
     @cute.jit
     def needs_mask(self, tile: KeyBlockTile, n, step=None):
@@ -135,6 +138,66 @@ class PackedKeyRows(DenseKeyBlocks):
     def group_of(self, m_block):
         """The query group of query tile ``m_block``."""
         return m_block * self.block_m // self.group
+
+
+class PackedBlockTile(KeyBlockTile):
+    """A gathered query tile's list of small key blocks under an element mask: ``s_kv`` counts
+    list positions (as ``PackedKeyRows``' view), ``entries`` is the list (1-D int32 block
+    indices), its first ``masked`` positions are partial blocks, ``keys`` is S_kv;
+    ``batch``/``head``/``doc_ids`` for the mask."""
+
+    def __init__(self, m_block, s_q, count, n_blocks, entries, masked, keys, batch, head,
+                 doc_ids):
+        super().__init__(m_block, s_q, count, n_blocks)
+        self.entries, self.masked, self.keys = entries, masked, keys
+        self.batch, self.head, self.doc_ids = batch, head, doc_ids
+
+
+class PackedBlockLists(PackedKeyRows):
+    """Block-sparse attention's small key blocks (16, 32 or 64 keys, ``entry_keys``) packed
+    into key tiles, with the element ``mask`` inside the partial ones: the gather kernels'
+    list names blocks, partial ones first, then full ones (ops/block_sparse.py
+    ``packed_entries``); the tile visits its chunks of list positions as ``PackedKeyRows``.
+    A chunk masks where it holds positions past the count, partial blocks, or (S_kv not a
+    multiple of the block: every chunk, as the residue block may be listed anywhere) keys
+    past S_kv; the softmax's mask maps positions to keys through the list
+    (``mask_mod.apply_packed_mask``)."""
+
+    packed_blocks = True
+
+    def __init__(self, block_mn: tuple[int, int], group: int, entry_keys: int, mask):
+        super().__init__(block_mn, group)
+        self.entry_keys, self.mask = entry_keys, mask
+
+    @cute.jit
+    def tile(self, m_block, s_q, count, entries, full, s_kv, batch, head,
+             doc_ids) -> PackedBlockTile:
+        """The view of query tile ``m_block`` over its list ``entries`` of ``count``
+        positions, the last ``full`` of them full blocks."""
+        masked = cutlass.max(count - cutlass.max(full, Int32(0)), Int32(0))
+        return PackedBlockTile(m_block, s_q, count, self.count(m_block, s_q, count), entries,
+                               masked, s_kv, batch, head, doc_ids)
+
+    @cute.jit
+    def needs_mask(self, tile: PackedBlockTile, n, step=None):
+        bn = self.block_n
+        return ((n + 1) * bn > tile.s_kv or n * bn < tile.masked
+                or tile.keys % self.entry_keys != 0)
+
+
+@cute.jit
+def gather_key_tile(policy, m_block, s_q, count, entries, group, s_kv, batch, head,
+                    mFullCounts, mDocIds):
+    """The view of gathered query tile ``m_block`` (query group ``group``) over its list's
+    ``count`` positions: ``PackedKeyRows``' (or the dense policy's over ``count`` keys), or
+    with an element mask ``PackedBlockLists``', which also reads the group's full positions
+    from ``mFullCounts`` (B, H, G)."""
+    if cutlass.const_expr(policy.mask is not None):
+        view = policy.tile(m_block, s_q, count, entries, mFullCounts[batch, head, group], s_kv,
+                           batch, head, mDocIds)
+    else:
+        view = policy.tile(m_block, s_q, count)
+    return view
 
 
 def key_block_policy(block_mn: tuple[int, int], causal: bool) -> DenseKeyBlocks:

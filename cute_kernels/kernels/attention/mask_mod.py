@@ -2,7 +2,8 @@
 ``cute_kernels.masks``. ``apply_mask_mod`` sets -inf on the scores whose (query, key)
 coordinate the mask hides; coordinates are absolute positions, top-left aligned
 (FlexAttention's ``mask_mod``). The mask is a compile-time value: each kind traces its own
-comparison; a custom mask traces the user's ``@cute.jit`` function."""
+comparison; a custom mask traces the user's ``@cute.jit`` function. ``apply_packed_mask`` does
+the same for key tiles packed from small listed blocks, whose columns are list positions."""
 
 from __future__ import annotations
 
@@ -44,4 +45,46 @@ def apply_mask_mod(s_mn: cute.Tensor, c_mn: cute.Tensor, mask: cutlass.Constexpr
                 if doc_ids[batch, kv] != doc_q:
                     s_mn[r, c] = -Float32.inf
             elif not visible(mask, batch, head, q, kv, doc_ids):
+                s_mn[r, c] = -Float32.inf
+
+
+@cute.jit
+def apply_packed_mask(s_mn: cute.Tensor, c_mn: cute.Tensor, mask: cutlass.Constexpr,
+                      entry_keys: cutlass.Constexpr, entries, masked, count, s_q, s_kv, batch,
+                      head, doc_ids):
+    """-inf where the keys of a packed tile are hidden: column coordinates of ``c_mn`` are
+    list positions, position ``p`` holding key ``E * entries[p // E] + p % E`` (E =
+    ``entry_keys``; the block clamped into the keys as the loaders clamp it). Hidden are keys
+    past ``s_kv`` (the residue block's tail, zero-filled or repeated rows in the stage) and,
+    at positions ``< masked`` (the partial blocks, listed first), the keys ``mask`` hides.
+    Positions past ``count`` are already -inf (``apply_mask``); the list is read at most at
+    ``count - 1``. One list read per column, one doc id per row and column."""
+    E = entry_keys
+    last_block = (s_kv - 1) // E
+    n_rows = cute.size(s_mn, mode=[0])
+    q_rows = cute.make_rmem_tensor(n_rows, Int32)
+    doc_q = cute.make_rmem_tensor(n_rows, Int32)
+    for r in cutlass.range_constexpr(n_rows):
+        q_rows[r] = cutlass.min(Int32(c_mn[r, 0][0]), s_q - 1)
+        if cutlass.const_expr(mask.kind == "document"):
+            doc_q[r] = doc_ids[batch, q_rows[r]]
+    for c in cutlass.range_constexpr(cute.size(s_mn, mode=[1])):
+        pos = Int32(c_mn[0, c][1])
+        at = cutlass.min(pos, count - 1)
+        block = cutlass.min(cutlass.max(entries[at // E], Int32(0)), last_block)
+        kv = block * E + at % E
+        past = kv >= s_kv
+        partial = pos < masked
+        kv = cutlass.min(kv, s_kv - 1)
+        doc_kv = Int32(0)
+        if cutlass.const_expr(mask.kind == "document"):
+            doc_kv = doc_ids[batch, kv]
+        for r in cutlass.range_constexpr(n_rows):
+            hidden = past
+            if cutlass.const_expr(mask.kind == "document"):
+                hidden = hidden or (partial and doc_q[r] != doc_kv)
+            else:
+                hidden = hidden or (partial and not visible(mask, batch, head, q_rows[r], kv,
+                                                            doc_ids))
+            if hidden:
                 s_mn[r, c] = -Float32.inf

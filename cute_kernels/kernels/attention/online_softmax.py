@@ -14,7 +14,7 @@ from cutlass import Float32
 
 from ..common.constants import LN2
 from ..common.reductions import lane_allreduce
-from .mask_mod import apply_mask_mod
+from .mask_mod import apply_mask_mod, apply_packed_mask
 
 
 def acc_mn_view(acc: cute.Tensor) -> cute.Tensor:
@@ -143,7 +143,11 @@ def mask_and_softmax(acc_S, acc_O, row_max, row_sum, scale_log2, thr_mma, policy
         tScS = thr_mma.partition_C(cute.local_tile(cute.make_identity_tensor((s_q, s_kv)),
                                                    (bm, bn), (blocks.m_block, n)))
         apply_mask(acc_S, tScS, s_q, s_kv, policy.causal)
-        if cutlass.const_expr(policy.mask is not None):
+        if cutlass.const_expr(policy.mask is not None and policy.packed_blocks):
+            apply_packed_mask(acc_mn_view(acc_S), acc_mn_view(tScS), policy.mask,
+                              policy.entry_keys, blocks.entries, blocks.masked, s_kv, s_q,
+                              blocks.keys, blocks.batch, blocks.head, blocks.doc_ids)
+        elif cutlass.const_expr(policy.mask is not None):
             apply_mask_mod(acc_mn_view(acc_S), acc_mn_view(tScS), policy.mask, blocks.batch,
                            blocks.head, s_q, s_kv, blocks.doc_ids)
     if first:

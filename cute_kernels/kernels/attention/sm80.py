@@ -23,8 +23,10 @@ from ..common.grid_order import ordered_tile
 from ..common.sm80 import g2s_copy, in_bounds_predicate, smem_gemm, smem_operand_atom
 from .block_info import (
     BlockListKeyBlocks,
+    PackedBlockLists,
     PackedKeyRows,
     SplitKeyBlocks,
+    gather_key_tile,
     key_block_policy,
     key_block_tile,
 )
@@ -151,8 +153,13 @@ class AttentionSm80:
                 raise ValueError(f"the block-sparse variant's query tile is the 64- or 128-row "
                                  f"block, got block_m {block_m}")
             self.key_blocks = BlockListKeyBlocks((block_m, block_n), mask)
+        elif mask is not None and gather and gather_entry_keys > 1 and not accumulate:
+            # block-sparse attention's small blocks, packed: the mask inside the partial ones
+            self.key_blocks = PackedBlockLists((block_m, block_n), group, gather_entry_keys,
+                                               mask)
         elif mask is not None:
-            raise ValueError("an element mask applies to the block-sparse variant only")
+            raise ValueError("an element mask applies to the block-sparse variant and to the "
+                             "writing gather variant's block entries (gather_entry_keys > 1)")
         else:
             self.key_blocks = (PackedKeyRows((block_m, block_n), group) if gather
                                else key_block_policy((block_m, block_n), causal))
@@ -262,7 +269,9 @@ class AttentionSm80:
             # K/V come from the kv head's (S_kv, D) rows the index list names (_gather_rows)
             tKgK, tVgV = mK[batch, kv_head, None, None], mV[batch, kv_head, None, None]
             gat = self._gather_setup(thr_g2s, mIndices, mCounts, batch, head, m_block, s_kv)
-            blocks = self.key_blocks.tile(m_block, s_q, gat.count)  # over packed positions
+            blocks = gather_key_tile(self.key_blocks, m_block, s_q, gat.count, gat.indices,
+                                     self.key_blocks.group_of(m_block), s_kv, batch, head,
+                                     mFullCounts, mDocIds)  # over packed positions
         else:
             blocks = key_block_tile(self.key_blocks, m_block, s_q, s_kv,
                                     (mIndices, mCounts, mFullIndices, mFullCounts, mDocIds),

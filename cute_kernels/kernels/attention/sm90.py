@@ -27,7 +27,9 @@ from ..common.constants import LOG2E, SM90_SMEM_BYTES
 from ..common.grid_order import ordered_tile
 from .block_info import (
     BlockListKeyBlocks,
+    PackedBlockLists,
     SplitKeyBlocks,
+    gather_key_tile,
     key_block_policy,
     key_block_tile,
 )
@@ -183,7 +185,7 @@ class AttentionSm90(PersistentSchedule, ConsumerMainloops):
                                colsum_writers, colsum_stages)
         self._init_warps(ctas_per_sm)
         self._init_variant(causal, colsum, pingpong, overlap, gather, group, accumulate,
-                           block_sparse, mask, split_kv)
+                           block_sparse, mask, split_kv, gather_entry_keys)
         self._init_schedule(causal, colsum, gather, gather_entry_keys, persistent, pingpong,
                             longest_first, tile_order)
         self._init_memory(head_dim, stages, gather, gather_hoist, gather_addresses,
@@ -270,7 +272,7 @@ class AttentionSm90(PersistentSchedule, ConsumerMainloops):
             self.registers = TWO_CTA_REGISTERS
 
     def _init_variant(self, causal, colsum, pingpong, overlap, gather, group, accumulate,
-                      block_sparse, mask, split_kv):
+                      block_sparse, mask, split_kv, gather_entry_keys):
         """Which kernel this is (pingpong, gather, accumulate, block-sparse, split-KV) and so
         which key blocks its tiles visit (``self.key_blocks``)."""
         # pingpong: consumer warpgroups take turns issuing their wgmmas (Q K^T; with the
@@ -304,8 +306,13 @@ class AttentionSm90(PersistentSchedule, ConsumerMainloops):
                 raise ValueError(f"the block-sparse variant takes 128 x 128 tiles (the block "
                                  f"size), got {self.block_m} x {self.block_n}")
             self.key_blocks = BlockListKeyBlocks((self.block_m, self.block_n), mask)
+        elif mask is not None and gather and gather_entry_keys > 1 and not accumulate:
+            # block-sparse attention's small blocks, packed: the mask inside the partial ones
+            self.key_blocks = PackedBlockLists((self.block_m, self.block_n), group,
+                                               gather_entry_keys, mask)
         elif mask is not None:
-            raise ValueError("an element mask applies to the block-sparse variant only")
+            raise ValueError("an element mask applies to the block-sparse variant and to the "
+                             "writing gather variant's block entries (gather_entry_keys > 1)")
         else:
             self.key_blocks = key_block_policy((self.block_m, self.block_n), causal)
         # split_kv (flash-decoding): the key blocks of a query tile split over several CTAs,
@@ -353,7 +360,8 @@ class AttentionSm90(PersistentSchedule, ConsumerMainloops):
             raise ValueError("gather_tma applies to the gather variant with block entries "
                              "(gather_entry_keys > 1)")
         if gather_tma:
-            self.kv_loader = TmaBlockKVLoader(self.block_n, head_dim, gather_entry_keys)
+            self.kv_loader = TmaBlockKVLoader(self.block_n, head_dim, gather_entry_keys,
+                                              ragged=self.key_blocks.mask is not None)
         elif gather:
             self.kv_loader = GatherKVLoader(self.block_n, head_dim, NamedBarrier.GATHER_INDICES,
                                             hoist_swizzle=gather_hoist,
@@ -581,7 +589,8 @@ class AttentionSm90(PersistentSchedule, ConsumerMainloops):
             rows = mIndices[batch, head, grp, None]
             count = cutlass.min(cutlass.max(mCounts[batch, head, grp], Int32(0)),
                                 Int32(mIndices.shape[3]) * self.kv_loader.entry_keys)
-            blocks = self.key_blocks.tile(m_block, s_q, count)
+            blocks = gather_key_tile(self.key_blocks, m_block, s_q, count, rows, grp, s_kv,
+                                     batch, head, mFullCounts, mDocIds)
         else:
             blocks = key_block_tile(self.key_blocks, m_block, s_q, s_kv,
                                     (mIndices, mCounts, mFullIndices, mFullCounts, mDocIds),
