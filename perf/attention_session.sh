@@ -22,6 +22,14 @@ short_causal() {  # label-prefix configs: the short causal D = 128 shapes, one s
 # the Ampere kernel's tile / warp configurations (AttentionSm80 keyword arguments)
 AMP="[dict(), dict(warps=4), dict(block_n=32, warps=4), dict(block_m=64, warps=4), \
 dict(block_m=256, block_n=32, warps=8), dict(block_m=64, block_n=128, warps=4)]"
+if [ "$PART" = rows192 ]; then  # short causal D = 128 on 192-row tiles (three consumers)
+  P192="dict(block_m=192, block_n=64, stages=3, overlap=True"
+  short_causal r192 "[dict(block_n=64, stages=3, overlap=True, pingpong=True, persistent=True), \
+dict(overlap=True, pingpong=True, persistent=True), $P192, pingpong=True, persistent=True), \
+$P192, persistent=True), dict(block_m=192, block_n=96, stages=2, overlap=True, pingpong=True, \
+persistent=True), dict(block_m=192, block_n=128, stages=2, overlap=True)]"
+  for f in "$OUT"/r192-*.log; do echo "--- $f"; grep -v DEBUG "$f" | tail -12; done
+fi
 if [ "$PART" = tune ]; then  # Hopper: D = 64 at S = 4k, short causal D = 128
   step d64-s4k 120 $TUNE --shape 8,32,4096,64 --configs "[dict(block_m=192), \
 dict(block_m=192, block_n=96), dict(block_m=192, stages=3), dict(block_m=192, block_n=160), \
