@@ -61,6 +61,14 @@ with ck.force_path(path):
         block_sparse_attention(q, k, v, bm, mask=mask)
     block_sparse_attention(q, k, v, block_mask_from_dense(dense_doc, (128, 16)),
                            mask=masks.document(), doc_ids=doc, block_size=(128, 16))
+    # unmasked 32-key blocks with S_kv ending inside one: the residue block's box reaches past K
+    n = -(-s // 32)
+    on = torch.rand(1, 2, -(-s // 128), n, device="cuda") < 0.4
+    on[..., n - 1] = True
+    order = torch.argsort((~on).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+    zeros = torch.zeros(1, 2, -(-s // 128), dtype=torch.int32, device="cuda")
+    block_sparse_attention(q, k, v, (zeros, order, on.sum(-1).to(torch.int32), order),
+                           block_size=(128, 32))
     causal96 = create_block_mask(lambda b, h, q, kv: q >= kv, None, None, s2, s2,
                                  device="cuda", BLOCK_SIZE=(128, 32))
     for _ in range(2):

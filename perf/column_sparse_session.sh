@@ -135,6 +135,14 @@ if [ "$PART" = masked2 ]; then  # the rest: every other block-sparse test, racec
   step masked-perf 240 python perf/block_sparse.py --quick --out "$OUT"
   echo "--- masked-perf"; grep -v DEBUG "$OUT/masked-perf.log" | tail -22
 fi
+if [ "$PART" = ragged ]; then  # packed blocks with S_kv ending inside one, without a sync
+  step ragged-tests 420 python -m pytest -q --tb=short -p no:logging \
+    tests/test_block_sparse_gpu.py -k "packed or reused or loaders or bad"
+  step ragged-memcheck 150 "${SANITIZE[@]}" --tool memcheck python perf/block_sparse_probe.py
+  step ragged-racecheck 200 "${SANITIZE[@]}" --tool racecheck python perf/block_sparse_probe.py
+  step ragged-op 200 python perf/block_sparse_small.py --seq 8192,8000,32768,32700 --rounds 10
+  echo "--- ragged-op"; grep -v DEBUG "$OUT/ragged-op.log" | tail -14
+fi
 if [ "$PART" = narrow ]; then  # packed 32-key blocks on 64 x 32 tiles; what the baselines launch
   step baseline-kernels 200 python perf/baseline_kernels.py
   LPT="dict(persistent=True, walks='lpt'"

@@ -150,21 +150,28 @@ def test_packed_small_blocks(q_block, kv_block, keep, path):
 
 @pytest.mark.parametrize("q_block, kv_block", [(128, 32), (64, 16), (128, 64)])
 @pytest.mark.parametrize("in_kernel", [True, False])
-def test_packed_blocks_expanded_in_the_kernels(q_block, kv_block, in_kernel, path, monkeypatch):
+@pytest.mark.parametrize("residue", [0, 7])
+def test_packed_blocks_expanded_in_the_kernels(q_block, kv_block, in_kernel, residue, path,
+                                               monkeypatch):
     """Both expansions of packed blocks (``PACKED_EXPANSION_IN_KERNEL``): the gather kernels
-    take the merged block lists and expand them (no sync), or the host expands them into key
-    rows (``packed_rows``); partial and full lists both in use, S_kv a multiple of the key
-    block (the residue case always takes the host expansion)."""
+    take the merged block lists and expand them (no sync, no ``packed_rows``), or the host
+    expands them into key rows (``packed_rows``); partial and full lists both in use, S_kv a
+    multiple of the key block or ending 7 keys short of one (the residue block listed
+    everywhere: last in each list, the count cut at S_kv; its TMA box reaches past K)."""
     monkeypatch.setattr(bs, "PACKED_EXPANSION_IN_KERNEL", in_kernel)
-    s_q, s_kv = 1000, 40 * kv_block
-    m, n = -(-s_q // q_block), s_kv // kv_block
+    if in_kernel:
+        def no_host_expansion(*args):
+            raise AssertionError("packed_rows ran on the in-kernel route")
+
+        monkeypatch.setattr(bs, "packed_rows", no_host_expansion)
+    s_q, s_kv = 1000, 40 * kv_block - residue
+    m, n = -(-s_q // q_block), -(-s_kv // kv_block)
     on = torch.rand(2, 4, m, n, device="cuda") < 0.3
+    on[..., n - 1] = True
     full = on & (torch.rand(2, 4, m, n, device="cuda") < 0.5)
 
     q, k, v = fresh(2, 4, s_q, 128), fresh(2, 2, s_kv, 128), fresh(2, 2, s_kv, 128)
     block_lists = (*block_list(on & ~full), *block_list(full))
-    assert bs.packed_entries(bs.block_lists(block_lists, 2, 4, s_q, s_kv,
-                                            (q_block, kv_block)), s_kv) is not None
     check(q, k, v, block_lists, block_size=(q_block, kv_block))
 
 

@@ -334,7 +334,7 @@ def packed_kernel_semantics(q, k, v, entries, counts, full, kv_block, q_block, m
 def test_masked_packed_entries_give_the_reference(s_kv, q_block, kv_block, mask):
     """Packed small blocks under an element mask: the merged lists (partial blocks first,
     the residue block anywhere) with each list's full positions, read as the kernels read
-    them, give the block-sparse reference; without a mask a residue still has no entries."""
+    them, give the block-sparse reference."""
     s_q = s_kv
     doc = torch.tensor([[0] * 70 + [1] * 200 + [2] * (s_q - 270)], dtype=torch.int32)
     allowed = mask.evaluate(torch.tensor(0), torch.tensor(0), torch.arange(s_q).view(-1, 1),
@@ -349,7 +349,6 @@ def test_masked_packed_entries_give_the_reference(s_kv, q_block, kv_block, mask)
                                                   block_size=(q_block, kv_block))
     got = packed_kernel_semantics(q, k, v, entries, counts, full, kv_block, q_block, mask, doc)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
-    assert (bs.packed_entries(lists, s_kv) is None) == (s_kv % kv_block != 0)
 
 
 @pytest.mark.parametrize("path, group, target", [("hopper", 128, "sm_90a"),
@@ -479,14 +478,15 @@ def test_snake_walks_deal_laps_both_ways():
         assert max(sizes) - min(sizes) <= 1
 
 
+@pytest.mark.parametrize("residue", [0, 5])
 @pytest.mark.parametrize("q_block, kv_block", [(128, 32), (64, 16)])
-def test_packed_entries_name_the_same_keys_as_packed_rows(q_block, kv_block):
+def test_packed_entries_name_the_same_keys_as_packed_rows(q_block, kv_block, residue):
     """The in-kernel expansion's input: merged block lists whose expansion (E list[p // E] +
-    p % E for positions below the count) is packed_rows' key rows, without a sync; None when
-    S_kv has a residue block."""
-    s_q, s_kv = 256, 512
+    p % E for positions below the count) is packed_rows' key rows, without a sync; where S_kv
+    ends inside a block, that block goes last and the count stops at S_kv."""
+    s_q, s_kv = 256, 512 - residue
     g = torch.Generator().manual_seed(kv_block)
-    m, n = s_q // q_block, s_kv // kv_block
+    m, n = s_q // q_block, -(-s_kv // kv_block)
     on = torch.rand(1, 2, m, n, generator=g) < 0.4
     full = on & (torch.rand(1, 2, m, n, generator=g) < 0.5)
 
@@ -504,7 +504,9 @@ def test_packed_entries_name_the_same_keys_as_packed_rows(q_block, kv_block):
         pos = torch.arange(c)
         expanded = entries[idx][pos // kv_block] * kv_block + pos % kv_block
         assert sorted(expanded.tolist()) == sorted(rows[idx][:c].tolist())
-    assert bs.packed_entries(lists_obj, s_kv - 5) is None
+        assert c == 0 or int(expanded.max()) < s_kv
+    if residue:
+        assert int((counts % kv_block != 0).sum()) > 0  # lists holding the residue block
 
 
 @pytest.mark.parametrize("path, group, target", [("hopper", 128, "sm_90a"),

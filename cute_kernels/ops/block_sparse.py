@@ -20,8 +20,9 @@ query block's listed key blocks are expanded into their key rows and run by the 
 gather kernels (``column_sparse_attention`` with ``group`` = the query block), so small key
 blocks still fill whole tensor-core tiles. Packed blocks take the element masks too: the list
 holds each query block's partial blocks first, and the kernels map a masked column's list
-position back to its key (``block_info.PackedBlockLists``), which also lets S_kv end inside a
-block (its keys past S_kv hidden) without a host expansion.
+position back to its key (``block_info.PackedBlockLists``). Where S_kv ends inside a block,
+that block is listed whole (its TMA box zero-fills past the keys) and its keys past S_kv are
+cut off the list's count (unmasked) or hidden by that map: every packed call is sync-free.
 """
 
 from __future__ import annotations
@@ -275,6 +276,19 @@ def _merged_lists(lists: BlockLists, t: torch.Tensor, n_partial: torch.Tensor,
     return torch.where(t < n_partial, partial.gather(-1, in_partial), full.gather(-1, in_full))
 
 
+def _residue_block_last(entries, counts, t, listed, s_kv: int, kv_block: int):
+    """Merged lists with the block holding the S_kv residue moved last among each list's
+    live entries (a stable sort of 3 keys: live, the residue block, filler) and the counts
+    cut to end at S_kv where a list holds it."""
+    n_kv = -(-s_kv // kv_block)
+    live = t < listed.unsqueeze(-1)
+    ragged = live & (entries == n_kv - 1)
+    key = torch.where(live, ragged.to(torch.int8), 2).to(torch.int8)
+    entries = entries.gather(-1, torch.argsort(key, dim=-1, stable=True))
+    cut = ragged.any(-1).to(INDEX_DTYPE) * (kv_block - s_kv % kv_block)
+    return entries, counts - cut
+
+
 def packed_rows(lists: BlockLists, s_kv: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Tile packing for small key blocks: per query block, the key rows of its listed blocks
     (partial and full), as the column-sparse kernels' ``(indices, counts)``: int32
@@ -297,14 +311,8 @@ def packed_rows(lists: BlockLists, s_kv: int) -> tuple[torch.Tensor, torch.Tenso
     blocks = _merged_lists(lists, t, n_partial, partial_l, full_l).clamp_(0, n_kv - 1)
     entries = (n_partial + n_full).squeeze(-1)
     counts = entries * kv_block
-    residue = s_kv % kv_block
-    if residue:
-        live = t < entries.unsqueeze(-1)
-        ragged = live & (blocks == n_kv - 1)
-        # live entries first, the residue block last among them (a stable sort of 3 keys)
-        key = torch.where(live, ragged.to(torch.int8), 2).to(torch.int8)
-        blocks = blocks.gather(-1, torch.argsort(key, dim=-1, stable=True))
-        counts = counts - ragged.any(-1).to(INDEX_DTYPE) * (kv_block - residue)
+    if s_kv % kv_block:
+        blocks, counts = _residue_block_last(blocks, counts, t, entries, s_kv, kv_block)
     # the one pass over the expanded rows (in place after the broadcast add)
     rows = blocks.unsqueeze(-1) * kv_block + torch.arange(kv_block, device=dev,
                                                           dtype=INDEX_DTYPE)
@@ -313,9 +321,10 @@ def packed_rows(lists: BlockLists, s_kv: int) -> tuple[torch.Tensor, torch.Tenso
 
 
 #: Whether packed small blocks reach the gather kernels as block lists the kernels expand
-#: (``packed_entries``: no device sync, CUDA-graph capturable) instead of host-expanded rows
-#: (``packed_rows``, still the route when S_kv has a residue block). On since its GPU tests
-#: passed (2026-11-23): 0.55 against 0.91 ms for 32-key blocks at 93% absent, S 8k (H100).
+#: (``packed_entries``: no device sync, CUDA-graph capturable, any S_kv) instead of
+#: host-expanded rows (``packed_rows``). On since its GPU tests passed (2026-11-23): 0.55
+#: against 0.91 ms for 32-key blocks at 93% absent, S 8k (H100). Element masks take the
+#: kernels' expansion either way.
 PACKED_EXPANSION_IN_KERNEL = True
 
 
@@ -355,23 +364,27 @@ class _PackedSchedule:
 def packed_entries(lists: BlockLists, s_kv: int, masked: bool = False):
     """Packed small blocks as the gather kernels' block lists (``entry_keys`` = the key
     block): per query block, its partial then its full listed blocks merged into one int32
-    (B, H, M, min(P + F, key blocks)) list, and counts in key positions (blocks x key block),
-    with no device sync. ``masked`` (the kernels with an element mask, which also hide the
-    keys past S_kv): also the full blocks' positions that end each list, int32 (B, H, M);
-    else None when S_kv has a residue block (its rows past S_kv would need masking: the host
-    expansion ``packed_rows`` moves that block last instead)."""
+    (B, H, M, min(P + F, key blocks)) list, and counts in key positions, with no device sync.
+    Where S_kv ends inside a block: without ``masked`` that block goes last and the count
+    stops at S_kv (as ``packed_rows`` does), so positions past it are masked as any list's
+    tail; ``masked`` (the kernels with an element mask, whose partial blocks must stay first)
+    keeps the order and counts whole blocks, and the kernels hide the keys past S_kv
+    (``PackedBlockLists``); it also returns the positions of the full blocks that end each
+    list, int32 (B, H, M)."""
     kv_block = lists.block_size[1]
-    if s_kv % kv_block and not masked:
-        return None
     partial_w, full_w = lists.partial_indices.shape[3], lists.full_indices.shape[3]
     n_partial, n_full = _clamped_counts(lists)
     # valid lists name each key block at most once: no query block lists more than there are
     # (a BlockMask's lists are each as wide as the key blocks; both together would be twice)
-    width = min(partial_w + full_w, -(-s_kv // kv_block))
+    width_keys = -(-s_kv // kv_block)
+    width = min(partial_w + full_w, width_keys)
     t = torch.arange(width, device=n_partial.device, dtype=INDEX_DTYPE)
-    entries = _merged_lists(lists, t, n_partial, partial_w, full_w)
+    # blocks clamped into the keys, as the kernels clamp them (so the residue block is found)
+    entries = _merged_lists(lists, t, n_partial, partial_w, full_w).clamp_(0, width_keys - 1)
     listed = (n_partial + n_full).squeeze(-1).clamp(max=width)
     counts = (listed * kv_block).to(INDEX_DTYPE)
+    if s_kv % kv_block and not masked:
+        entries, counts = _residue_block_last(entries, counts, t, listed, s_kv, kv_block)
     merged = entries.to(INDEX_DTYPE).contiguous(), counts.contiguous()
     if not masked:
         return merged
@@ -604,10 +617,10 @@ def block_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bl
         from .column_sparse import _COLUMN_SPARSE_ATTENTION, column_sparse_attention
 
         masked = mask is not None
-        merged = (_LISTS.get(lists.tensors(), ("packed", s_kv, masked),
-                             lambda: packed_entries(lists, s_kv, masked))
-                  if PACKED_EXPANSION_IN_KERNEL or masked else None)
-        if merged is not None:  # no sync, no host expansion: the kernels expand the blocks
+        if PACKED_EXPANSION_IN_KERNEL or masked:
+            # no sync, no host expansion: the kernels expand the blocks
+            merged = _LISTS.get(lists.tensors(), ("packed", s_kv, masked),
+                                lambda: packed_entries(lists, s_kv, masked))
             entries, counts = merged[:2]
             list_keys, walks = _LISTS.get(lists.tensors(), ("packed schedule", s_kv),
                                           lambda: _PackedSchedule(counts)).get(

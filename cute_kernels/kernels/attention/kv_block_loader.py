@@ -14,11 +14,11 @@ as ``(E, D, block_n / E, stages)`` so slice ``j`` of stage ``s`` is a plain coor
 
 Positions past the list's count repeat the last listed block (the consumers mask key positions
 ``>= count``, as for the gather loader), and every block index is clamped into the key range,
-so a bad list never makes a TMA read outside K or V. Without an element mask the op routes
-only ``S_kv`` a multiple of ``E`` here (ops/block_sparse.py ``packed_entries``): no box is ever
-partly out of bounds. With one (``ragged``) the residue block is a block too: its box reaches
-past S_kv, TMA fills those rows with zeros, and the consumers' mask hides those keys
-(block_info.py ``PackedBlockLists``).
+so a bad list never makes a TMA read outside K or V. Where ``S_kv`` is not a multiple of ``E``
+the residue block is a block too: its box reaches past S_kv and TMA fills those rows with
+zeros. Its keys past S_kv are hidden by the op's lists (ops/block_sparse.py
+``packed_entries``: without an element mask that block goes last and the count stops at
+S_kv) or, under a mask, by the consumers (block_info.py ``PackedBlockLists``).
 """
 
 from __future__ import annotations
@@ -47,15 +47,13 @@ class TmaBlockKVLoader(TmaKVLoader):
     #: the list's row fetch is the producer thread's own (no prefetch ring as the gather's)
     row_prefetch = False
 
-    def __init__(self, block_n: int, head_dim: int, entry_keys: int, ragged: bool = False):
+    def __init__(self, block_n: int, head_dim: int, entry_keys: int):
         super().__init__(block_n, head_dim)
         if entry_keys % 8 or block_n % entry_keys:
             raise ValueError(f"TMA block loads need entry_keys a multiple of 8 (whole swizzle "
                              f"atoms) dividing block_n, got {entry_keys} and {block_n}")
         self.entry_keys = entry_keys
         self.per_tile = block_n // entry_keys
-        # ragged: S_kv's residue block is listed too (its keys past S_kv masked downstream)
-        self.ragged = ragged
 
     def ring_words(self, stages: int) -> int:
         """No smem ring (one word, so the kernel's member is never empty)."""
@@ -96,8 +94,7 @@ class TmaBlockKVLoader(TmaKVLoader):
         E = self.entry_keys
         return BlockTilePartition(tma_k, tma_v,
                                   *self._views(tma_k, tma_v, gK, gV, sK_blocks, sV_blocks), rows,
-                                  cute.ceil_div(count, E),
-                                  cute.ceil_div(s_kv, E) if self.ragged else s_kv // E)
+                                  cute.ceil_div(count, E), cute.ceil_div(s_kv, E))
 
     def _ring(self, layout: cute.Layout, keys_first: bool) -> cute.Layout:
         """The stages' plain (unswizzled) layout viewed as (slice, j, stage): (r, c, j, s) ->

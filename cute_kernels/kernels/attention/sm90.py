@@ -360,8 +360,7 @@ class AttentionSm90(PersistentSchedule, ConsumerMainloops):
             raise ValueError("gather_tma applies to the gather variant with block entries "
                              "(gather_entry_keys > 1)")
         if gather_tma:
-            self.kv_loader = TmaBlockKVLoader(self.block_n, head_dim, gather_entry_keys,
-                                              ragged=self.key_blocks.mask is not None)
+            self.kv_loader = TmaBlockKVLoader(self.block_n, head_dim, gather_entry_keys)
         elif gather:
             self.kv_loader = GatherKVLoader(self.block_n, head_dim, NamedBarrier.GATHER_INDICES,
                                             hoist_swizzle=gather_hoist,
