@@ -103,6 +103,10 @@ class AttentionSm80:
       chunk's is exposed).
     * Shared memory: (block_m + 2 x 64) x D x 2 B: 24 / 48 KiB (64 rows, D = 64 / 128), 32 /
       64 KiB (128 rows).
+    * Block entries (``gather_entry_keys`` > 1) with an element ``mask``: block-sparse
+      attention's packed small blocks, partial ones first; the key-block policy is
+      ``block_info.PackedBlockLists`` (as the Hopper kernel's), reading each group's full
+      positions from ``mFullCounts`` and the document ids from ``mDocIds``.
     """
 
     def __init__(self, head_dim: int, causal: bool = False, block_m: int | None = None,

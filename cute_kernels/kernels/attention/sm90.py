@@ -115,7 +115,11 @@ class AttentionSm90(PersistentSchedule, ConsumerMainloops):
     same swizzled stages (``GatherKVLoader``; ``gather_addresses``, the default: the rows'
     64-bit K and V addresses staged once per row); the consumers are unchanged. Adds a
     ``block_n x stages`` ring to shared memory (16 bytes per entry with staged addresses,
-    an int32 index without).
+    an int32 index without). Block entries (``gather_entry_keys`` > 1, block-sparse
+    attention's packed small blocks; ``gather_tma``: one TMA box per block) may carry an
+    element ``mask`` for the partial blocks listed first (``PackedBlockLists``: the softmax
+    maps a masked column's list position to its key; ``mFullCounts`` holds each group's
+    full positions, ``mDocIds`` the document ids).
     Block-sparse variant (``block_sparse``, FlexAttention block lists; GPU tests pass on an
     H100): 128 x 128 tiles, the ``BlockListKeyBlocks`` policy visits a query tile's partial key
     blocks (``mIndices``/``mCounts``) then its full ones (``mFullIndices``/``mFullCounts``),
