@@ -143,6 +143,10 @@ if [ "$PART" = ragged ]; then  # packed blocks with S_kv ending inside one, with
   step ragged-op 200 python perf/block_sparse_small.py --seq 8192,8000,32768,32700 --rounds 10
   echo "--- ragged-op"; grep -v DEBUG "$OUT/ragged-op.log" | tail -14
 fi
+if [ "$PART" = routes ]; then  # block-sparse ops through every route: eager, compile, graphs
+  step routes-tests 400 python -m pytest -q --tb=short -p no:logging tests/test_dispatch_gpu.py
+  grep -v DEBUG "$OUT/routes-tests.log" | grep -E "passed|failed|Error|error|assert" | tail -30
+fi
 if [ "$PART" = narrow ]; then  # packed 32-key blocks on 64 x 32 tiles; what the baselines launch
   step baseline-kernels 200 python perf/baseline_kernels.py
   LPT="dict(persistent=True, walks='lpt'"

@@ -114,6 +114,44 @@ def _check_colsum(outs, q, k, v, prev):
     assert ((colsum - ref_colsum).abs() / ref_colsum.abs().clamp_min(1e-6)).max() < 1e-2
 
 
+def _block_sparse_inputs(kv_block):
+    """q, k, v (S 1000: a residue block either way) and random partial and full lists of
+    (128, ``kv_block``) blocks, for the causal element mask."""
+    s, m = 1000, 8
+    n = -(-s // kv_block)
+    on = torch.rand(1, 4, m, n, device="cuda") < 0.5
+    full = on & (torch.rand(1, 4, m, n, device="cuda") < 0.5)
+
+    def listed(sel):
+        order = torch.argsort((~sel).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+        return sel.sum(-1).to(torch.int32), order
+
+    q = rand(1, s, 4, 128, scale=1.0).transpose(1, 2)
+    return (q, rand(1, 2, s, 128, scale=1.0), rand(1, 2, s, 128, scale=1.0),
+            *listed(on & ~full), *listed(full))
+
+
+def _block_sparse_call(kv_block):
+    def call(q, k, v, *lists):
+        return ck.block_sparse_attention(q, k, v, lists, mask=ck.masks.causal(),
+                                         block_size=(128, kv_block), return_lse=True)
+    return call
+
+
+def _check_block_sparse(kv_block):
+    def check(outs, q, k, v, *lists):
+        from cute_kernels.ops.block_sparse import block_sparse_attention_reference
+
+        o, lse = outs
+        ref_o, ref_lse = block_sparse_attention_reference(
+            q, k, v, lists, mask=ck.masks.causal(), block_size=(128, kv_block))
+        assert (o.float() - ref_o).abs().max().item() < 2e-2
+        finite = torch.isfinite(ref_lse)
+        assert torch.equal(torch.isfinite(lse), finite)
+        torch.testing.assert_close(lse[finite], ref_lse[finite], rtol=0, atol=2e-3)
+    return check
+
+
 #: name: (custom op, fresh inputs(), call(*inputs), check(outputs, *inputs))
 CASES = {
     "pack_mask": ("pack_mask", _mask, ck.pack_mask, _check_pack),
@@ -128,6 +166,12 @@ CASES = {
     "attention_colsum": ("attention_colsum", _colsum_inputs,
                          lambda q, k, v, p: ck.attention_colsum(q, k, v, p, group=128),
                          _check_colsum),
+    # block lists under an element mask: 128-blocks, and 32-key blocks packed into the
+    # column-sparse kernels (S_kv ends inside a block)
+    "block_sparse_attention": ("block_sparse_attention", lambda: _block_sparse_inputs(128),
+                               _block_sparse_call(128), _check_block_sparse(128)),
+    "block_sparse_packed": ("column_sparse_attention", lambda: _block_sparse_inputs(32),
+                            _block_sparse_call(32), _check_block_sparse(32)),
 }
 
 
@@ -185,10 +229,13 @@ def test_attention_out_under_torch_compile():
     torch.testing.assert_close(out, ck.attention(q, k, v), rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("name", ["attention_colsum", "attention"])
+@pytest.mark.parametrize("name", ["attention_colsum", "attention", "block_sparse_attention",
+                                  "block_sparse_packed"])
 def test_cuda_graph_capture_and_replay(name):
     """attention_colsum zero-fills its column sums (torch.zeros) where a group spans CTAs:
-    capturable. Replays with new inputs copied into the captured buffers match the reference."""
+    capturable; block-sparse attention converts its lists with no sync (packed small blocks
+    too, S_kv ending inside one). Replays with new inputs (new block lists too) copied into
+    the captured buffers match the reference."""
     _, inputs, call, check = CASES[name]
     static = inputs()
     side = torch.cuda.Stream()
