@@ -188,11 +188,12 @@ def test_block_sparse_kernel_ptx(mask, head_dim):
         assert "ld.global.b32" in ptx  # the ids
     assert "ld.local" not in ptx and "st.local" not in ptx
     # D = 128 runs the softmax/MMA overlap under the masks too: ptxas 13.0 spills 44 bytes
-    # with the causal and window masks, 168 with the document ids, and it still ran 1.09-1.27x
-    # faster than the spill-free sequential loop (perf/RESULTS.md, H100)
+    # with the causal and window masks, 168 with the document ids (4 with prefix-LM since the
+    # mask skips full blocks), and it still ran 1.09-1.27x faster than the spill-free
+    # sequential loop (perf/RESULTS.md, H100)
     spill_ok = 0
     if head_dim == 128 and mask is not None:
-        spill_ok = {"document": 176, "prefix_lm": 0}.get(mask.kind, 48)
+        spill_ok = {"document": 176, "prefix_lm": 8}.get(mask.kind, 48)
     _assert_no_spills(ptx, "sm_90a", allowed=spill_ok)
 
 

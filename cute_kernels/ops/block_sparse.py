@@ -622,9 +622,12 @@ def block_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bl
             merged = _LISTS.get(lists.tensors(), ("packed", s_kv, masked),
                                 lambda: packed_entries(lists, s_kv, masked))
             entries, counts = merged[:2]
-            list_keys, walks = _LISTS.get(lists.tensors(), ("packed schedule", s_kv),
-                                          lambda: _PackedSchedule(counts)).get(
-                q.device, q.shape[2], lists.block_size[0], q.shape[3], lists.block_size[1])
+            list_keys, walks = None, None  # (traced: the default tiles, ordered grid)
+            if not torch.compiler.is_compiling():
+                list_keys, walks = _LISTS.get(lists.tensors(), ("packed schedule", s_kv),
+                                              lambda: _PackedSchedule(counts)).get(
+                    q.device, q.shape[2], lists.block_size[0], q.shape[3],
+                    lists.block_size[1])
             o, lse = _COLUMN_SPARSE_ATTENTION(q, k, v, entries, counts, None,
                                               lists.block_size[0], scale, 1.0,
                                               lists.block_size[1], list_keys, walks,

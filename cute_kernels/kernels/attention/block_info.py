@@ -221,11 +221,11 @@ class BlockListKeyBlocks(DenseKeyBlocks):
     """Block-sparse attention (FlexAttention's ``BlockMask``): query tile ``m`` of (b, h)
     visits its partial key blocks ``kv_indices[b, h, m, :kv_num_blocks[b, h, m]]`` (the
     element ``mask`` applies there), then its full ones. The lists come from global memory;
-    ``block`` reads one entry per visit. The S_kv residue block masks too (with the element
-    mask, which a full block satisfies by definition). A list block of ``list_block`` keys
-    may span several kernel tiles (``block_n`` dividing it): each list entry is then visited
-    as ``list_block / block_n`` consecutive tiles. The query tile is the list's query block
-    (``block_m`` = its size)."""
+    ``block`` reads one entry per visit. The S_kv residue block masks too (a full one against
+    S_kv only: full blocks are entirely visible, whatever the element mask). A list block of
+    ``list_block`` keys may span several kernel tiles (``block_n`` dividing it): each list
+    entry is then visited as ``list_block / block_n`` consecutive tiles. The query tile is the
+    list's query block (``block_m`` = its size)."""
 
     def __init__(self, block_mn: tuple[int, int], mask=None, list_block: int = 128):
         super().__init__(block_mn)

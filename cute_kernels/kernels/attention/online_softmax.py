@@ -148,8 +148,11 @@ def mask_and_softmax(acc_S, acc_O, row_max, row_sum, scale_log2, thr_mma, policy
                               policy.entry_keys, blocks.entries, blocks.masked, s_kv, s_q,
                               blocks.keys, blocks.batch, blocks.head, blocks.doc_ids)
         elif cutlass.const_expr(policy.mask is not None):
-            apply_mask_mod(acc_mn_view(acc_S), acc_mn_view(tScS), policy.mask, blocks.batch,
-                           blocks.head, s_q, s_kv, blocks.doc_ids)
+            # block lists: the partial visits only (a full block holding the S_kv residue
+            # masks against S_kv alone: full blocks are entirely visible, whatever the mask)
+            if step < blocks.n_partial:
+                apply_mask_mod(acc_mn_view(acc_S), acc_mn_view(tScS), policy.mask,
+                               blocks.batch, blocks.head, s_q, s_kv, blocks.doc_ids)
     if first:
         softmax_step(acc_S, acc_O, row_max, row_sum, scale_log2, True, correction)
     else:
