@@ -147,6 +147,14 @@ if [ "$PART" = routes ]; then  # block-sparse ops through every route: eager, co
   step routes-tests 400 python -m pytest -q --tb=short -p no:logging tests/test_dispatch_gpu.py
   grep -v DEBUG "$OUT/routes-tests.log" | grep -E "passed|failed|Error|error|assert" | tail -30
 fi
+if [ "$PART" = routes2 ]; then  # after the full-block fix: routes, every block-sparse test, perf
+  step routes2-dispatch 200 python -m pytest -q --tb=short -p no:logging \
+    tests/test_dispatch_gpu.py -k "block_sparse"
+  step routes2-block-sparse 400 python -m pytest -q --tb=short -p no:logging \
+    tests/test_block_sparse_gpu.py -k "not packed or full_blocks"
+  step routes2-perf 240 python perf/block_sparse.py --quick --out "$OUT"
+  echo "--- routes2-perf"; grep -v DEBUG "$OUT/routes2-perf.log" | tail -20
+fi
 if [ "$PART" = narrow ]; then  # packed 32-key blocks on 64 x 32 tiles; what the baselines launch
   step baseline-kernels 200 python perf/baseline_kernels.py
   LPT="dict(persistent=True, walks='lpt'"

@@ -175,6 +175,22 @@ def test_packed_blocks_expanded_in_the_kernels(q_block, kv_block, in_kernel, res
     check(q, k, v, block_lists, block_size=(q_block, kv_block))
 
 
+@pytest.mark.parametrize("block_size", [(128, 128), (64, 128), (128, 32)])
+def test_full_blocks_are_entirely_visible_under_a_mask(block_size, path):
+    """Hand-made lists whose full blocks the mask would cut (above the causal diagonal, the
+    S_kv residue block among them): full blocks are seen whole, whatever ``mask`` says, and
+    only the partial ones are masked (FlexAttention's semantics, the reference's)."""
+    s = 1000
+    m, n = -(-s // block_size[0]), -(-s // block_size[1])
+    on = torch.rand(1, 4, m, n, device="cuda") < 0.5
+    on[..., n - 1] = True
+    full = on & (torch.rand(1, 4, m, n, device="cuda") < 0.5)
+    full[..., n - 1] = True  # the residue block, full for every query block
+    q, k, v = fresh(1, 4, s, 128), fresh(1, 2, s, 128), fresh(1, 2, s, 128)
+    check(q, k, v, (*block_list(on & ~full), *block_list(full)), mask=masks.causal(),
+          block_size=block_size)
+
+
 WINDOW = 300
 PACKED_MASKS = {
     "causal": (masks.causal(), lambda b, h, q, kv: q >= kv),
