@@ -152,6 +152,29 @@ def _check_block_sparse(kv_block):
     return check
 
 
+def _column_sparse_inputs():
+    """q (strided), k, v (S 1000) and random key lists of uneven length per 128-row group
+    (some empty), every index a distinct key row in any order."""
+    s, g = 1000, 8
+    q = rand(1, s, 4, 128, scale=1.0).transpose(1, 2)
+    order = torch.argsort(torch.rand(1, 4, g, s, device="cuda"), dim=-1).to(torch.int32)
+    counts = torch.randint(0, 400, (1, 4, g), device="cuda", dtype=torch.int32)
+    counts[..., 2] = 0
+    return (q, rand(1, 2, s, 128, scale=1.0), rand(1, 2, s, 128, scale=1.0),
+            order[..., :400].contiguous(), counts)
+
+
+def _check_column_sparse(outs, q, k, v, indices, counts):
+    from cute_kernels.ops.column_sparse import column_sparse_attention_reference
+
+    o, lse = outs
+    ref_o, ref_lse = column_sparse_attention_reference(q, k, v, indices, counts, group=128)
+    assert (o.float() - ref_o).abs().max().item() < 2e-2
+    finite = torch.isfinite(ref_lse)
+    assert torch.equal(torch.isfinite(lse), finite)
+    torch.testing.assert_close(lse[finite], ref_lse[finite], rtol=0, atol=2e-3)
+
+
 #: name: (custom op, fresh inputs(), call(*inputs), check(outputs, *inputs))
 CASES = {
     "pack_mask": ("pack_mask", _mask, ck.pack_mask, _check_pack),
@@ -172,6 +195,10 @@ CASES = {
                                _block_sparse_call(128), _check_block_sparse(128)),
     "block_sparse_packed": ("column_sparse_attention", lambda: _block_sparse_inputs(32),
                             _block_sparse_call(32), _check_block_sparse(32)),
+    "column_sparse_attention": ("column_sparse_attention", _column_sparse_inputs,
+                                lambda q, k, v, i, c: ck.column_sparse_attention(
+                                    q, k, v, i, c, group=128, return_lse=True),
+                                _check_column_sparse),
 }
 
 
@@ -230,7 +257,7 @@ def test_attention_out_under_torch_compile():
 
 
 @pytest.mark.parametrize("name", ["attention_colsum", "attention", "block_sparse_attention",
-                                  "block_sparse_packed"])
+                                  "block_sparse_packed", "column_sparse_attention"])
 def test_cuda_graph_capture_and_replay(name):
     """attention_colsum zero-fills its column sums (torch.zeros) where a group spans CTAs:
     capturable; block-sparse attention converts its lists with no sync (packed small blocks
