@@ -22,7 +22,8 @@ blocks still fill whole tensor-core tiles. Packed blocks take the element masks 
 holds each query block's partial blocks first, and the kernels map a masked column's list
 position back to its key (``block_info.PackedBlockLists``). Where S_kv ends inside a block,
 that block is listed whole (its TMA box zero-fills past the keys) and its keys past S_kv are
-cut off the list's count (unmasked) or hidden by that map: every packed call is sync-free.
+cut off the list's count (unmasked) or hidden by that map: no packed call needs the host
+expansion ``packed_rows`` (or its sync) unless ``PACKED_EXPANSION_IN_KERNEL`` is off.
 """
 
 from __future__ import annotations
