@@ -30,6 +30,17 @@ $P192, persistent=True), dict(block_m=192, block_n=96, stages=2, overlap=True, p
 persistent=True), dict(block_m=192, block_n=128, stages=2, overlap=True)]"
   for f in "$OUT"/r192-*.log; do echo "--- $f"; grep -v DEBUG "$f" | tail -12; done
 fi
+if [ "$PART" = skip ]; then  # short causal: a consumer skips its hidden first 64-key block
+  step skip-tests 400 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
+    -k "hopper_configs or persistent or short_causal or matches_reference"
+  step skip-racecheck 150 "${SANITIZE[@]}" --tool racecheck \
+    python perf/attention_probe.py hopper 1000 1000 2 2 128 1
+  step skip-memcheck 150 "${SANITIZE[@]}" --tool memcheck \
+    python perf/attention_probe.py hopper 1500 1500 4 2 128 1
+  SK="dict(block_n=64, stages=3, overlap=True, pingpong=True, persistent=True"
+  short_causal skip "[$SK), $SK, skip_hidden=False)]"
+  for f in "$OUT"/skip-c*.log; do echo "--- $f"; grep -v DEBUG "$f" | tail -6; done
+fi
 if [ "$PART" = tune ]; then  # Hopper: D = 64 at S = 4k, short causal D = 128
   step d64-s4k 120 $TUNE --shape 8,32,4096,64 --configs "[dict(block_m=192), \
 dict(block_m=192, block_n=96), dict(block_m=192, stages=3), dict(block_m=192, block_n=160), \

@@ -61,7 +61,11 @@ CONFIGS = [dict(), dict(overlap=True), dict(block_m=192), dict(block_m=192, bloc
            dict(block_n=176, overlap=True), dict(pingpong=True),
            dict(block_m=192, pingpong=True), dict(persistent=True),
            dict(overlap=True, persistent=True), dict(overlap=True, pingpong=True),
-           dict(overlap=True, persistent=True, pingpong=True, async_store=False)]
+           dict(overlap=True, persistent=True, pingpong=True, async_store=False),
+           # 64-key tiles, overlapped: a consumer skips a first block the causal mask hides
+           # from all its rows (two consumers in turns; three, each skipping its own)
+           dict(block_n=64, stages=3, overlap=True, pingpong=True),
+           dict(block_m=192, block_n=64, overlap=True)]
 # (192 rows x 2 Q stages: D = 64 only, below)
 
 

@@ -174,7 +174,7 @@ class AttentionSm90(PersistentSchedule, ConsumerMainloops):
                  block_sparse: bool = False, mask=None, split_kv: bool = False,
                  persistent: bool = False, longest_first: bool = False,
                  tile_order: bool = False, ctas_per_sm: int = 1,
-                 async_store: bool | None = None):
+                 async_store: bool | None = None, skip_hidden: bool = True):
         self.head_dim, self.causal, self.stages, self.colsum = head_dim, causal, stages, colsum
         # overlap: the softmax of S(n) runs while O += P(n + 1) V(n + 1) is on the tensor cores
         # (intra-warpgroup pipelining)
@@ -195,6 +195,10 @@ class AttentionSm90(PersistentSchedule, ConsumerMainloops):
         self._init_memory(head_dim, stages, gather, gather_hoist, gather_addresses,
                           gather_entry_keys, gather_tma, ctas_per_sm)
         self._init_store(persistent, async_store)
+        # skip_hidden (causal, several consumers, the overlapped loop): a consumer whose rows
+        # the causal mask hides the whole first visited block from issues no wgmma for it
+        # (mainloop.py ``_first_block_hidden``)
+        self.skip_hidden = skip_hidden
         self.sums = NoColumnSums()
         if colsum:
             self.sums = ColumnSumsSm90(
