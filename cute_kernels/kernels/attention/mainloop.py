@@ -13,7 +13,7 @@ from __future__ import annotations
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
-from cutlass import Float32
+from cutlass import Float32, Int32
 from cutlass.cute.nvgpu import warpgroup
 
 from .online_softmax import mask_and_softmax, rescale_rows
@@ -59,19 +59,22 @@ class ConsumerMainloops:
         k_pipe, v_pipe, blocks = mc.k_pipe, mc.v_pipe, mc.blocks
         rP, acc_S, n_blocks = mc.rP, mc.acc_S, blocks.n_blocks
         correction = cute.make_rmem_tensor(rows, Float32)
-        hidden = self._first_block_hidden(mc)
-        if n_blocks > 0:
-            self._qk_retired(mc, k_state, hidden)
+        # the first visit (a later one where this consumer's rows cannot see the first)
+        start = Int32(0)
+        if cutlass.const_expr(self._may_skip_first_block()):
+            start, k_state, v_state = self._skip_hidden_first_block(mc, k_state, v_state)
+        if n_blocks > start:
+            self._qk_retired(mc, k_state)
             k_state.advance()
-            self._softmax(mc, self.key_blocks.block(blocks, 0), True, None, 0)
+            self._softmax(mc, self.key_blocks.block(blocks, start), True, None, start)
             col_state = self.sums.ovl_first_softmax(col, col_state, acc_S)
             rP.store(acc_S.load().to(rP.element_type))
             self.sums.ovl_probabilities(col, acc_S)
-        for step in cutlass.range(1, n_blocks, unroll=1):
+        for step in cutlass.range(start + 1, n_blocks, unroll=1):
             n = self.key_blocks.block(blocks, step)
             self._take_turn(mc.wg_c)
             self._qk(mc, k_state, False)
-            self._pv(mc, v_state, False, hidden, step == 1)
+            self._pv(mc, v_state, False)
             self._pass_turn(mc.wg_c)
             col_state = self.sums.ovl_after_wgmmas_issued(col, col_state)
             warpgroup.wait_group(1)  # groups retire in order: S(n) is ready
@@ -86,9 +89,9 @@ class ConsumerMainloops:
             rP.store(acc_S.load().to(rP.element_type))
             col_state = self.sums.ovl_retire_sums(col, col_state)
             self.sums.ovl_probabilities(col, acc_S)
-        if n_blocks > 0:
+        if n_blocks > start:
             self._take_turn(mc.wg_c)
-            self._pv(mc, v_state, False, hidden, n_blocks == 1)
+            self._pv(mc, v_state, False)
             self._pass_turn(mc.wg_c)
             self.sums.ovl_last_pv_issued(col, col_state)
             warpgroup.wait_group(0)
@@ -96,6 +99,40 @@ class ConsumerMainloops:
             self.sums.ovl_last_pv_retired(col, col_state)
             v_state.advance()
         return k_state, v_state
+
+    def _may_skip_first_block(self) -> bool:
+        """Whether a consumer's rows can be hidden from a tile's whole first visited key
+        block (causal, ``skip_hidden``, and a key tile that fits above the lower consumer's
+        64 rows: block_n <= block_m - 64, e.g. 128 x 64 tiles)."""
+        return (self.skip_hidden and self.causal and not self.split_kv
+                and self.block_n <= self.block_m - 64)
+
+    @cute.jit
+    def _skip_hidden_first_block(self, mc, k_state, v_state):
+        """(the visit the overlapped loop starts from, the K and V states): 1 where the causal
+        mask hides the tile's first visited (last) key block from all this consumer's rows,
+        else 0. Skipping it,
+        the consumer still waits for and frees its K and V stages (the states advance) and
+        takes its empty turn, so the pipelines and the turns stay in step with the other
+        consumers. No wgmma sits in a branch (ptxas would serialize them all: C7520)."""
+        # (locals: a method called through ``mc`` inside the run-time ``if`` would make the
+        # DSL carry ``mc`` through it)
+        blocks, k_pipe, v_pipe, wg_c = mc.blocks, mc.k_pipe, mc.v_pipe, mc.wg_c
+        last_row = blocks.m_block * self.block_m + 64 * wg_c + 63
+        first_key = self.key_blocks.block(blocks, 0) * self.block_n
+        hidden = blocks.n_blocks > 0 and first_key > last_row + blocks.s_kv - blocks.s_q
+        start = Int32(0)
+        if hidden:
+            self._take_turn(wg_c)
+            self._pass_turn(wg_c)
+            k_pipe.consumer_wait(k_state)
+            k_pipe.consumer_release(k_state)
+            k_state.advance()
+            v_pipe.consumer_wait(v_state)
+            v_pipe.consumer_release(v_state)
+            v_state.advance()
+            start = Int32(1)
+        return start, k_state, v_state
 
     def _loop_states(self, k_state, v_state):
         """(K, V, column-sum ring) states of a mainloop: K/V fresh, or carried from the last
@@ -109,35 +146,17 @@ class ConsumerMainloops:
             pipeline.PipelineUserType.Producer, self.colsum_stages)
 
     @cute.jit
-    def _first_block_hidden(self, mc):
-        """Whether the causal mask hides this consumer's whole first visited key block: the
-        tile's last block, when it starts past the last key this consumer's 64 rows may see
-        (128 x 64 tiles: the lower consumer's, every tile but a residue one). Its Q K^T and
-        P V are skipped (the stages still waited for and freed, the turns still taken): -inf
-        scores, P = 0. None (compile time) where it cannot happen: non-causal, or key tiles
-        wider than block_m - 64 (the tile's last block holds a key every consumer sees)."""
-        hidden = None
-        # (possible only where a key tile fits above the lower consumer's rows)
-        if cutlass.const_expr(self.skip_hidden and self.causal and not self.split_kv
-                              and self.block_n <= self.block_m - 64):
-            blocks = mc.blocks
-            last_row = blocks.m_block * self.block_m + 64 * mc.wg_c + 63
-            first = self.key_blocks.block(blocks, 0)
-            hidden = first * self.block_n > last_row + blocks.s_kv - blocks.s_q
-        return hidden
-
-    @cute.jit
-    def _qk_retired(self, mc, k_state, hidden=None):
+    def _qk_retired(self, mc, k_state):
         """S = Q K^T issued (in this consumer's turn with ``pingpong``), retired and its K
-        stage freed; ``hidden`` (run time): no wgmma, S = -inf."""
+        stage freed."""
         if cutlass.const_expr(self.pingpong):
             self._take_turn(mc.wg_c)
-            self._qk(mc, k_state, False, hidden)
+            self._qk(mc, k_state, False)
             self._pass_turn(mc.wg_c)
             warpgroup.wait_group(0)
             mc.k_pipe.consumer_release(k_state)
         else:
-            self._qk(mc, k_state, True, hidden)
+            self._qk(mc, k_state, True)
 
     @cute.jit
     def _open_pingpong(self, wg_c):
@@ -164,39 +183,31 @@ class ConsumerMainloops:
                 number_of_threads=256)
 
     @cute.jit
-    def _qk(self, mc, k_state, wait: cutlass.Constexpr, hidden=None):
+    def _qk(self, mc, k_state, wait: cutlass.Constexpr):
         """Issue S = Q K^T for the K stage ``k_state`` (one commit group); with ``wait``, also
-        retire it and free the stage. ``hidden`` (run time, ``_first_block_hidden``): no
-        wgmma (an empty group), S = -inf."""
+        retire it and free the stage."""
         mc.k_pipe.consumer_wait(k_state)
         # the MMA accumulates (set once in ``mma``: a helper cannot rebind the atom's field
         # across the staged loop), so S starts from zeros
-        acc_S, qk_mma, tSrQ, tSrK, q_stage = mc.acc_S, mc.qk_mma, mc.tSrQ, mc.tSrK, mc.q_stage
-        acc_S.fill(0.0)
+        mc.acc_S.fill(0.0)
         warpgroup.fence()
-        if cutlass.const_expr(hidden is None):
-            _wgmmas(qk_mma, acc_S, tSrQ, tSrK, q_stage, k_state.index)
-        elif hidden:
-            acc_S.fill(-Float32.inf)
-        else:
-            _wgmmas(qk_mma, acc_S, tSrQ, tSrK, q_stage, k_state.index)
+        for kb in cutlass.range_constexpr(cute.size(mc.tSrQ, mode=[2])):
+            cute.gemm(mc.qk_mma, mc.acc_S, mc.tSrQ[(None, None, kb, mc.q_stage)],
+                      mc.tSrK[(None, None, kb, k_state.index)], mc.acc_S)
         warpgroup.commit_group()
         if cutlass.const_expr(wait):
             warpgroup.wait_group(0)
             mc.k_pipe.consumer_release(k_state)
 
     @cute.jit
-    def _pv(self, mc, v_state, wait: cutlass.Constexpr, hidden=None, first_block=None):
+    def _pv(self, mc, v_state, wait: cutlass.Constexpr):
         """Issue O += P V for the V stage ``v_state`` (one commit group); with ``wait``, also
-        retire it and free the stage. ``hidden`` and ``first_block`` (run time): this is the
-        first visited block's P V and it is hidden (P = 0): no wgmma."""
+        retire it and free the stage."""
         mc.v_pipe.consumer_wait(v_state)
-        acc_O, pv_mma, tOrP, tOrV = mc.acc_O, mc.pv_mma, mc.tOrP, mc.tOrV
         warpgroup.fence()
-        if cutlass.const_expr(hidden is None):
-            _wgmmas(pv_mma, acc_O, tOrP, tOrV, None, v_state.index)
-        elif not (hidden and first_block):
-            _wgmmas(pv_mma, acc_O, tOrP, tOrV, None, v_state.index)
+        for kb in cutlass.range_constexpr(cute.size(mc.tOrP, mode=[2])):
+            cute.gemm(mc.pv_mma, mc.acc_O, mc.tOrP[(None, None, kb)],
+                      mc.tOrV[(None, None, kb, v_state.index)], mc.acc_O)
         warpgroup.commit_group()
         if cutlass.const_expr(wait):
             warpgroup.wait_group(0)
@@ -208,16 +219,3 @@ class ConsumerMainloops:
         online softmax of S."""
         mask_and_softmax(mc.acc_S, mc.acc_O, mc.row_max, mc.row_sum, mc.scale_log2, mc.thr_qk,
                          self.key_blocks, mc.blocks, n, first, correction, step)
-
-
-@cute.jit
-def _wgmmas(tiled_mma, acc, tA, tB, a_stage, b_stage):
-    """acc += A B over the k-blocks of one stage: ``tA`` indexed (.., kb, ``a_stage``) (Q's
-    smem stage) or, ``a_stage`` None, (.., kb) (P in registers); ``tB`` (.., kb,
-    ``b_stage``)."""
-    for kb in cutlass.range_constexpr(cute.size(tA, mode=[2])):
-        if cutlass.const_expr(a_stage is None):
-            a = tA[(None, None, kb)]
-        else:
-            a = tA[(None, None, kb, a_stage)]
-        cute.gemm(tiled_mma, acc, a, tB[(None, None, kb, b_stage)], acc)
