@@ -41,6 +41,14 @@ if [ "$PART" = skip ]; then  # short causal: a consumer skips its hidden first 6
   short_causal skip "[$SK), $SK, skip_hidden=False)]"
   for f in "$OUT"/skip-c*.log; do echo "--- $f"; grep -v DEBUG "$f" | tail -6; done
 fi
+if [ "$PART" = skip2 ]; then  # which test hung: one step per group, names as they start
+  for grp in hopper_configs persistent short_causal matches_reference; do
+    step "skip2-$grp" 200 python -m pytest -v --tb=short -p no:logging -x \
+      tests/test_attention_gpu.py -k "$grp"
+  done
+  for f in "$OUT"/skip2-*.log; do echo "--- $f"; grep -E "PASSED|FAILED|ERROR|passed|failed" "$f" \
+    | tail -4; tail -c 300 "$f"; done
+fi
 if [ "$PART" = tune ]; then  # Hopper: D = 64 at S = 4k, short causal D = 128
   step d64-s4k 120 $TUNE --shape 8,32,4096,64 --configs "[dict(block_m=192), \
 dict(block_m=192, block_n=96), dict(block_m=192, stages=3), dict(block_m=192, block_n=160), \
