@@ -49,6 +49,18 @@ if [ "$PART" = skip2 ]; then  # which test hung: one step per group, names as th
   for f in "$OUT"/skip2-*.log; do echo "--- $f"; grep -E "PASSED|FAILED|ERROR|passed|failed" "$f" \
     | tail -4; tail -c 300 "$f"; done
 fi
+if [ "$PART" = skip3 ]; then  # the empty turns fixed: the attention tests, racecheck, perf
+  step skip3-tests 420 python -m pytest -q --tb=short -p no:logging -x \
+    tests/test_attention_gpu.py -k "hopper_configs or persistent or short_causal or matches_reference"
+  step skip3-racecheck 150 "${SANITIZE[@]}" --tool racecheck \
+    python perf/attention_probe.py hopper 300 77 2 2 128 1
+  step skip3-memcheck 150 "${SANITIZE[@]}" --tool memcheck \
+    python perf/attention_probe.py hopper 1500 1500 4 2 128 1
+  SK="dict(block_n=64, stages=3, overlap=True, pingpong=True, persistent=True"
+  step skip3-c32-16-1024 120 $TUNE --causal --shape 32,16,1024,128 \
+    --configs "[$SK), $SK, skip_hidden=False)]"
+  grep -v DEBUG "$OUT/skip3-c32-16-1024.log" | tail -6
+fi
 if [ "$PART" = tune ]; then  # Hopper: D = 64 at S = 4k, short causal D = 128
   step d64-s4k 120 $TUNE --shape 8,32,4096,64 --configs "[dict(block_m=192), \
 dict(block_m=192, block_n=96), dict(block_m=192, stages=3), dict(block_m=192, block_n=160), \

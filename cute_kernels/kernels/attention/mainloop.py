@@ -111,10 +111,11 @@ class ConsumerMainloops:
     def _skip_hidden_first_block(self, mc, k_state, v_state):
         """(the visit the overlapped loop starts from, the K and V states): 1 where the causal
         mask hides the tile's first visited (last) key block from all this consumer's rows,
-        else 0. Skipping it,
-        the consumer still waits for and frees its K and V stages (the states advance) and
-        takes its empty turn, so the pipelines and the turns stay in step with the other
-        consumers. No wgmma sits in a branch (ptxas would serialize them all: C7520)."""
+        else 0. Skipping it, the consumer still waits for and frees its K and V stages (the
+        states advance) and takes its turn empty (both its turns where that block is the
+        tile's only one: then its rows see no key), so the pipelines and the turns stay in
+        step with the other consumers. No wgmma sits in a branch (ptxas would serialize them
+        all: C7520)."""
         # (locals: a method called through ``mc`` inside the run-time ``if`` would make the
         # DSL carry ``mc`` through it)
         blocks, k_pipe, v_pipe, wg_c = mc.blocks, mc.k_pipe, mc.v_pipe, mc.wg_c
@@ -125,6 +126,9 @@ class ConsumerMainloops:
         if hidden:
             self._take_turn(wg_c)
             self._pass_turn(wg_c)
+            if blocks.n_blocks == 1:  # no later visit: the last P V's turn is empty too
+                self._take_turn(wg_c)
+                self._pass_turn(wg_c)
             k_pipe.consumer_wait(k_state)
             k_pipe.consumer_release(k_state)
             k_state.advance()
