@@ -61,6 +61,14 @@ if [ "$PART" = skip3 ]; then  # the empty turns fixed: the attention tests, race
     --configs "[$SK), $SK, skip_hidden=False)]"
   grep -v DEBUG "$OUT/skip3-c32-16-1024.log" | tail -6
 fi
+if [ "$PART" = skip4 ]; then  # the rest of the attention tests, dispatch, the op's table
+  step skip4-tests 360 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
+    tests/test_dispatch_gpu.py -k "not (hopper_configs or persistent or short_causal or \
+matches_reference)"
+  step skip4-attention 200 python perf/attention.py --d 128 --s 1024,2048 --no-flex \
+    --out "$OUT"
+  grep -v DEBUG "$OUT/skip4-attention.log" | tail -14
+fi
 if [ "$PART" = tune ]; then  # Hopper: D = 64 at S = 4k, short causal D = 128
   step d64-s4k 120 $TUNE --shape 8,32,4096,64 --configs "[dict(block_m=192), \
 dict(block_m=192, block_n=96), dict(block_m=192, stages=3), dict(block_m=192, block_n=160), \
