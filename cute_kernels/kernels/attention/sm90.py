@@ -80,6 +80,8 @@ class AttentionSm90(PersistentSchedule, ConsumerMainloops):
     and P(n + 1) V(n + 1) in flight together), either with ``pingpong``: the consumers issue
     their wgmmas in turn (Q K^T; with the overlap each (Q K^T, P V) pair), through
     ``NamedBarrier.PINGPONG`` + consumer, so one's softmax runs beside the other's MMAs.
+    Causal with the overlap, a consumer whose rows cannot see the tile's first visited (last)
+    key block starts at the next visit (``skip_hidden``; 128 x 64 tiles: the lower one).
     Column-sum variant (``colsum``, any tile and schedule above; the collaborator
     ``ColumnSumsSm90`` in column_sums.py, called at named points of each schedule): per key
     tile, the column
@@ -197,7 +199,7 @@ class AttentionSm90(PersistentSchedule, ConsumerMainloops):
         self._init_store(persistent, async_store)
         # skip_hidden (causal, several consumers, the overlapped loop): a consumer whose rows
         # the causal mask hides the whole first visited block from issues no wgmma for it
-        # (mainloop.py ``_first_block_hidden``)
+        # (mainloop.py ``_skip_hidden_first_block``)
         self.skip_hidden = skip_hidden
         self.sums = NoColumnSums()
         if colsum:
