@@ -171,6 +171,7 @@ def _bsr_entry() -> KernelEntry:
 MLP_DELTA_VARIANTS = {"up-m-major": ("up", True), "up-row-major": ("up", False),
                       "down": ("down", None), "scatter-m-major": ("scatter", True),
                       "scatter-m-major-vec": ("scatter", True),
+                      "scatter-m-major-rmw": ("scatter", True),
                       "scatter-row-major": ("scatter", False)}
 
 
@@ -194,10 +195,13 @@ def _mlp_delta_entry() -> KernelEntry:
         if op == "down":
             return make_build(op, (dtype, 128, 128, tuple(DOWN_CONFIG.items())))
         # the TMA bulk reduction needs sm_90 (and an M-major cache); "-vec": 16-byte aligned
-        # source rows, loaded as vectors (bulk path only)
+        # source rows, loaded as vectors; "-rmw": vector loads, adds and stores of the cache
+        # instead of bulk reductions (variants of the bulk path only)
         bulk = m_major and path == "hopper"
-        return make_build(op, (dtype, 128, m_major, bulk, bulk and variant.endswith("-vec"),
-                               False))
+        rmw = bulk and variant.endswith("-rmw")
+        return make_build(op, (dtype, 128, m_major, bulk, bulk and variant.endswith(("-vec",
+                                                                                     "-rmw")),
+                               "rmw" if rmw else "bulk"))
 
     return KernelEntry("column_sparse_mlp", "bf16 column-sparse MLP delta: mm1 with gathered W1 "
                        "rows and the cache epilogue, mm2 with gathered W2 columns (WGMMA with a "

@@ -34,7 +34,8 @@ them after sorting), every count the same.
    the op's second kernel) against mm2 on the main SMs of an ``SmPartition`` with the
    act_cache writeback (``scatter_add``, m-major, a padded source) on its side SMs (green
    contexts with 8 and 16 side SMs, fine-grained with 4 and 6, plain streams with 8 and 16),
-   the writeback by bulk copies and by vector ``red.global`` (``SCATTER_RED``); also each side
+   the writeback by bulk copies, by vector ``red.global`` and by 16-byte read-add-writes
+   (``SCATTER_ADDER``: bulk, red, rmw); also each side
    alone in the partition (what losing the SMs costs mm2, and the writeback's GB/s on few
    SMs) and torch.mm (M, L8) x (L8, D) beside the writeback. Bar: the best partitioned run
    <= 1.05x mm2 alone.
@@ -81,6 +82,8 @@ DENSE_BAR, SCATTER_BAR, CONCURRENT_BAR = 5.0, 2.0, 1.05
 PARTITIONS = (("green", 8, False), ("green", 16, False), ("green", 4, True), ("green", 6, True),
               ("streams", 8, False), ("streams", 16, False))
 PARTS = ("mlp", "scatter", "concurrent", "gated")
+#: the writeback's adders in the concurrent part (ops.column_sparse_mlp.SCATTER_ADDER)
+ADDERS = ("bulk", "red", "rmw")
 
 
 def require_gpu() -> None:
@@ -415,7 +418,7 @@ def scatter_part(m: int, rounds: int, gen) -> dict:
 # 3. mm2 and the writeback on partitioned SMs (SmPartition)
 
 
-def concurrent_part(m: int, rounds: int, gen) -> dict:
+def concurrent_part(m: int, rounds: int, gen, adders=ADDERS, partitions=PARTITIONS) -> dict:
     from cute_kernels.partition import SmPartition
 
     mod = ops()
@@ -434,23 +437,24 @@ def concurrent_part(m: int, rounds: int, gen) -> dict:
     def mm2():
         mod._run_down(delta, w2t, indices, counts, out, GROUP)
 
-    def writeback(red: bool = False):
+
+    def writeback(adder: str = "bulk"):
         def run():
-            mod.SCATTER_RED = red  # the vector red.global variant instead of bulk copies
+            mod.SCATTER_ADDER = adder  # how the transposed tiles are added into the cache
             try:
                 mod.scatter_add(src, dest, indices, counts, group=GROUP)
             finally:
-                mod.SCATTER_RED = False
+                mod.SCATTER_ADDER = None
         return run
 
     def gemm():
         torch.mm(a, b, out=c)
 
     fns = {"mm2 alone": lambda _: mm2(), "torch.mm alone": lambda _: gemm(),
-           "writeback alone (all SMs)": lambda _: writeback()(),
-           "writeback alone (all SMs), red": lambda _: writeback(True)()}
+           **{f"writeback alone (all SMs), {w}": (lambda f: lambda _: f())(writeback(w))
+              for w in adders}}
     parts, info = {}, {}
-    for mode, n, fine in PARTITIONS:
+    for mode, n, fine in partitions:
         try:
             part = SmPartition(n, mode=mode, fine_grained=fine)
         except RuntimeError as err:
@@ -463,10 +467,10 @@ def concurrent_part(m: int, rounds: int, gen) -> dict:
         parts[tag] = part
         info[tag] = repr(part)
         fns[f"mm2 on the main SMs, {tag}"] = lambda _, p=part: p.run(mm2, lambda: None)
-        for red in (False, True):
-            kind, wb = (", red" if red else ""), writeback(red)
-            fns[f"mm2 + writeback{kind}, {tag}"] = lambda _, p=part, w=wb: p.run(mm2, w)
-            fns[f"writeback{kind} on the side SMs, {tag}"] = \
+        for name in adders:
+            wb = writeback(name)
+            fns[f"mm2 + writeback, {name}, {tag}"] = lambda _, p=part, w=wb: p.run(mm2, w)
+            fns[f"writeback, {name} on the side SMs, {tag}"] = \
                 lambda _, p=part, w=wb: p.run(lambda: None, w)
         if mode == "green" and n == 16:
             fns[f"torch.mm + writeback, {tag}"] = lambda _, p=part: p.run(gemm, writeback())
@@ -501,6 +505,11 @@ def main(argv=None) -> None:
     ap.add_argument("--quick", action="store_true", help=f"M = {QUICK_M}, p = 0.93 only")
     ap.add_argument("--m", type=int, default=None, help=f"tokens M (default {M})")
     ap.add_argument("--parts", default=",".join(PARTS))
+    ap.add_argument("--adders", default=",".join(ADDERS),
+                    help="the concurrent part's writeback adders (default: all)")
+    ap.add_argument("--partitions", default=None,
+                    help="the concurrent part's SmPartitions as mode:side_sms[:fine], "
+                         "comma-separated (default: all of PARTITIONS)")
     ap.add_argument("--rounds", type=int, default=None)
     ap.add_argument("--path", choices=["hopper", "ampere"], default=None)
     ap.add_argument("--out", default="perf/results")
@@ -509,6 +518,12 @@ def main(argv=None) -> None:
     unknown = set(parts) - set(PARTS)
     if unknown:
         ap.error(f"unknown --parts {sorted(unknown)}: pick from {', '.join(PARTS)}")
+    adders = tuple(args.adders.split(","))
+    if set(adders) - set(ADDERS):
+        ap.error(f"--adders: pick from {', '.join(ADDERS)}")
+    partitions = PARTITIONS if args.partitions is None else tuple(
+        (f[0], int(f[1]), len(f) > 2 and f[2] == "fine")
+        for f in (p.split(":") for p in args.partitions.split(",")))
     require_gpu()
     ops()
     from cute_kernels import force_path
@@ -531,7 +546,7 @@ def main(argv=None) -> None:
             payload["scatter"] = scatter_part(m, rounds, gen)
             torch.cuda.empty_cache()
         if "concurrent" in parts:
-            payload["concurrent"] = concurrent_part(m, rounds, gen)
+            payload["concurrent"] = concurrent_part(m, rounds, gen, adders, partitions)
             torch.cuda.empty_cache()
         if "gated" in parts:
             payload["gated"] = gated_part(m, rounds, gen)

@@ -8,6 +8,10 @@
 p 0.93, random sorted lists, M-major cache) for a profiler (skip the first call's two
 kernels).
 
+``--writeback``: instead, ``scatter_add`` at that shape (M-major cache, padded source) with each
+adder (bulk, red, rmw), first on the whole GPU, then on the 8 side SMs of a green-context
+``SmPartition`` (what ncu should look at: ``--kernel-name regex:ScatterAdd``).
+
 ``column_sparse_mlp`` with both act_cache layouts (a partial last group, odd counts, a group
 with count 0, K / D off the tiles) and ``scatter_add`` with both dest layouts (M-major with
 M a multiple of 8 takes the TMA bulk reduction on Hopper), once each, then a sync."""
@@ -19,6 +23,8 @@ import sys
 import torch
 
 import cute_kernels as ck
+from cute_kernels.kernels.scatter_add import ADDERS
+from cute_kernels.ops import column_sparse_mlp as OPS
 
 
 def lists(groups: int, width: int, f: int, gen):
@@ -84,12 +90,35 @@ def main(path: str) -> None:
             ck.scatter_add(src, dest, gi, gc, group=group)
             ck.scatter_add(src, dest, gi, gc, group=group, num_sms=2)
             padded = torch.randn(rows, -(-width // 8) * 8 + 8, device="cuda", generator=gen)
-            ck.scatter_add(padded.bfloat16()[:, :width], dest, gi, gc, group=group, num_sms=2)
+            for adder in ADDERS:  # the M-major dest takes each adder of the bulk path
+                OPS.SCATTER_ADDER = adder
+                ck.scatter_add(padded.bfloat16()[:, :width], dest, gi, gc, group=group,
+                               num_sms=2)
+            OPS.SCATTER_ADDER = None
     torch.cuda.synchronize()
     print("probe ok", path)
 
 
+def writeback(path: str) -> None:
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    m, f, group, count = 118_784, 12_288, 128, 861
+    groups = -(-m // group)
+    idx = torch.rand(groups, f, device="cuda", generator=gen).argsort(-1)[:, :count]
+    idx = idx.sort(-1).values.to(torch.int32).contiguous()
+    counts = torch.full((groups,), count, dtype=torch.int32, device="cuda")
+    src = torch.randn(m, -(-count // 8) * 8, device="cuda", generator=gen).bfloat16()[:, :count]
+    dest = torch.randn(f, m, device="cuda", generator=gen).bfloat16().t()
+    part = ck.SmPartition(8, mode="green")
+    with ck.force_path(path):
+        for adder in ADDERS:
+            OPS.SCATTER_ADDER = adder
+            ck.scatter_add(src, dest, idx, counts, group=group)
+            part.run(lambda: None, lambda: ck.scatter_add(src, dest, idx, counts, group=group))
+    OPS.SCATTER_ADDER = None
+    torch.cuda.synchronize()
+    print("writeback ok", path, part)
+
+
 if __name__ == "__main__":
-    (hunyuan if "--hunyuan" in sys.argv else main)(sys.argv[1] if len(sys.argv) > 1
-                                                   and not sys.argv[1].startswith("--")
-                                                   else "hopper")
+    mode = hunyuan if "--hunyuan" in sys.argv else writeback if "--writeback" in sys.argv else main
+    mode(sys.argv[1] if len(sys.argv) > 1 and not sys.argv[1].startswith("--") else "hopper")

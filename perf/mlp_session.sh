@@ -11,6 +11,8 @@
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh measure
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh partition
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh partition-perf
+#   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh adders
+#   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh scatter-final
 # Prints a summary last.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-mlp}
@@ -71,5 +73,26 @@ fi
 if [ "$PART" = partition-perf ]; then
   step perf-partition 480 python perf/column_sparse_mlp.py --parts scatter,concurrent,gated \
     --rounds 5 --out "$OUT"
+fi
+if [ "$PART" = adders ]; then  # the writeback's three adders: tests, partitioned speed, ncu
+  step probe-hopper 60 python perf/mlp_delta_probe.py hopper
+  step scatter-tests 200 python -m pytest -q --tb=short -p no:logging \
+    tests/test_column_sparse_mlp_gpu.py -k scatter
+  step ncu-writeback 150 ncu --kernel-name regex:ScatterAdd --section SpeedOfLight \
+    --section Occupancy --section WarpStateStats --section LaunchStats \
+    --metrics "lts__t_requests_op_red.sum,lts__t_sectors_op_red.sum,l1tex__t_requests_pipe_lsu_mem_global_op_red.sum,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_membar_per_issue_active.ratio" \
+    python perf/mlp_delta_probe.py hopper --writeback
+  grep -E "ScatterAdd|Duration|Grid Size|Registers|Achieved Occupancy|Theoretical Occ|Memory Through|DRAM Through|lts__|l1tex__|stalled|Block Limit" \
+    "$OUT/ncu-writeback.log" | head -120
+  step perf-concurrent 330 python perf/column_sparse_mlp.py --parts concurrent --rounds 5 \
+    --out "$OUT"
+fi
+if [ "$PART" = scatter-final ]; then  # the default adder: tests, sanitizers, speed
+  step scatter-tests 300 python -m pytest -q --tb=short -p no:logging \
+    tests/test_column_sparse_mlp_gpu.py tests/test_partition_gpu.py -k "scatter or partition"
+  step memcheck-hopper 90 "${SANITIZE[@]}" --tool memcheck python perf/mlp_delta_probe.py hopper
+  step racecheck-hopper 90 "${SANITIZE[@]}" --tool racecheck python perf/mlp_delta_probe.py hopper
+  step perf-scatter 150 python perf/column_sparse_mlp.py --parts scatter --rounds 7 --out "$OUT"
+  grep -v DEBUG "$OUT/perf-scatter.log" | tail -14
 fi
 echo; printf '%s\n' "${summary[@]}"

@@ -411,15 +411,16 @@ VEC_SCATTER_CASES = [  # (M, F, L, source row stride, group, num_sms, dtype): 16
 ]
 
 
-@pytest.mark.parametrize("red", [False, True], ids=["bulk", "red"])
+@pytest.mark.parametrize("adder", ["bulk", "red", "rmw"])
 @pytest.mark.parametrize("m, f, width, stride, group, num_sms, dtype", VEC_SCATTER_CASES,
                          ids=lambda v: str(v).replace("torch.", ""))
-def test_scatter_add_vector_source(m, f, width, stride, group, num_sms, dtype, red, path,
+def test_scatter_add_vector_source(m, f, width, stride, group, num_sms, dtype, adder, path,
                                    monkeypatch):
     """The bulk path's 16-byte source loads (source rows 16-byte aligned, as a packed buffer
-    padded to 8 columns is) with an M-major dest, adding by bulk copies or by vector
-    ``red.global`` (``SCATTER_RED``): the same contract as ``test_scatter_add``."""
-    monkeypatch.setattr(OPS, "SCATTER_RED", red)
+    padded to 8 columns is) with an M-major dest, adding by bulk copies, vector ``red.global``
+    or 16-byte read-add-writes (``SCATTER_ADDER``): the same contract as
+    ``test_scatter_add``."""
+    monkeypatch.setattr(OPS, "SCATTER_ADDER", adder)
     check_scatter_add(m, f, width, group, "m", num_sms, dtype, "mixed", src_stride=stride)
 
 

@@ -52,6 +52,8 @@ EXPECTED = {
     ("column_sparse_mlp", "scatter-m-major-vec"): {"sm_80": set(),
                                                    "sm_90a": {"cp.reduce.async.bulk",
                                                               "ld.global.v4"}},
+    ("column_sparse_mlp", "scatter-m-major-rmw"): {"sm_80": set(),
+                                                   "sm_90a": {"ld.global.v4", "st.global.v4"}},
     ("column_sparse_mlp", "scatter-row-major"): {"sm_80": set(), "sm_90a": set()},
     # SIMT: 16-byte loads of the scores, shared-memory histograms
     **{("topk_indices", v): {"sm_80": {"ld.global.v4"}, "sm_90a": {"ld.global.v4"}}

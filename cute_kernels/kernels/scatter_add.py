@@ -13,10 +13,11 @@ writeback on a few SMs next to a GEMM). Per tile the chunk's feature ids go to s
   buffered: a tile's loads and transpose run while the bulk reductions of the tile before
   still read the other buffer, so a CTA keeps two tiles in flight (what a few SMs of an
   ``SmPartition`` need). With ``vec`` (source rows 16-byte aligned) a thread loads a row's
-  64 positions as 16-byte vectors (32 data registers instead of 64 scalars' worth). With
-  ``red`` the threads add the transposed tile by ``red.global.add.noftz.v4`` instead of bulk
-  copies (``ops.column_sparse_mlp.SCATTER_RED``, off: within 3% of the bulk reduction on an
-  H200, on 8 SMs and on all);
+  64 positions as 16-byte vectors (32 data registers instead of 64 scalars' worth). Two
+  other adders of the transposed tile (``ops.column_sparse_mlp.SCATTER_ADDER``): ``"red"``,
+  the threads' ``red.global.add.noftz.v4`` (within 3% of the bulk reduction on an H200, on
+  8 SMs and on all), and ``"rmw"``, 16-byte loads of ``dest``, an fp32 add and 16-byte
+  stores (no atomics: race-free as the element path is);
 * **elements** (Ampere, row-major ``dest``, unaligned columns): each thread reads its
   elements' source and destination values (``CACHE_BATCH`` loads in flight first), adds in
   fp32 and stores; lanes run along ``dest``'s contiguous dimension. Race-free because a
@@ -47,13 +48,17 @@ COL_PAD = 8
 VEC = 8
 #: transposed-tile buffers of the bulk path (``bulk_tiles``)
 BULK_BUFFERS = 2
+#: how the bulk path adds its transposed tile into ``dest``: TMA bulk reductions, the threads'
+#: vector ``red.global``, or the threads' 16-byte read-add-writes
+ADDERS = ("bulk", "red", "rmw")
+RMW_BATCH = 2
 
 
 class ScatterAdd:
     """``mDest[g rows, feat] += mSrc[g rows, j]`` (module docstring).
 
-    Warps: 4, all loading and adding (elements) or transposing and issuing bulk reductions
-    (bulk: one thread per listed column). Schedule: persistent, tile ``t`` = (group ``t //
+    Warps: 4, all loading and adding (elements) or transposing, then adding 16-byte pieces
+    (red, rmw) or issuing bulk reductions (bulk: one thread per listed column). Schedule: persistent, tile ``t`` = (group ``t //
     chunks``, chunk ``t % chunks``), CTAs striding by the grid. Shared memory: 64 feature ids
     + (bulk) two transposed (group, 64) tiles, 2 x 64 x (group + 8) x 2 bytes (34 KiB at
     group 128).
@@ -65,14 +70,17 @@ class ScatterAdd:
     threads = 128
 
     def __init__(self, group: int, m_major: bool, bulk: bool, vec: bool = False,
-                 red: bool = False):
+                 adder: str = "bulk"):
         if bulk and not m_major:
             raise ValueError("the bulk reduction needs an M-major dest (a listed column's rows "
                              "contiguous)")
-        if (vec or red) and not bulk:
-            raise ValueError("vec (16-byte source loads) and red (vector red.global instead "
-                             "of bulk copies) are variants of the bulk path")
-        self.group, self.m_major, self.bulk, self.vec, self.red = group, m_major, bulk, vec, red
+        if adder not in ADDERS:
+            raise ValueError(f"adder must be one of {ADDERS}, got {adder!r}")
+        if (vec or adder != "bulk") and not bulk:
+            raise ValueError("vec (16-byte source loads) and the red / rmw adders are variants "
+                             "of the bulk path")
+        self.group, self.m_major, self.bulk, self.vec = group, m_major, bulk, vec
+        self.adder = adder
 
     @cute.jit
     def __call__(self, mSrc: cute.Tensor, mDest: cute.Tensor, mIdx: cute.Tensor,
@@ -186,20 +194,22 @@ class ScatterAdd:
                     pos = cutlass.min(j0 + tidx, count - 1)
                     feat = cutlass.min(cutlass.max(mIdx[g, pos], 0), mDest.shape[1] - 1)
                 self.load_tile(mSrc, frag, row0, rows_valid, j0, cols_valid, tidx)
-                if cutlass.const_expr(self.red):
+                if cutlass.const_expr(self.adder != "bulk"):
                     if tidx < TILE_COLS:
                         sFeat[tidx, buf] = feat
                 elif tidx < TILE_COLS:
                     cute.arch.cp_async_bulk_wait_group(BULK_BUFFERS - 1, read=True)
                 cute.arch.sync_threads()  # buffer ``buf`` is free for every thread
                 self.store_tile(sT, frag, buf, tidx)
-                if cutlass.const_expr(not self.red):
+                if cutlass.const_expr(self.adder == "bulk"):
                     # the bulk copies read sT through the async proxy
                     cute.arch.fence_proxy("async.shared", space="cta")
                 cute.arch.sync_threads()
-                if cutlass.const_expr(self.red):
+                if cutlass.const_expr(self.adder == "red"):
                     self.red_tile(mDest, sT, sFeat, buf, row0, rows_valid, cols_valid, tidx,
                                   suffix)
+                elif cutlass.const_expr(self.adder == "rmw"):
+                    self.rmw_tile(mDest, sT, sFeat, buf, row0, rows_valid, cols_valid, tidx)
                 elif tidx < TILE_COLS:
                     if tidx < cols_valid:
                         dst = mDest.iterator + cute.crd2idx((row0, feat), mDest.layout)
@@ -207,7 +217,7 @@ class ScatterAdd:
                         bulk_reduce_add_s2g(dst.toint(), src.toint(), rows_valid * 2, suffix)
                     cute.arch.cp_async_bulk_commit_group()
                 buf = (buf + 1) % BULK_BUFFERS
-        if cutlass.const_expr(not self.red):
+        if cutlass.const_expr(self.adder == "bulk"):
             if tidx < TILE_COLS:  # smem must outlive the last reductions' reads
                 cute.arch.cp_async_bulk_wait_group(0, read=True)
 
@@ -219,8 +229,7 @@ class ScatterAdd:
         only M % 8 == 0 here)."""
         pieces = self.group // VEC
         for e in cutlass.range_constexpr(pieces * TILE_COLS // self.threads):
-            u = e * self.threads + tidx
-            col, r = u // pieces, u % pieces * VEC
+            col, r = self._piece(e, tidx)
             if col < cols_valid and r < rows_valid:
                 src = sT.iterator + cute.crd2idx((r, col, buf), sT.layout)
                 words = cute.make_rmem_tensor((4,), Int32)
@@ -229,6 +238,47 @@ class ScatterAdd:
                     cute.make_layout(4)), words)
                 dst = mDest.iterator + cute.crd2idx((row0 + r, sFeat[col, buf]), mDest.layout)
                 red_add_v4_16x2(dst.toint(), [words[i] for i in range(4)], suffix)
+
+    @cute.jit
+    def rmw_tile(self, mDest, sT, sFeat, buf, row0, rows_valid, cols_valid, tidx):
+        """``rmw``: ``red_tile``'s 16-byte pieces added by plain loads and stores: every
+        thread's ``dest`` loads are in flight before its first add (fp32), then its stores.
+        Race-free: a group's listed columns are distinct and groups own disjoint rows."""
+        pieces = self.group // VEC
+        per_thread = pieces * TILE_COLS // self.threads
+        dtype = mDest.element_type
+        rOld = cute.make_rmem_tensor((VEC, per_thread), dtype)
+        with python_unrolled():
+            for e in cutlass.range_constexpr(per_thread):
+                col, r = self._piece(e, tidx)
+                if col < cols_valid and r < rows_valid:
+                    cute.autovec_copy(self._dest_piece(mDest, sFeat, buf, row0, r, col),
+                                      rOld[None, e])
+            for e in cutlass.range_constexpr(per_thread):
+                col, r = self._piece(e, tidx)
+                if col < cols_valid and r < rows_valid:
+                    src = sT.iterator + cute.crd2idx((r, col, buf), sT.layout)
+                    sPiece = cute.make_tensor(cute.make_ptr(
+                        dtype, src.toint(), cute.AddressSpace.smem, assumed_align=16),
+                        cute.make_layout(VEC))
+                    total = rOld[None, e].load().to(Float32) + sPiece.load().to(Float32)
+                    self._dest_piece(mDest, sFeat, buf, row0, r, col).store(total.to(dtype))
+
+    def _piece(self, e, tidx):
+        """(column, first row) of a thread's ``e``-th 16-byte piece of the transposed tile:
+        lanes along a column's rows (one warp covers two 128-row columns, 512 bytes)."""
+        pieces = self.group // VEC
+        u = e * self.threads + tidx
+        return u // pieces, u % pieces * VEC
+
+    @staticmethod
+    def _dest_piece(mDest, sFeat, buf, row0, r, col):
+        """The 16 bytes of M-major ``dest`` at rows ``row0 + r`` .. ``+ VEC`` of the feature
+        listed at column ``col`` (aligned: the op sends M % 8 == 0 and 16-byte columns)."""
+        dst = mDest.iterator + cute.crd2idx((row0 + r, sFeat[col, buf]), mDest.layout)
+        return cute.make_tensor(cute.make_ptr(mDest.element_type, dst.toint(),
+                                              cute.AddressSpace.gmem, assumed_align=16),
+                                cute.make_layout(VEC))
 
     @cute.jit
     def load_tile(self, mSrc, frag, row0, rows_valid, j0, cols_valid, tidx):

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from ..runtime.arch import confining_grid, device_target, sm_count
+from ..runtime.arch import confining_grid, device_sm_count, device_target, sm_count
 from ..runtime.bridge import kernel_for
 from ..runtime.validate import check_cuda, check_int, check_tensor, value_checks
 from .activations import ACTIVATION_FNS, GATED_ACTIVATIONS, GATED_TO_ACT, check_activation
@@ -60,9 +60,14 @@ TILE_N, TILE_K = 128, 64
 #: 64-wide tiles 2.35-2.38 (128-wide 2.65-2.71, 8 warps 2.72-3.78)
 UP_CONFIG = {"tile_k": 32, "stages": 4, "cache_batch": 64, "warps": (2, 2)}
 DOWN_CONFIG = {"tile_n": 64, "tile_k": TILE_K, "stages": 3, "warps": (2, 2)}
-#: Whether scatter_add's bulk path adds with vector ``red.global.add.v4`` from the threads
-#: instead of ``cp.reduce.async.bulk`` (an experiment: perf/column_sparse_mlp.py times both)
-SCATTER_RED = False
+#: How scatter_add's bulk path adds its transposed tiles into an M-major cache: "bulk"
+#: (``cp.reduce.async.bulk``), "red" (the threads' vector ``red.global.add.v4``), "rmw" (16-byte
+#: loads, add, stores) or None (default): rmw with the whole GPU and a 16-byte aligned source,
+#: else bulk (perf/column_sparse_mlp.py on an H100: rmw 0.244 ms against bulk's 0.282 on all
+#: SMs; on 8 side SMs of an SmPartition bulk moves 355 GB/s against rmw's 291, whose 134
+#: registers allow 3 CTAs per SM; with scalar source loads rmw needs 255)
+SCATTER_ADDER = None
+
 #: groups are the kernels' grid z
 MAX_GROUPS = 65535
 
@@ -458,7 +463,9 @@ def _run_scatter(src_packed, dest, indices, counts, group, num_sms) -> None:
     tiles = indices.shape[0] * -(-indices.shape[1] // 64)
     if num_sms is None:  # one CTA per tile, unless an SmPartition region without green
         num_sms = confining_grid(dest.device)  # contexts must keep it on its SMs
-    key = (dest.dtype, group, m_major, bulk, vec, bulk and SCATTER_RED)
+    adder = "bulk" if not bulk else SCATTER_ADDER or (
+        "rmw" if vec and sm_count(dest.device) == device_sm_count(dest.device) else "bulk")
+    key = (dest.dtype, group, m_major, bulk, vec, adder)
     _launch("scatter", dest.device, key, mSrc=src_packed,
             mDest=dest, mIdx=indices, mCounts=counts,
             num_ctas=min(tiles, num_sms) if num_sms is not None else tiles)
@@ -530,8 +537,8 @@ def make_build(op: str, key: tuple):
                      mIdx=fake_compact(INDEX_DTYPE, 2), mCounts=fake_compact(INDEX_DTYPE, 1),
                      mOut=rows16(), num_ctas=cutlass.Int32(1))
     elif op == "scatter":
-        _, group, m_major, bulk, vec, red = key
-        kernel = scatter_add_kernel.ScatterAdd(group, m_major, bulk, vec, red)
+        _, group, m_major, bulk, vec, adder = key
+        kernel = scatter_add_kernel.ScatterAdd(group, m_major, bulk, vec, adder)
         dest = make_fake_tensor(dt, (sym(), sym()), (1, sym(8) if bulk else sym()) if m_major
                                 else (sym(), 1), assumed_align=16 if bulk else 2)
         # vec: 16-byte aligned rows of any width (a padded packed buffer's view)
