@@ -61,6 +61,18 @@ matches_reference)"
     --out "$OUT"
   grep -v DEBUG "$OUT/skip4-attention.log" | tail -14
 fi
+if [ "$PART" = d64sc ]; then  # short causal D = 64: the D = 128 turns tiles against 64 x 64
+  D64="[dict(block_m=64, block_n=64, stages=2, overlap=True, ctas_per_sm=2, persistent=True), \
+dict(block_m=64, block_n=64, stages=3, overlap=True, ctas_per_sm=2, persistent=True), \
+dict(block_n=64, stages=3, overlap=True, pingpong=True, persistent=True), \
+dict(block_n=64, stages=4, overlap=True, pingpong=True, persistent=True), \
+dict(block_n=128, stages=2, overlap=True, pingpong=True, persistent=True), \
+dict(block_m=64, block_n=128, stages=2, overlap=True, ctas_per_sm=2, persistent=True)]"
+  for shape in 32,32,1024 16,32,2048 8,32,4096; do
+    step "d64sc-c${shape//,/-}" 150 $TUNE --causal --shape $shape,64 --configs "$D64"
+  done
+  for f in "$OUT"/d64sc-*.log; do echo "--- $f"; grep -v DEBUG "$f" | tail -10; done
+fi
 if [ "$PART" = tune ]; then  # Hopper: D = 64 at S = 4k, short causal D = 128
   step d64-s4k 120 $TUNE --shape 8,32,4096,64 --configs "[dict(block_m=192), \
 dict(block_m=192, block_n=96), dict(block_m=192, stages=3), dict(block_m=192, block_n=160), \

@@ -58,8 +58,9 @@ class ScatterAdd:
     """``mDest[g rows, feat] += mSrc[g rows, j]`` (module docstring).
 
     Warps: 4, all loading and adding (elements) or transposing, then adding 16-byte pieces
-    (red, rmw) or issuing bulk reductions (bulk: one thread per listed column). Schedule: persistent, tile ``t`` = (group ``t //
-    chunks``, chunk ``t % chunks``), CTAs striding by the grid. Shared memory: 64 feature ids
+    (red, rmw) or issuing bulk reductions (bulk: one thread per listed column). Schedule:
+    persistent, tile ``t`` = (group ``t // chunks``, chunk ``t % chunks``), CTAs striding by
+    the grid. Shared memory: 64 feature ids
     + (bulk) two transposed (group, 64) tiles, 2 x 64 x (group + 8) x 2 bytes (34 KiB at
     group 128).
 
