@@ -92,7 +92,8 @@ if [ "$PART" = scatter-final ]; then  # the default adder: tests, sanitizers, sp
     tests/test_column_sparse_mlp_gpu.py tests/test_partition_gpu.py -k "scatter or partition"
   step memcheck-hopper 90 "${SANITIZE[@]}" --tool memcheck python perf/mlp_delta_probe.py hopper
   step racecheck-hopper 90 "${SANITIZE[@]}" --tool racecheck python perf/mlp_delta_probe.py hopper
-  step perf-scatter 150 python perf/column_sparse_mlp.py --parts scatter --rounds 7 --out "$OUT"
-  grep -v DEBUG "$OUT/perf-scatter.log" | tail -14
+  step perf-scatter 300 python perf/column_sparse_mlp.py --parts scatter,concurrent --rounds 7 \
+    --adders bulk,rmw --partitions green:8,green:16 --out "$OUT"
+  grep -v DEBUG "$OUT/perf-scatter.log" | grep -v "^bars\|^wrote" | tail -32
 fi
 echo; printf '%s\n' "${summary[@]}"

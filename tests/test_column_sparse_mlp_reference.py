@@ -6,9 +6,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from cute_kernels.ops import column_sparse_mlp as OPS
 from cute_kernels.ops.column_sparse_mlp import (
     column_sparse_mlp_reference,
     scatter_add_reference,
+    scatter_adder,
     validate_column_sparse_mlp,
 )
 
@@ -85,6 +87,19 @@ def test_scatter_add_reference_matches_index_add():
         c = int(counts[gi])
         want[rows].index_add_(1, idx[gi, :c].long(), src[rows, :c])
     torch.testing.assert_close(got, want)
+
+
+def test_scatter_adder_routes(monkeypatch):
+    """rmw only on the whole GPU from a 16-byte source (with scalar loads it needs 255
+    registers; on a few SMs bulk keeps more bytes in flight), bulk elsewhere on the bulk path,
+    and an explicit ``SCATTER_ADDER`` wins where the bulk path runs."""
+    assert scatter_adder(bulk=True, vec=True, whole_gpu=True) == "rmw"
+    assert scatter_adder(bulk=True, vec=False, whole_gpu=True) == "bulk"
+    assert scatter_adder(bulk=True, vec=True, whole_gpu=False) == "bulk"
+    assert scatter_adder(bulk=False, vec=False, whole_gpu=True) == "bulk"
+    monkeypatch.setattr(OPS, "SCATTER_ADDER", "red")
+    assert scatter_adder(bulk=True, vec=True, whole_gpu=True) == "red"
+    assert scatter_adder(bulk=False, vec=False, whole_gpu=True) == "bulk"
 
 
 def test_validation_names_the_argument():

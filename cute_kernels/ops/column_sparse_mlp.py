@@ -62,10 +62,10 @@ UP_CONFIG = {"tile_k": 32, "stages": 4, "cache_batch": 64, "warps": (2, 2)}
 DOWN_CONFIG = {"tile_n": 64, "tile_k": TILE_K, "stages": 3, "warps": (2, 2)}
 #: How scatter_add's bulk path adds its transposed tiles into an M-major cache: "bulk"
 #: (``cp.reduce.async.bulk``), "red" (the threads' vector ``red.global.add.v4``), "rmw" (16-byte
-#: loads, add, stores) or None (default): rmw with the whole GPU and a 16-byte aligned source,
-#: else bulk (perf/column_sparse_mlp.py on an H100: rmw 0.244 ms against bulk's 0.282 on all
-#: SMs; on 8 side SMs of an SmPartition bulk moves 355 GB/s against rmw's 291, whose 134
-#: registers allow 3 CTAs per SM; with scalar source loads rmw needs 255)
+#: loads, add, stores) or None (default, ``scatter_adder``): rmw with the whole GPU and a
+#: 16-byte aligned source, else bulk (perf/column_sparse_mlp.py on an H100: rmw 0.244 ms
+#: against bulk's 0.282 on all SMs; on 8 side SMs of an SmPartition bulk moves 355 GB/s against
+#: rmw's 291, whose 134 registers allow 3 CTAs per SM; with scalar source loads rmw needs 255)
 SCATTER_ADDER = None
 
 #: groups are the kernels' grid z
@@ -447,6 +447,16 @@ def _check_scatter(src_packed, dest, indices, counts, group, num_sms, *,
     _cache_m_major("dest", dest)
 
 
+def scatter_adder(bulk: bool, vec: bool, whole_gpu: bool) -> str:
+    """How a ``scatter_add`` launch adds its tiles (``SCATTER_ADDER``, or by default: rmw where
+    the bulk path runs one CTA per tile over the whole GPU from a 16-byte aligned source, else
+    bulk, which keeps more bytes in flight per SM on a few SMs). Off the bulk path: "bulk",
+    which the element path ignores."""
+    if not bulk:
+        return "bulk"
+    return SCATTER_ADDER or ("rmw" if vec and whole_gpu else "bulk")
+
+
 def _run_scatter(src_packed, dest, indices, counts, group, num_sms) -> None:
     """The launch of a checked call."""
     m, f = dest.shape
@@ -461,11 +471,10 @@ def _run_scatter(src_packed, dest, indices, counts, group, num_sms) -> None:
     # 16-byte source loads where its rows allow (a packed buffer padded to 8 columns does)
     vec = bulk and src_packed.stride(0) % 8 == 0 and src_packed.data_ptr() % 16 == 0
     tiles = indices.shape[0] * -(-indices.shape[1] // 64)
+    whole_gpu = num_sms is None and sm_count(dest.device) == device_sm_count(dest.device)
     if num_sms is None:  # one CTA per tile, unless an SmPartition region without green
         num_sms = confining_grid(dest.device)  # contexts must keep it on its SMs
-    adder = "bulk" if not bulk else SCATTER_ADDER or (
-        "rmw" if vec and sm_count(dest.device) == device_sm_count(dest.device) else "bulk")
-    key = (dest.dtype, group, m_major, bulk, vec, adder)
+    key = (dest.dtype, group, m_major, bulk, vec, scatter_adder(bulk, vec, whole_gpu))
     _launch("scatter", dest.device, key, mSrc=src_packed,
             mDest=dest, mIdx=indices, mCounts=counts,
             num_ctas=min(tiles, num_sms) if num_sms is not None else tiles)
