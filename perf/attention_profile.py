@@ -4,7 +4,9 @@
 
 The config is AttentionSm90's keyword arguments plus ``causal=True`` (the causal kernel);
 colsum=True runs the column-sum variant with prev_lse = the plain kernel's lse. The config
-``dict(sdpa="cudnn")`` (or "flash") profiles that SDPA backend instead, for a side-by-side.
+``dict(sdpa="cudnn")`` (or "flash") profiles that SDPA backend instead, for a side-by-side;
+``dict(op=True, causal=True)`` profiles ``cute_kernels.attention`` itself (the op's default
+route, persistent schedules and their tile order included).
 """
 
 from __future__ import annotations
@@ -37,6 +39,18 @@ def main() -> None:
             torch.cuda.nvtx.range_push("profile")
             torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
             torch.cuda.nvtx.range_pop()
+        torch.cuda.synchronize()
+        print("ok")
+        return
+    if cfg.pop("op", False):
+        import cute_kernels as ck
+
+        for _ in range(2):
+            ck.attention(q, k, v, causal=causal)
+        torch.cuda.synchronize()
+        torch.cuda.nvtx.range_push("profile")
+        ck.attention(q, k, v, causal=causal)
+        torch.cuda.nvtx.range_pop()
         torch.cuda.synchronize()
         print("ok")
         return

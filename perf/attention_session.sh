@@ -184,6 +184,38 @@ if [ "$PART" = prof ]; then  # short sequences: where the per-tile time goes (nc
     "dict(sdpa='cudnn')"
   for f in "$OUT"/prof-*.log; do echo "--- $f"; grep -E "^\s+(Duration|Compute \(SM\)|Memory Throughput|L2 Cache Throughput|DRAM Throughput|Executed Ipc Active|Issue Slots Busy|SM Busy|Registers Per|Shared Memory Config|Dynamic Shared|Threads|Grid Size|Block Size|Achieved Occupancy|Waves Per SM|Warp Cycles Per Issued|Avg. Active Threads)" "$f" | head -24; grep -E "^\s+  *[A-Z].*kernel|void|cudnn|Kernel" "$f" | head -3; done
 fi
+if [ "$PART" = prof-sc ]; then  # short causal D = 128 through the op: stalls per SASS line
+  NCU=(ncu --nvtx --nvtx-include "profile/" --section SpeedOfLight --section WarpStateStats \
+       --section SchedulerStats --metrics \
+       sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed,smsp__inst_executed.sum)
+  step profsc-ours 150 "${NCU[@]}" python perf/attention_profile.py 32,16,1024,128 \
+    "dict(op=True, causal=True)"
+  step profsc-cudnn 150 "${NCU[@]}" python perf/attention_profile.py 32,16,1024,128 \
+    "dict(causal=True, sdpa='cudnn')"
+  step profsc-source 200 bash -c "ncu --nvtx --nvtx-include profile/ --section SourceCounters \
+    --page source --print-source sass --csv python perf/attention_profile.py 32,16,1024,128 \
+    'dict(op=True, causal=True)' > $OUT/src-ours.csv"
+  for f in "$OUT"/profsc-*.log; do echo "--- $f"; grep -E "Duration|hmma|inst_executed|Issue Slots|Warp Cycles Per Issued|Eligible Warps|No Eligible|Active Warps Per|Grid Size|Registers" "$f" | head -14; done
+  ls -la "$OUT"
+fi
+if [ "$PART" = mask-ab ]; then  # the causal mask as selects: .before (old package) vs this tree
+  SC128="[dict(block_n=64, stages=3, overlap=True, pingpong=True, persistent=True)]"
+  P128="[dict(overlap=True, persistent=True, pingpong=True)]"
+  SC64="[dict(block_m=64, block_n=64, stages=2, overlap=True, ctas_per_sm=2, persistent=True)]"
+  P64="[dict(block_m=64, block_n=128, overlap=True, ctas_per_sm=2, persistent=True)]"
+  PYTHONPATH="$PWD/.before${PYTHONPATH:+:$PYTHONPATH}" python -c \
+    "import cute_kernels, sys; print('before tree:', cute_kernels.__file__)"
+  for spec in "32,16,1024,128|$SC128" "16,16,2048,128|$P128" "8,16,4096,128|$P128" \
+              "32,32,1024,64|$SC64" "8,32,4096,64|$P64"; do
+    shape=${spec%%|*}; cfg=${spec#*|}
+    for side in before after; do
+      root=$PWD; [ $side = before ] && root=$PWD/.before
+      PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" CUTE_KERNELS_CACHE_DIR=/tmp/ck-ab-$side \
+        step "ab-$side-${shape//,/-}" 150 $TUNE --causal --shape "$shape" --configs "$cfg"
+    done
+  done
+  for f in "$OUT"/ab-*.log; do echo "--- $f"; grep -v DEBUG "$f" | tail -3; done
+fi
 if [ "$PART" = decode ]; then  # decode's query tile: 128 vs 64 rows
   step decode-tiles-graphs 200 python perf/decode_tiles.py --graphs
   step decode-tiles-eager 150 python perf/decode_tiles.py --s-kv 4096,65536 --batch 1,16

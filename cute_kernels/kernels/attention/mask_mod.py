@@ -27,6 +27,13 @@ def visible(mask: cutlass.Constexpr, batch, head, q, kv, doc_ids) -> Boolean:
         return Boolean(mask.fn(batch, head, q, kv))
 
 
+def hide_score(hidden, score) -> Float32:
+    """-inf where ``hidden``, else ``score``, as a select: a runtime ``if`` that stores into the
+    fragment yields the whole fragment, which LLVM turns into a select chain quadratic in the
+    row's scores (perf/RESULTS.md, "the causal mask's selects")."""
+    return cutlass.select_(hidden, -Float32.inf, score)
+
+
 @cute.jit
 def apply_mask_mod(s_mn: cute.Tensor, c_mn: cute.Tensor, mask: cutlass.Constexpr, batch,
                    head, s_q, s_kv, doc_ids):
@@ -42,10 +49,10 @@ def apply_mask_mod(s_mn: cute.Tensor, c_mn: cute.Tensor, mask: cutlass.Constexpr
         for c in cutlass.range_constexpr(cute.size(s_mn, mode=[1])):
             kv = cutlass.min(Int32(c_mn[r, c][1]), s_kv - 1)
             if cutlass.const_expr(mask.kind == "document"):
-                if doc_ids[batch, kv] != doc_q:
-                    s_mn[r, c] = -Float32.inf
-            elif not visible(mask, batch, head, q, kv, doc_ids):
-                s_mn[r, c] = -Float32.inf
+                hidden = doc_ids[batch, kv] != doc_q
+            else:
+                hidden = not visible(mask, batch, head, q, kv, doc_ids)
+            s_mn[r, c] = hide_score(hidden, s_mn[r, c])
 
 
 @cute.jit
@@ -86,5 +93,4 @@ def apply_packed_mask(s_mn: cute.Tensor, c_mn: cute.Tensor, mask: cutlass.Conste
             else:
                 hidden = hidden or (partial and not visible(mask, batch, head, q_rows[r], kv,
                                                             doc_ids))
-            if hidden:
-                s_mn[r, c] = -Float32.inf
+            s_mn[r, c] = hide_score(hidden, s_mn[r, c])

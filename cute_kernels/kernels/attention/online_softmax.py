@@ -14,7 +14,7 @@ from cutlass import Float32
 
 from ..common.constants import LN2
 from ..common.reductions import lane_allreduce
-from .mask_mod import apply_mask_mod, apply_packed_mask
+from .mask_mod import apply_mask_mod, apply_packed_mask, hide_score
 
 
 def acc_mn_view(acc: cute.Tensor) -> cute.Tensor:
@@ -125,8 +125,7 @@ def apply_mask(acc_S: cute.Tensor, tScS: cute.Tensor, s_q, s_kv, causal: cutlass
         if cutlass.const_expr(causal):
             limit = cutlass.min(s_kv, c_mn[r, 0][0] + 1 + s_kv - s_q)
         for c in cutlass.range_constexpr(cute.size(s_mn, mode=[1])):
-            if c_mn[r, c][1] >= limit:
-                s_mn[r, c] = -Float32.inf
+            s_mn[r, c] = hide_score(c_mn[r, c][1] >= limit, s_mn[r, c])
 
 
 @cute.jit
