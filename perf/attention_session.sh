@@ -216,6 +216,23 @@ if [ "$PART" = mask-ab ]; then  # the causal mask as selects: .before (old packa
   done
   for f in "$OUT"/ab-*.log; do echo "--- $f"; grep -v DEBUG "$f" | tail -3; done
 fi
+if [ "$PART" = retune ]; then  # short causal thresholds after the mask fix, the op's table
+  T128="[dict(block_n=64, stages=3, overlap=True, pingpong=True, persistent=True), \
+dict(block_n=64, stages=4, overlap=True, pingpong=True, persistent=True), \
+dict(overlap=True, persistent=True, pingpong=True)]"
+  T64="[dict(block_m=64, block_n=64, stages=2, overlap=True, ctas_per_sm=2, persistent=True), \
+dict(block_m=64, block_n=128, overlap=True, ctas_per_sm=2, persistent=True), \
+dict(block_n=64, stages=3, overlap=True, pingpong=True, persistent=True), \
+dict(overlap=True, persistent=True, pingpong=True)]"
+  for shape in 32,16,1024 24,16,1536 16,16,2048; do
+    step "rt-${shape//,/-}-128" 150 $TUNE --causal --shape $shape,128 --configs "$T128"
+  done
+  for shape in 32,32,1024 16,32,2048; do
+    step "rt-${shape//,/-}-64" 150 $TUNE --causal --shape $shape,64 --configs "$T64"
+  done
+  step rt-op 240 python perf/attention.py --d 128,64 --s 1024,2048,4096 --no-flex --out "$OUT"
+  for f in "$OUT"/rt-*.log; do echo "--- $f"; grep -v DEBUG "$f" | tail -7; done
+fi
 if [ "$PART" = decode ]; then  # decode's query tile: 128 vs 64 rows
   step decode-tiles-graphs 200 python perf/decode_tiles.py --graphs
   step decode-tiles-eager 150 python perf/decode_tiles.py --s-kv 4096,65536 --batch 1,16

@@ -3,9 +3,9 @@
 
     python perf/sass_spills.py [--target sm_90a] [--context 6] BUILD [BUILD ...]
 
-BUILD names one of these builds: ``dense-persistent[-causal][-d64][-short][-sync]`` (the
-Hopper attention kernel's persistent configuration, ``-short`` the short-causal tiles,
-``-sync`` with the consumers storing O instead of the async store warp),
+BUILD names one of these builds: ``dense-persistent[-causal][-d64][-sync]`` (the Hopper
+attention kernel's persistent configuration, ``-sync`` with the consumers storing O instead of
+the async store warp),
 ``dense[-causal][-d64]``, ``block-sparse[-persistent]``.
 For each it prints the ptxas summary, then each ``STL``/``LDL`` with the instructions around
 it. It also says which side of the kernel's ``USETMAXREG`` (``setmaxnreg``) instructions each
@@ -49,8 +49,7 @@ def build(name: str):
             mLSE=fake_compact(torch.float32, 3), mPrevLSE=None, mColsum=None,
             mIndices=fake_compact(torch.int32, 4), mCounts=fake_compact(torch.int32, 3),
             scale=cutlass.Float32(1.0), out_scale=None, **{**schedule_args(kernel), **lists}))
-    config = dict(hopper_config(d, causal, False, 192, persistent="persistent" in name,
-                                short_causal="-short" in name))
+    config = dict(hopper_config(d, causal, False, 192, persistent="persistent" in name))
     if "-sync" in name:  # the consumers store O themselves
         config["async_store"] = False
     return make_build("hopper", torch.bfloat16, d, causal, config=config)

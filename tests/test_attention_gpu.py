@@ -99,23 +99,21 @@ def test_persistent_ctas_walk_many_tiles(config, causal, s_q, s_kv):
 
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU")
 @pytest.mark.parametrize("b, h, h_kv, s_q, s_kv, dtype", [
-    (4, 16, 4, 1500, 1500, torch.bfloat16),  # 1,536 CTAs of 64 rows: many per SM slot
+    (4, 16, 4, 1500, 1500, torch.bfloat16),  # 768 tiles: several per CTA
     (2, 6, 2, 500, 1499, torch.float16),  # S_q < S_kv
     (3, 4, 4, 2048, 333, torch.bfloat16),  # S_q > S_kv: rows that see no key
     (1, 2, 1, 65, 65, torch.bfloat16),  # one full and one 1-row tile
 ])
 def test_short_causal_route(b, h, h_kv, s_q, s_kv, dtype):
-    """Causal D = 128 with S_kv <= SHORT_CAUSAL_MAX_KEYS[128], unpacked and unsplit
-    (asserted), is ``make_plan``'s short-causal route: 128 x 64 tiles whose consumers take
-    turns, persistent. GQA, fp16, residue tiles, a poisoned output, against the float32
+    """Short causal D = 128, unpacked and unsplit (asserted), takes the persistent route of
+    long causal attention (128 x 128 tiles, the consumers taking turns, walks dealt on the
+    host: ``plan.order``). GQA, fp16, residue tiles, a poisoned output, against the float32
     reference."""
     from cute_kernels.ops.attention import make_plan
-    from cute_kernels.tuning.attention import SHORT_CAUSAL_MAX_KEYS
 
-    assert s_kv <= SHORT_CAUSAL_MAX_KEYS[128]
     q, k, v = qkv(b, h, h_kv, s_q, s_kv, 128, dtype)
     plan = make_plan(q, k, True, 128 ** -0.5, 1)
-    assert plan.pack is None and plan.splits == 1
+    assert plan.pack is None and plan.splits == 1 and plan.order is not None
     poisoned = torch.full_like(q, float("nan"))
     o, lse = ck.attention(q, k, v, causal=True, return_lse=True, out=poisoned)
     assert o is poisoned

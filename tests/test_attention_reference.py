@@ -318,7 +318,7 @@ def test_plans_run_short_keys_persistent(monkeypatch, s_q, s_kv, causal, d, pers
     assert ("persistent" in seen[0]) == persistent
     assert (plan.order is not None) == persistent
     if persistent:
-        two = d == 64  # 64-row tiles, two CTAs per SM (D = 128's short causal: 128 x 64)
+        two = d == 64  # 64-row tiles, two CTAs per SM
         tiles = 2 * 4 * -(-s_q // (64 if two else 128))
         assert plan.ctas == min(tiles, 132 * (2 if two else 1))
         walks = plan.order.tolist()  # CSR: the CTAs' offsets, then the tiles

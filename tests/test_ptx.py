@@ -264,10 +264,10 @@ def test_attention_persistent_ptx(head_dim, causal):
     assert ptx.count("mbarrier.init.shared") == plain.count("mbarrier.init.shared") + 2
 
 
-def test_attention_short_causal_ptx():
-    """Short causal D = 128 (``short_causal``, persistent): 128 x 64 tiles, three K and V
-    stages (two Q: 2 x 2 + 3 x 4 barriers), the consumers taking turns, no spills. The 64 x
-    64 tiles two CTAs per SM (short causal D = 64's and the short gathers' shape) asking
+def test_attention_small_tiles_ptx():
+    """128 x 64 tiles, three K and V stages (two Q: 2 x 2 + 3 x 4 barriers), the consumers
+    taking turns, persistent (the short packed block lists' shape, dense here), no spills.
+    The 64 x 64 tiles two CTAs per SM (the short gathers' shape) asking
     ptxas for two CTAs per SM (``.minnctapersm 2``: 128 registers at launch), the producer
     giving registers to the consumer (setmaxnreg both ways: one consumer warpgroup
     reallocates nothing otherwise), no spills; an invalid request is refused before
@@ -278,8 +278,8 @@ def test_attention_short_causal_ptx():
     from cute_kernels.ops.attention import make_build
     from cute_kernels.runtime.compile import compile_ptx
 
-    short = compile_ptx(make_build("hopper", torch.bfloat16, 128, True, persistent=True,
-                                   short_causal=True), "sm_90a")
+    short = compile_ptx(make_build("hopper", torch.bfloat16, 128, True, config=dict(
+        block_n=64, stages=3, overlap=True, pingpong=True, persistent=True)), "sm_90a")
     assert ".minnctapersm" not in short and "bar.arrive 2, 256;" in short
     assert short.count("mbarrier.init.shared") == 16
     _assert_no_spills(short, "sm_90a")
@@ -297,18 +297,17 @@ def test_attention_short_causal_ptx():
         AttentionSm90(128, True, block_m=64, block_n=128, stages=2, ctas_per_sm=2)
 
 
-@pytest.mark.parametrize("causal, short_causal", [(False, False), (True, False), (True, True)])
-def test_attention_d64_persistent_ptx(causal, short_causal):
-    """D = 64's default Hopper builds: 64-row tiles (64 x 128, or 64 x 64 for short causal)
-    for two CTAs per SM, persistent (the walks' bounds read from global memory), at most a
-    few bytes of spill."""
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_d64_persistent_ptx(causal):
+    """D = 64's default Hopper builds: 64 x 128 tiles for two CTAs per SM, persistent (the
+    walks' bounds read from global memory), at most a few bytes of spill."""
     import torch
 
     from cute_kernels.ops.attention import make_build
     from cute_kernels.runtime.compile import compile_ptx
 
-    ptx = compile_ptx(make_build("hopper", torch.bfloat16, 64, causal, persistent=True,
-                                 short_causal=short_causal), "sm_90a")
+    ptx = compile_ptx(make_build("hopper", torch.bfloat16, 64, causal, persistent=True),
+                      "sm_90a")
     assert ".minnctapersm 2" in ptx and "%nctaid.x" not in ptx
     assert all(instruction_mix(ptx)[f] > 0 for f in HOPPER)
     # causal 64 x 128 with the async store: 24 bytes, six hoisted smem addresses stored

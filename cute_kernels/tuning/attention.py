@@ -12,23 +12,11 @@ SHORT_QUERY_ROWS = 64
 #: the async store and pingpong (H100, ms persistent / one CTA per tile: B8 H16 S4096 1.801 /
 #: 1.855, B4 H16 S8192 3.436 / 3.452, B2 H16 S16384 6.877 / 6.812)
 PERSISTENT_MAX_KEYS = 8192
-#: Keys up to which causal D = 128 and D = 64 run 64 x 64 tiles two CTAs to an SM
-#: (``short_causal``; D = 64 numbers: ``hopper_config``):
-#: one CTA's Q load, pipeline fill and epilogue then run beside the other's MMAs. ms against
-#: the 128 x 128 one-CTA tiles walked longest first (H200, perf/attention_tuning.py --causal):
-#: B32 H16 S1024 0.373 / 0.459, B8 H16 S1024 0.097 / 0.112, B8 H16 S2048 0.320 / 0.329, B16
-#: H16 S2048 0.663 / 0.696; from S 4096 the big tiles win (1.240 / 1.153, S 8192 2.380 /
-#: 2.060). 64 x 80 tiles measured the same; longest first 1-5% slower on the small tiles.
-#: D = 128 moved to 1,536 once the 128 x 128 persistent tiles stored O asynchronously
-#: (``async_store``; H200, ms short / big tiles: B8 H16 S2048 0.281 / 0.274, B32 H16 S2048
-#: 1.219 / 1.188, B16 H16 S1536 0.338 / 0.340, B16 H32 S1280 0.511 / 0.540, B32 H16 S1024
-#: 0.360 / 0.394); D = 64 keeps 2,048 (not re-measured). Per head dim:
-SHORT_CAUSAL_MAX_KEYS = {128: 1536, 64: 2048}
 
 
 def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
                   group: int = 192, split_kv: bool = False, short_query: bool = False,
-                  persistent: bool = False, short_causal: bool = False) -> dict:
+                  persistent: bool = False) -> dict:
     """AttentionSm90 keyword arguments per problem class, from perf/attention_tuning.py on an
     H100 (perf/RESULTS.md): D = 128 -> 128 x 128 tiles with softmax/MMA overlap; D = 64 ->
     192 x 128 on three consumer warpgroups (the softmax's exp2 is the bottleneck there; a
@@ -53,16 +41,15 @@ def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
     this one, the CTAs walking balanced static lists (``ops.attention.dense_tile_order``);
     causal against the one-CTA-per-tile grid walked longest first (H200, ms vs cuDNN): B8
     H16 S4096 0.985x against 0.934x, B4 H16 S8192 1.039x / 0.993x, B2 H16 S16384 1.072x /
-    1.030x. ``short_causal`` (causal, at most ``SHORT_CAUSAL_MAX_KEYS[head_dim]`` keys): D = 128
-    runs 128 x 64 tiles with turns (numbers at the return below); before them, 64 x 64 tiles two
-    CTAs per SM, persistent: B8 H16 S1024 0.952x against 0.878x one CTA per tile, B32 H16 S1024
-    0.885x / 0.858x, B16 H16 S2048 0.900x / 0.862x (128 x 128 persistent tiles, without the
-    async store and turns, measured the same there, 0.879x). D = 64 (``persistent`` for every
-    unpacked, unsplit shape): 64 x 128 tiles, two CTAs per SM, with the overlap, against the 192
-    x 128 one-CTA-per-tile default (H200, vs cuDNN): B32 H32 S1024 0.980x / 0.799x, B8 H32 S4096
-    1.029x / 0.976x, B2 H32 S16384 1.065x / 1.067x; causal, against the 128 x 128 launch-order
-    grid: S 4096 0.908x / 0.771x, S 16384 1.031x / 0.898x, and short causal's 64 x 64 tiles at S
-    1024 0.831x / 0.574x, S 2048 0.843x / 0.679x."""
+    1.030x; short causal too (H100, after the causal mask became selects, perf/RESULTS.md "The
+    causal mask's selects"; ms against 128 x 64 tiles with turns / cuDNN): B32 H16 S1024 0.287
+    / 0.304 / 0.298, B24 H16 S1536 0.438 / 0.497 / 0.465, B16 H16 S2048 0.498 / 0.590 / 0.546.
+    D = 64 (``persistent`` for every unpacked, unsplit shape): 64 x 128 tiles, two CTAs per SM,
+    with the overlap, against the 192 x 128 one-CTA-per-tile default (H200, vs cuDNN): B32 H32
+    S1024 0.980x / 0.799x, B8 H32 S4096 1.029x / 0.976x, B2 H32 S16384 1.065x / 1.067x;
+    causal, against the 128 x 128 launch-order grid: S 4096 0.908x / 0.771x, S 16384 1.031x /
+    0.898x; short causal against 64 x 64 tiles two CTAs per SM (H100, after the mask fix): S
+    1024 0.414 / 0.451 ms, S 2048 0.723 / 0.804."""
     if colsum:
         if head_dim == 64:
             return dict(block_m=192, colsum=True, group=group, colsum_method="mma_sync")
@@ -70,16 +57,6 @@ def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
                     colsum_writers=2)
     if short_query:  # one query tile per head: no tile order to choose
         return dict(overlap=True, block_m=64) if head_dim == 128 else dict(block_m=64)
-    if short_causal:
-        if head_dim == 128:
-            # 128 x 64 tiles, three stages, one CTA per SM, the two consumers taking turns
-            # (``pingpong``) and O stored asynchronously: against the 64 x 64 tiles two CTAs
-            # per SM (H100, ms): B32 H16 S1024 0.344 / 0.355, B8 H16 S1024 0.091 / 0.094, B16
-            # H16 S2048 0.611 / 0.629 (128 x 128 there: 0.586, hence the 1,536-key threshold)
-            return dict(block_n=64, stages=3, overlap=True, pingpong=True,
-                        persistent=persistent)
-        return dict(block_m=64, block_n=64, stages=2, overlap=True, ctas_per_sm=2,
-                    persistent=persistent)
     if persistent:
         if head_dim == 64:
             return dict(block_m=64, block_n=128, overlap=True, ctas_per_sm=2, persistent=True)

@@ -144,8 +144,8 @@ class AttentionSm90(PersistentSchedule, ConsumerMainloops):
     gathered lists 6-20%. The gather variant's whole producer warpgroup walks (warp 0 also
     issues Q).
 
-    Two CTAs per SM (``ctas_per_sm=2``, 64-row tiles only; the op's choice for causal D = 128
-    with at most 1,536 keys and for gathered lists of at most 1,024 keys, tuning/attention.py):
+    Two CTAs per SM (``ctas_per_sm=2``, 64-row tiles only; the op's choice for D = 64 and for
+    gathered lists of at most 1,024 keys, tuning/attention.py):
     ptxas builds for 128 registers a thread at launch (``.minnctapersm 2``), the producer
     hands its share to the consumer (40 / 208), and shared memory stays under 113 KiB (64 x 64
     key tiles, two stages: 83 KiB at D = 128), so one CTA's Q load, pipeline fill and epilogue
