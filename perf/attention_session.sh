@@ -233,6 +233,16 @@ dict(overlap=True, persistent=True, pingpong=True)]"
   step rt-op 240 python perf/attention.py --d 128,64 --s 1024,2048,4096 --no-flex --out "$OUT"
   for f in "$OUT"/rt-*.log; do echo "--- $f"; grep -v DEBUG "$f" | tail -7; done
 fi
+if [ "$PART" = mask-tests ]; then  # the selects and the route: every attention GPU test
+  step mt-attention 560 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py
+fi
+if [ "$PART" = mask-tests2 ]; then  # dispatch, block-sparse, column-sparse op; sanitizers
+  step mt-dispatch 200 python -m pytest -q --tb=short -p no:logging tests/test_dispatch_gpu.py
+  step mt-sparse 330 python -m pytest -q --tb=short -p no:logging tests/test_block_sparse_gpu.py \
+    tests/test_column_sparse_op_gpu.py
+  probe mt-memcheck memcheck 1000 1000 2 2 128 1
+  probe mt-racecheck racecheck 1000 1000 2 2 128 1
+fi
 if [ "$PART" = decode ]; then  # decode's query tile: 128 vs 64 rows
   step decode-tiles-graphs 200 python perf/decode_tiles.py --graphs
   step decode-tiles-eager 150 python perf/decode_tiles.py --s-kv 4096,65536 --batch 1,16
