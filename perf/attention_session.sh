@@ -243,6 +243,14 @@ if [ "$PART" = mask-tests2 ]; then  # dispatch, block-sparse, column-sparse op; 
   probe mt-memcheck memcheck 1000 1000 2 2 128 1
   probe mt-racecheck racecheck 1000 1000 2 2 128 1
 fi
+if [ "$PART" = mask-perf ]; then  # after the selects: the op's table, block-sparse, Ampere
+  step mp-op 240 python perf/attention.py --d 128,64 --s 1024,2048,4096,8192 --no-flex \
+    --out "$OUT"
+  step mp-block-sparse 300 python perf/block_sparse.py --quick --out "$OUT"
+  step mp-ampere 150 python perf/attention.py --path ampere --d 128 --s 2048,8192 --no-flex \
+    --out "$OUT/ampere"
+  for f in "$OUT"/mp-*.log; do echo "--- $f"; grep -v DEBUG "$f" | tail -24; done
+fi
 if [ "$PART" = decode ]; then  # decode's query tile: 128 vs 64 rows
   step decode-tiles-graphs 200 python perf/decode_tiles.py --graphs
   step decode-tiles-eager 150 python perf/decode_tiles.py --s-kv 4096,65536 --batch 1,16
