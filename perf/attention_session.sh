@@ -251,6 +251,25 @@ if [ "$PART" = mask-perf ]; then  # after the selects: the op's table, block-spa
     --out "$OUT/ampere"
   for f in "$OUT"/mp-*.log; do echo "--- $f"; grep -v DEBUG "$f" | tail -24; done
 fi
+if [ "$PART" = ampere-ab ]; then  # the Ampere kernel's causal mask: .before vs this tree
+  for shape in 16,16,2048 4,16,8192; do
+    for side in before after; do
+      root=$PWD; [ $side = before ] && root=$PWD/.before
+      PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" CUTE_KERNELS_CACHE_DIR=/tmp/ck-ab-$side \
+        step "aab-$side-${shape//,/-}" 150 $TUNE --path ampere --causal --shape $shape,128 \
+        --configs "[dict(warps=4)]"
+    done
+  done
+  for f in "$OUT"/aab-*.log; do echo "--- $f"; grep -v DEBUG "$f" | tail -3; done
+fi
+if [ "$PART" = final-check ]; then  # Ampere back on ifs: its tests and speed; the op's table
+  step fc-ampere-tests 300 python -m pytest -q --tb=short -p no:logging \
+    tests/test_attention_gpu.py tests/test_block_sparse_gpu.py -k ampere
+  step fc-ampere 150 python perf/attention.py --path ampere --d 128 --s 2048,8192 --no-flex \
+    --out "$OUT/ampere"
+  step fc-op 200 python perf/attention.py --d 128,64 --s 1024,2048,4096 --no-flex --out "$OUT"
+  for f in "$OUT"/fc-*.log; do echo "--- $f"; grep -v DEBUG "$f" | tail -18; done
+fi
 if [ "$PART" = decode ]; then  # decode's query tile: 128 vs 64 rows
   step decode-tiles-graphs 200 python perf/decode_tiles.py --graphs
   step decode-tiles-eager 150 python perf/decode_tiles.py --s-kv 4096,65536 --batch 1,16

@@ -27,20 +27,27 @@ def visible(mask: cutlass.Constexpr, batch, head, q, kv, doc_ids) -> Boolean:
         return Boolean(mask.fn(batch, head, q, kv))
 
 
-def hide_score(hidden, score) -> Float32:
-    """-inf where ``hidden``, else ``score``, as a select: a runtime ``if`` that stores into the
-    fragment yields the whole fragment, which LLVM turns into a select chain quadratic in the
-    row's scores (perf/RESULTS.md, "the causal mask's selects")."""
-    return cutlass.select_(hidden, -Float32.inf, score)
+@cute.jit
+def hide_score(s_mn: cute.Tensor, r, c, hidden, select: cutlass.Constexpr = True):
+    """``s_mn[r, c]`` = -inf where ``hidden``. ``select``: as a select (the Hopper kernels): a
+    runtime ``if`` that stores into the fragment yields the whole fragment, which LLVM turns
+    into a select chain quadratic in the row's scores (perf/RESULTS.md, "Masks as selects").
+    Else that ``if``: the Ampere kernel, at its register limit, ran causal attention 17-20%
+    slower with the selects (H100, same call)."""
+    if cutlass.const_expr(select):
+        s_mn[r, c] = cutlass.select_(hidden, -Float32.inf, s_mn[r, c])
+    else:
+        if hidden:
+            s_mn[r, c] = -Float32.inf
 
 
 @cute.jit
 def apply_mask_mod(s_mn: cute.Tensor, c_mn: cute.Tensor, mask: cutlass.Constexpr, batch,
-                   head, s_q, s_kv, doc_ids):
+                   head, s_q, s_kv, doc_ids, select: cutlass.Constexpr = True):
     """-inf where ``mask`` hides the key; ``s_mn`` / ``c_mn``: the scores and their (query,
     key) coordinates as (row, col) views of one thread's fragment (``acc_mn_view``).
     Coordinates past the sequences (already -inf from ``apply_mask``) are clamped into them
-    first, so a mask never reads out of bounds."""
+    first, so a mask never reads out of bounds. ``select``: see ``hide_score``."""
     for r in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
         q = cutlass.min(Int32(c_mn[r, 0][0]), s_q - 1)
         doc_q = Int32(0)
@@ -52,20 +59,21 @@ def apply_mask_mod(s_mn: cute.Tensor, c_mn: cute.Tensor, mask: cutlass.Constexpr
                 hidden = doc_ids[batch, kv] != doc_q
             else:
                 hidden = not visible(mask, batch, head, q, kv, doc_ids)
-            s_mn[r, c] = hide_score(hidden, s_mn[r, c])
+            hide_score(s_mn, r, c, hidden, select)
 
 
 @cute.jit
 def apply_packed_mask(s_mn: cute.Tensor, c_mn: cute.Tensor, mask: cutlass.Constexpr,
                       entry_keys: cutlass.Constexpr, entries, masked, count, s_q, s_kv, batch,
-                      head, doc_ids):
+                      head, doc_ids, select: cutlass.Constexpr = True):
     """-inf where the keys of a packed tile are hidden: column coordinates of ``c_mn`` are
     list positions, position ``p`` holding key ``E * entries[p // E] + p % E`` (E =
     ``entry_keys``; the block clamped into the keys as the loaders clamp it). Hidden are keys
     past ``s_kv`` (the residue block's tail, zero-filled or repeated rows in the stage) and,
     at positions ``< masked`` (the partial blocks, listed first), the keys ``mask`` hides.
     Positions past ``count`` are already -inf (``apply_mask``); the list is read at most at
-    ``count - 1``. One list read per column, one doc id per row and column."""
+    ``count - 1``. One list read per column, one doc id per row and column. ``select``: see
+    ``hide_score``."""
     E = entry_keys
     last_block = (s_kv - 1) // E
     n_rows = cute.size(s_mn, mode=[0])
@@ -93,4 +101,4 @@ def apply_packed_mask(s_mn: cute.Tensor, c_mn: cute.Tensor, mask: cutlass.Conste
             else:
                 hidden = hidden or (partial and not visible(mask, batch, head, q_rows[r], kv,
                                                             doc_ids))
-            s_mn[r, c] = hide_score(hidden, s_mn[r, c])
+            hide_score(s_mn, r, c, hidden, select)

@@ -116,42 +116,45 @@ def softmax_finish(acc_O: cute.Tensor, row_max: cute.Tensor, row_sum: cute.Tenso
 
 
 @cute.jit
-def apply_mask(acc_S: cute.Tensor, tScS: cute.Tensor, s_q, s_kv, causal: cutlass.Constexpr):
+def apply_mask(acc_S: cute.Tensor, tScS: cute.Tensor, s_q, s_kv, causal: cutlass.Constexpr,
+               select: cutlass.Constexpr = True):
     """-inf for keys past ``s_kv`` and, causal (bottom-right), keys past ``i + s_kv - s_q``;
-    ``tScS`` holds each score's (query, key) coordinate in the same fragment layout."""
+    ``tScS`` holds each score's (query, key) coordinate in the same fragment layout.
+    ``select``: see ``mask_mod.hide_score``."""
     s_mn, c_mn = acc_mn_view(acc_S), acc_mn_view(tScS)
     for r in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
         limit = s_kv
         if cutlass.const_expr(causal):
             limit = cutlass.min(s_kv, c_mn[r, 0][0] + 1 + s_kv - s_q)
         for c in cutlass.range_constexpr(cute.size(s_mn, mode=[1])):
-            s_mn[r, c] = hide_score(c_mn[r, c][1] >= limit, s_mn[r, c])
+            hide_score(s_mn, r, c, c_mn[r, c][1] >= limit, select)
 
 
 @cute.jit
 def mask_and_softmax(acc_S, acc_O, row_max, row_sum, scale_log2, thr_mma, policy, blocks, n,
-                     first, correction=None, step=None):
+                     first, correction=None, step=None, select: cutlass.Constexpr = True):
     """One key block of the online softmax: mask it where the key-block ``policy`` says block
     ``n`` (visit ``step``) of the tile ``blocks`` (block_info.py) holds keys some of the
     tile's rows must not see (and, for block lists, where the policy's element mask hides
     them), then fold it in (``first``: the first key block of the row, at run time;
-    ``correction``: see ``softmax_step``)."""
+    ``correction``: see ``softmax_step``; ``select``: how scores are hidden,
+    ``mask_mod.hide_score``)."""
     bm, bn = policy.block_m, policy.block_n
     s_q, s_kv = blocks.s_q, blocks.s_kv
     if policy.needs_mask(blocks, n, step):
         tScS = thr_mma.partition_C(cute.local_tile(cute.make_identity_tensor((s_q, s_kv)),
                                                    (bm, bn), (blocks.m_block, n)))
-        apply_mask(acc_S, tScS, s_q, s_kv, policy.causal)
+        apply_mask(acc_S, tScS, s_q, s_kv, policy.causal, select)
         if cutlass.const_expr(policy.mask is not None and policy.packed_blocks):
             apply_packed_mask(acc_mn_view(acc_S), acc_mn_view(tScS), policy.mask,
                               policy.entry_keys, blocks.entries, blocks.masked, s_kv, s_q,
-                              blocks.keys, blocks.batch, blocks.head, blocks.doc_ids)
+                              blocks.keys, blocks.batch, blocks.head, blocks.doc_ids, select)
         elif cutlass.const_expr(policy.mask is not None):
             # block lists: the partial visits only (a full block holding the S_kv residue
             # masks against S_kv alone: full blocks are entirely visible, whatever the mask)
             if step < blocks.n_partial:
                 apply_mask_mod(acc_mn_view(acc_S), acc_mn_view(tScS), policy.mask,
-                               blocks.batch, blocks.head, s_q, s_kv, blocks.doc_ids)
+                               blocks.batch, blocks.head, s_q, s_kv, blocks.doc_ids, select)
     if first:
         softmax_step(acc_S, acc_O, row_max, row_sum, scale_log2, True, correction)
     else:
