@@ -270,6 +270,12 @@ if [ "$PART" = final-check ]; then  # Ampere back on ifs: its tests and speed; t
   step fc-op 200 python perf/attention.py --d 128,64 --s 1024,2048,4096 --no-flex --out "$OUT"
   for f in "$OUT"/fc-*.log; do echo "--- $f"; grep -v DEBUG "$f" | tail -18; done
 fi
+if [ "$PART" = final-check2 ]; then  # the column-sum and column-sparse kernels after the selects
+  step fc2-colsum-tests 400 python -m pytest -q --tb=short -p no:logging \
+    tests/test_column_sparse_gpu.py
+  step fc2-column-sparse 150 python perf/column_sparse.py --quick --out "$OUT"
+  for f in "$OUT"/fc2-*.log; do echo "--- $f"; grep -v DEBUG "$f" | tail -16; done
+fi
 if [ "$PART" = decode ]; then  # decode's query tile: 128 vs 64 rows
   step decode-tiles-graphs 200 python perf/decode_tiles.py --graphs
   step decode-tiles-eager 150 python perf/decode_tiles.py --s-kv 4096,65536 --batch 1,16
