@@ -276,6 +276,12 @@ if [ "$PART" = final-check2 ]; then  # the column-sum and column-sparse kernels 
   step fc2-column-sparse 150 python perf/column_sparse.py --quick --out "$OUT"
   for f in "$OUT"/fc2-*.log; do echo "--- $f"; grep -v DEBUG "$f" | tail -16; done
 fi
+if [ "$PART" = short-repeat ]; then  # short causal through the op, three runs in one call
+  for i in 1 2 3; do
+    step "sr-$i" 120 python perf/attention.py --d 128 --s 1024,2048 --no-flex --out "$OUT/r$i"
+  done
+  for f in "$OUT"/sr-*.log; do echo "--- $f"; grep -v DEBUG "$f" | grep "causal"; done
+fi
 if [ "$PART" = decode ]; then  # decode's query tile: 128 vs 64 rows
   step decode-tiles-graphs 200 python perf/decode_tiles.py --graphs
   step decode-tiles-eager 150 python perf/decode_tiles.py --s-kv 4096,65536 --batch 1,16
