@@ -51,7 +51,6 @@ BULK_BUFFERS = 2
 #: how the bulk path adds its transposed tile into ``dest``: TMA bulk reductions, the threads'
 #: vector ``red.global``, or the threads' 16-byte read-add-writes
 ADDERS = ("bulk", "red", "rmw")
-RMW_BATCH = 2
 
 
 class ScatterAdd:
@@ -60,9 +59,8 @@ class ScatterAdd:
     Warps: 4, all loading and adding (elements) or transposing, then adding 16-byte pieces
     (red, rmw) or issuing bulk reductions (bulk: one thread per listed column). Schedule:
     persistent, tile ``t`` = (group ``t // chunks``, chunk ``t % chunks``), CTAs striding by
-    the grid. Shared memory: 64 feature ids
-    + (bulk) two transposed (group, 64) tiles, 2 x 64 x (group + 8) x 2 bytes (34 KiB at
-    group 128).
+    the grid. Shared memory: 64 feature ids + (bulk path) two transposed (group, 64) tiles,
+    2 x 64 x (group + 8) x 2 bytes (34 KiB at group 128).
 
     Tensors: ``mSrc`` (M, L) (unit column stride), ``mDest`` (M, F) row-major, or M-major with
     ``m_major``, ``mIdx`` (G, L) / ``mCounts`` (G,) int32.

@@ -41,8 +41,8 @@ def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
     this one, the CTAs walking balanced static lists (``ops.attention.dense_tile_order``);
     causal against the one-CTA-per-tile grid walked longest first (H200, ms vs cuDNN): B8
     H16 S4096 0.985x against 0.934x, B4 H16 S8192 1.039x / 0.993x, B2 H16 S16384 1.072x /
-    1.030x; short causal too (H100, after the causal mask became selects, perf/RESULTS.md "The
-    causal mask's selects"; ms against 128 x 64 tiles with turns / cuDNN): B32 H16 S1024 0.287
+    1.030x; short causal too (H100, after the masks became selects, perf/RESULTS.md "Masks as
+    selects"; ms against 128 x 64 tiles with turns / cuDNN): B32 H16 S1024 0.287
     / 0.304 / 0.298, B24 H16 S1536 0.438 / 0.497 / 0.465, B16 H16 S2048 0.498 / 0.590 / 0.546.
     D = 64 (``persistent`` for every unpacked, unsplit shape): 64 x 128 tiles, two CTAs per SM,
     with the overlap, against the 192 x 128 one-CTA-per-tile default (H200, vs cuDNN): B32 H32
