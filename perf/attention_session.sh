@@ -282,6 +282,15 @@ if [ "$PART" = short-repeat ]; then  # short causal through the op, three runs i
   done
   for f in "$OUT"/sr-*.log; do echo "--- $f"; grep -v DEBUG "$f" | grep "causal"; done
 fi
+if [ "$PART" = gather-retune ]; then  # short gathered lists after the selects: which tile
+  GT="[dict(), dict(block_m=64, block_n=64, overlap=True, ctas_per_sm=2), \
+dict(block_m=128, block_n=64, stages=3, overlap=True, pingpong=True)]"
+  step gr-s8k 150 python perf/column_sparse_tuning.py --shape 1,16,8192,128 --group 128 \
+    --sparsity 0.93,0.97 --configs "$GT"
+  step gr-s16k 150 python perf/column_sparse_tuning.py --shape 1,16,16384,128 --group 128 \
+    --sparsity 0.93,0.91 --configs "$GT"
+  for f in "$OUT"/gr-*.log; do echo "--- $f"; grep -v DEBUG "$f" | tail -12; done
+fi
 if [ "$PART" = decode ]; then  # decode's query tile: 128 vs 64 rows
   step decode-tiles-graphs 200 python perf/decode_tiles.py --graphs
   step decode-tiles-eager 150 python perf/decode_tiles.py --s-kv 4096,65536 --batch 1,16
