@@ -297,6 +297,21 @@ def test_attention_small_tiles_ptx():
         AttentionSm90(128, True, block_m=64, block_n=128, stages=2, ctas_per_sm=2)
 
 
+@pytest.mark.parametrize("d", [64, 128])
+def test_attention_masks_are_selects(d):
+    """The causal and residue masks hide scores by one select each (``mask_mod.hide_score``):
+    as runtime ifs, LLVM chained the selects quadratically in a row's scores (2,054
+    ``selp.f32`` in the D = 128 persistent causal build, 134 as selects; perf/RESULTS.md
+    "Masks as selects"). The Ampere kernel keeps its ifs (``select=False``)."""
+    import torch
+
+    from cute_kernels.ops.attention import make_build
+    from cute_kernels.runtime.compile import compile_ptx
+
+    ptx = compile_ptx(make_build("hopper", torch.bfloat16, d, True, persistent=True), "sm_90a")
+    assert 0 < ptx.count("selp.f32") < 300
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_attention_d64_persistent_ptx(causal):
     """D = 64's default Hopper builds: 64 x 128 tiles for two CTAs per SM, persistent (the

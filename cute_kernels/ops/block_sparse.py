@@ -625,7 +625,7 @@ def block_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bl
             entries, counts = merged[:2]
             list_keys, walks = None, None  # (traced: the default tiles, ordered grid)
             if not torch.compiler.is_compiling():
-                list_keys, walks = _LISTS.get(lists.tensors(), ("packed schedule", s_kv),
+                list_keys, walks = _LISTS.get(lists.tensors(), ("packed schedule", s_kv, masked),
                                               lambda: _PackedSchedule(counts)).get(
                     q.device, q.shape[2], lists.block_size[0], q.shape[3],
                     lists.block_size[1])
