@@ -73,6 +73,50 @@ dict(block_m=64, block_n=128, stages=2, overlap=True, ctas_per_sm=2, persistent=
   done
   for f in "$OUT"/d64sc-*.log; do echo "--- $f"; grep -v DEBUG "$f" | tail -10; done
 fi
+if [ "$PART" = d64nc ]; then  # non-causal D = 64 at S >= 4k: persistent tiles side by side
+  NC="[dict(block_m=64, block_n=128, overlap=True, ctas_per_sm=2, persistent=True), \
+dict(overlap=True, persistent=True, pingpong=True), \
+dict(stages=3, overlap=True, persistent=True, pingpong=True), \
+dict(block_m=192, persistent=True), dict(block_m=192, overlap=True, persistent=True), \
+dict(block_m=192)]"
+  for shape in 8,32,4096 4,32,8192; do
+    step "d64nc-${shape//,/-}" 200 $TUNE --shape $shape,64 --configs "$NC"
+  done
+  for f in "$OUT"/d64nc-*.log; do echo "--- $f"; grep -v DEBUG "$f" | tail -10; done
+fi
+if [ "$PART" = d64sweep ]; then  # D = 64: 64 x 128 two per SM against 192 x 128 persistent
+  P192="dict(block_m=192, overlap=True, persistent=True"
+  NC="[dict(block_m=64, block_n=128, overlap=True, ctas_per_sm=2, persistent=True), $P192), \
+$P192, stages=3), $P192, async_store=False)]"
+  CA="[dict(block_m=64, block_n=128, overlap=True, ctas_per_sm=2, persistent=True), $P192), \
+$P192, stages=3)]"
+  for shape in 32,32,1024 16,32,2048 8,32,4096 2,32,16384; do
+    step "d64s-${shape//,/-}" 200 $TUNE --shape $shape,64 --configs "$NC"
+    step "d64s-c${shape//,/-}" 200 $TUNE --causal --shape $shape,64 --configs "$CA"
+  done
+  for f in "$OUT"/d64s-*.log; do echo "--- $f"; grep -v DEBUG "$f" | tail -6 | cut -c50-; done
+fi
+if [ "$PART" = d64rep ]; then  # non-causal D = 64: the two tiles again, twice, 20 rounds
+  P192="dict(block_m=192, overlap=True, persistent=True"
+  NC="[dict(block_m=64, block_n=128, overlap=True, ctas_per_sm=2, persistent=True), $P192), \
+$P192, stages=3)]"
+  for i in 1 2; do
+    for shape in 16,32,2048 8,32,4096 4,32,8192 2,32,16384; do
+      step "d64r$i-${shape//,/-}" 200 python perf/attention_tuning.py --rounds 20 \
+        --shape $shape,64 --configs "$NC"
+    done
+  done
+  for f in "$OUT"/d64r*.log; do echo "--- $f"; grep -v DEBUG "$f" | tail -4 | cut -c50-; done
+fi
+if [ "$PART" = tall ]; then  # D = 64 on 192-row tiles by default: tests, sanitizers, table
+  step tall-tests 420 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
+    -k "matches_reference or persistent_ctas or persistent_default"
+  probe tall-memcheck memcheck 2100 2300 8 2 64 0
+  probe tall-racecheck racecheck 2100 2300 8 2 64 0
+  step tall-op 240 python perf/attention.py --d 64 --s 1024,2048,4096,8192 --no-flex \
+    --out "$OUT"
+  grep -v DEBUG "$OUT/tall-op.log" | tail -12
+fi
 if [ "$PART" = tune ]; then  # Hopper: D = 64 at S = 4k, short causal D = 128
   step d64-s4k 120 $TUNE --shape 8,32,4096,64 --configs "[dict(block_m=192), \
 dict(block_m=192, block_n=96), dict(block_m=192, stages=3), dict(block_m=192, block_n=160), \

@@ -123,4 +123,11 @@ regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
     | grep -E "GemmSm90|nvjet|Duration|stalled|hmma|lts__|inst_exec|cycles_elapsed|Warp Cycles|Issued" \
     | awk '$NF != 0 && $NF != "0.00"' | head -60; done
 fi
+if [ "$PART" = tile240 ]; then  # 240-wide tiles (16-wide epilogue subtiles) on N = 5000
+  for i in 1 2; do
+    step "t240-$i" 200 python perf/gemm_skinny.py --graphs --rounds 10 --out "$OUT/t240-$i" \
+      --shapes 3000x5000x3072 --tiles 128x240x64,128x240x64c1,128x192x64c1,128x256x64
+    grep -v DEBUG "$OUT/t240-$i.log" | tail -6
+  done
+fi
 echo; echo "=== summary"; printf '%s\n' "${summary[@]}"

@@ -330,6 +330,22 @@ def test_attention_d64_persistent_ptx(causal):
     _assert_no_spills(ptx, "sm_90a", allowed=24)
 
 
+def test_attention_d64_tall_ptx():
+    """Non-causal D = 64 with long sequences (``tall``): 192 x 128 persistent tiles, three
+    consumer warpgroups overlapping softmax and MMAs, one CTA per SM, no spills."""
+    import torch
+
+    from cute_kernels.ops.attention import make_build
+    from cute_kernels.runtime.compile import compile_ptx
+
+    ptx = compile_ptx(make_build("hopper", torch.bfloat16, 64, False, persistent=True,
+                                 tall=True), "sm_90a")
+    assert ".minnctapersm" not in ptx and "%nctaid.x" not in ptx
+    assert ".reqntid 512, 1, 1" in ptx  # a producer and three consumer warpgroups
+    assert all(instruction_mix(ptx)[f] > 0 for f in HOPPER)
+    _assert_no_spills(ptx, "sm_90a")
+
+
 @pytest.mark.parametrize("persistent", [False, True])
 def test_attention_overlap_pingpong_ptx(persistent):
     """``pingpong`` with the overlapped mainloop (the persistent D = 128 default): the last
@@ -535,6 +551,26 @@ def test_gemm_skinny_tiles_ptx(tile, a_major, b_major, c_form, out_dtype):
     assert mix["cp.async.bulk.tensor"] > 0 and mix["setmaxnreg"] > 0
     assert ("stmatrix.sync.aligned.m8n8.x4.trans" in ptx) == swapped
     _assert_no_spills(ptx, "sm_90a")
+
+
+def test_gemm_epilogue_subtiles_cover_the_tile():
+    """The epilogue's subtiles tile N exactly: a 240-wide tile stores 15 subtiles of 16
+    columns (in 32-wide ones its last 16 columns went unstored), and a subtile width that does
+    not divide N is refused."""
+    import torch
+
+    from cute_kernels.kernels.gemm.epilogue import Epilogue
+    from cute_kernels.kernels.gemm.sm90 import GemmSm90
+    from cute_kernels.ops.gemm import make_build
+    from cute_kernels.runtime.compile import compile_ptx
+
+    assert GemmSm90(tile=(128, 240, 64)).epi_tile == (128, 16)
+    assert GemmSm90(tile=(128, 256, 64)).epi_tile == (128, 32)
+    with pytest.raises(ValueError, match="epi_n"):
+        GemmSm90(tile=(128, 240, 64), epi_n=32)
+    ptx = compile_ptx(make_build("hopper", torch.bfloat16, torch.bfloat16, "k", "k", Epilogue(),
+                                 None, 2, (128, 240, 64), batched=False), "sm_90a")
+    assert ptx.count("cp.async.bulk.tensor.2d.global.shared") == 240 // 16
 
 
 @pytest.mark.parametrize("tile, cluster_k", [((128, 128, 64), 2), ((128, 64, 64), 2),

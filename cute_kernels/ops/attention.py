@@ -35,6 +35,7 @@ from ..runtime.validate import (
 from ..tuning.attention import (
     PERSISTENT_MAX_KEYS,
     SHORT_QUERY_ROWS,
+    TALL_TILE_MIN_SEQ,
     ampere_config,
     hopper_config,
 )
@@ -171,16 +172,17 @@ def _hopper_colsum_atomic(head_dim: int, group: int, config_key: tuple) -> bool:
 def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = False,
                group: int = 192, config: dict | None = None, split_kv: bool = False,
                short_query: bool = False, persistent: bool = False,
-               combine_pdl: bool | None = None):
+               combine_pdl: bool | None = None, tall: bool = False):
     """The attention kernel of ``path`` against symbolic (B, H, S, D) tensors (unit-stride head
     dim, other strides multiples of 8 elements), a compact fp32 lse and, for the column-sum
     variant, compact fp32 prev_lse (B, H, S_q) and colsum (B, H, G, S_kv). ``config``
     overrides the Hopper kernel's keyword arguments (tuning and tests); ``split_kv``: the
     split-KV variant (o and lse with n_splits x B batch entries); ``short_query``: the Hopper
-    tile for at most 64 query rows; ``persistent``: its persistent schedule (both
-    ``hopper_config``, chosen by ``make_plan``). ``combine_pdl`` (with ``split_kv``; None:
-    not): the split launch and the combine kernel's in one host function
-    (``SplitKVAttention``), the combine a programmatic dependent launch when True."""
+    tile for at most 64 query rows; ``persistent``: its persistent schedule; ``tall``: on
+    192-row tiles at D = 64 (all ``hopper_config``, chosen by ``make_plan``).
+    ``combine_pdl`` (with ``split_kv``; None: not): the split launch and the combine kernel's
+    in one host function (``SplitKVAttention``), the combine a programmatic dependent launch
+    when True."""
     import cutlass
 
     from ..runtime.bridge import fake_bhsd, fake_compact
@@ -196,8 +198,8 @@ def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = Fal
     if path == "hopper":
         from ..kernels.attention.sm90 import AttentionSm90
 
-        cfg = (hopper_config(head_dim, causal, colsum, group, split_kv, short_query, persistent)
-               if config is None else config)
+        cfg = (hopper_config(head_dim, causal, colsum, group, split_kv, short_query, persistent,
+                             tall) if config is None else config)
         kernel = AttentionSm90(head_dim, causal, **cfg, **({"split_kv": True} if split_kv else {}))
     else:
         from ..kernels.attention.sm80 import AttentionSm80
@@ -309,8 +311,9 @@ class AttentionPlan(NamedTuple):
       ``SPLIT_COMBINE_KERNEL_ON`` off): lse = logsumexp over splits, O = sum of
       exp(lse_s - lse) O_s (a split that saw no key weighs nothing). For few query tiles and
       long keys (decoding), where one CTA per tile leaves most SMs idle.
-    * ``order``, ``ctas``: a persistent Hopper kernel's tile order and grid (non-causal
-      D = 128 with at most ``PERSISTENT_MAX_KEYS`` keys, or a ``config`` that asks).
+    * ``order``, ``ctas``: a persistent Hopper kernel's tile order and grid (unpacked,
+      unsplit launches of D = 64, of causal D = 128 and of non-causal D = 128 with at most
+      ``PERSISTENT_MAX_KEYS`` keys, or a ``config`` that asks).
     """
 
     kernel: object  # the compiled attention kernel (TVM-FFI function)
@@ -377,16 +380,20 @@ def make_plan(q, k, causal: bool, scale: float, num_splits: int,
     plain = config is None and pack is None and not short and n == 1
     persistent = (plain and (d == 64 or causal or s_kv <= PERSISTENT_MAX_KEYS)
                   and device_target(q.device)[0] == HOPPER)
+    # non-causal D = 64 with long queries and keys: 192-row tiles, one CTA per SM
+    tall = persistent and d == 64 and not causal and min(s_q, s_kv) >= TALL_TILE_MIN_SEQ
     # split-KV with the combine kernel: both launches from one host call (SplitKVAttention)
     joint, pdl = n > 1 and SPLIT_COMBINE_KERNEL_ON, SPLIT_COMBINE_PDL
     key = ("attention", q.dtype, d, bool(causal), *(("split",) if n > 1 else ()),
            *(("with_combine", pdl) if joint else ()))
     kernel = kernel_for(q.device, key, lambda path, target: make_build(
         path, q.dtype, d, bool(causal), config=config, split_kv=n > 1, short_query=short,
-        persistent=persistent, combine_pdl=(pdl and target_has_pdl(target)) if joint else None),
+        persistent=persistent, combine_pdl=(pdl and target_has_pdl(target)) if joint else None,
+        tall=tall),
         hopper_key=_config_key(config) + (("short_query",) if short else ())
-        + (("persistent",) if persistent else ()))
-    cfg = config if config is not None else hopper_config(d, causal, persistent=persistent)
+        + (("persistent",) if persistent else ()) + (("tall",) if tall else ()))
+    cfg = (config if config is not None
+           else hopper_config(d, causal, persistent=persistent, tall=tall))
     order, ctas = None, None
     if cfg.get("persistent") and n == 1 and device_target(q.device)[0] == HOPPER:
         order, ctas = dense_tile_order(

@@ -12,11 +12,20 @@ SHORT_QUERY_ROWS = 64
 #: the async store and pingpong (H100, ms persistent / one CTA per tile: B8 H16 S4096 1.801 /
 #: 1.855, B4 H16 S8192 3.436 / 3.452, B2 H16 S16384 6.877 / 6.812)
 PERSISTENT_MAX_KEYS = 8192
+#: Query rows and keys from which non-causal D = 64 runs 192 x 128 persistent tiles (three
+#: consumer warpgroups, the overlap, ``tall``) instead of 64 x 128 tiles two CTAs per SM:
+#: H100, perf/attention_tuning.py --rounds 20, two runs each, ms 64 x 128 / 192 x 128 (cuDNN):
+#: B16 H32 S2048 1.287-1.283 / 1.261-1.264 (1.252), B8 H32 S4096 2.447-2.436 / 2.400-2.386
+#: (2.411-2.388), B4 H32 S8192 4.703-4.733 / 4.529-4.523 (4.715-4.700), B2 H32 S16384
+#: 9.388-9.481 / 9.210-9.229 (9.395-9.364); at S 1024 the 64-row tiles win (B32 H32: 0.662 /
+#: 0.715), and causal they win at every length (S 4096: 1.283 / 1.502; the causal 192-row
+#: build spills 40 bytes)
+TALL_TILE_MIN_SEQ = 2048
 
 
 def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
                   group: int = 192, split_kv: bool = False, short_query: bool = False,
-                  persistent: bool = False) -> dict:
+                  persistent: bool = False, tall: bool = False) -> dict:
     """AttentionSm90 keyword arguments per problem class, from perf/attention_tuning.py on an
     H100 (perf/RESULTS.md): D = 128 -> 128 x 128 tiles with softmax/MMA overlap; D = 64 ->
     192 x 128 on three consumer warpgroups (the softmax's exp2 is the bottleneck there; a
@@ -49,7 +58,10 @@ def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
     S1024 0.980x / 0.799x, B8 H32 S4096 1.029x / 0.976x, B2 H32 S16384 1.065x / 1.067x;
     causal, against the 128 x 128 launch-order grid: S 4096 0.908x / 0.771x, S 16384 1.031x /
     0.898x; short causal against 64 x 64 tiles two CTAs per SM (H100, after the mask fix): S
-    1024 0.414 / 0.451 ms, S 2048 0.723 / 0.804."""
+    1024 0.414 / 0.451 ms, S 2048 0.723 / 0.804. ``tall`` (persistent non-causal D = 64 with
+    at least ``TALL_TILE_MIN_SEQ`` query rows and keys): 192 x 128 tiles, three consumer
+    warpgroups with the overlap, one CTA per SM (H100, B8 H32 S4096 2.39-2.40 ms against
+    2.44 for the 64-row tiles; ``TALL_TILE_MIN_SEQ``)."""
     if colsum:
         if head_dim == 64:
             return dict(block_m=192, colsum=True, group=group, colsum_method="mma_sync")
@@ -58,6 +70,8 @@ def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
     if short_query:  # one query tile per head: no tile order to choose
         return dict(overlap=True, block_m=64) if head_dim == 128 else dict(block_m=64)
     if persistent:
+        if head_dim == 64 and tall and not causal:
+            return dict(block_m=192, overlap=True, persistent=True)
         if head_dim == 64:
             return dict(block_m=64, block_n=128, overlap=True, ctas_per_sm=2, persistent=True)
         # O stored by a producer warp (``async_store``, the kernel's default) and the two

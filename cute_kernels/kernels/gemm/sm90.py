@@ -90,7 +90,7 @@ class GemmSm90:
 
     def __init__(self, a_major: str = "k", b_major: str = "k", epilogue: Epilogue | None = None,
                  tile=DEFAULT_TILE, max_stages: int = 5, group_m: int = 16,
-                 epi_n: int = 32, epi_stages: int = 2, gated: str | None = None,
+                 epi_n: int | None = None, epi_stages: int = 2, gated: str | None = None,
                  cluster_m: int = DEFAULT_CLUSTER_M,
                  drift_slack: int | None = None, c_transposed: bool = False,
                  cluster_k: int = 1, cluster_n: int = 1):
@@ -121,7 +121,16 @@ class GemmSm90:
         self.gated = gated
         self.epilogue = epilogue or Epilogue()
         self.tile = tile
-        self.epi_tile = (tile[0], min(epi_n, tile[1]))  # narrow (swap-AB) tiles: one subtile
+        # the epilogue stores (tile_m x epi_n) subtiles, which must tile N exactly (a 240-wide
+        # tile in 32-wide subtiles would leave its last 16 columns unstored): 32 by default,
+        # 16 where 32 does not divide N, the whole tile when it is narrower (swap-AB)
+        if epi_n is None:
+            epi_n = 32 if tile[1] % 32 == 0 else 16
+        epi_n = min(epi_n, tile[1])
+        if tile[1] % 8 or tile[1] % epi_n or epi_n % 8:
+            raise ValueError(f"tile N ({tile[1]}) must be a multiple of 8 and of the epilogue "
+                             f"subtile width epi_n ({epi_n}, itself a multiple of 8)")
+        self.epi_tile = (tile[0], epi_n)
         self.epi_stages = epi_stages
         self.max_stages = max_stages
         self.group_m = group_m
