@@ -130,4 +130,10 @@ if [ "$PART" = tile240 ]; then  # 240-wide tiles (16-wide epilogue subtiles) on 
     grep -v DEBUG "$OUT/t240-$i.log" | tail -6
   done
 fi
+if [ "$PART" = rows192 ]; then  # 192-row tiles (three consumer warpgroups), cuBLAS's choice
+  step r192 420 python perf/gemm_skinny.py --graphs --rounds 8 --out "$OUT/r192" --shapes \
+3000x5000x3072,3000x3000x3000,4000x11008x4096,4096x4096x4096,2048x2048x2048,8192x8192x8192,\
+1024x14336x4096,6144x12288x4096,512x14336x4096 --tiles 192x192x64,192x160x64,192x128x64
+  grep -v DEBUG "$OUT/r192.log" | tail -28
+fi
 echo; echo "=== summary"; printf '%s\n' "${summary[@]}"

@@ -145,13 +145,16 @@ def test_plain_plans_take_2d_operands_batched_ones_views():
 @HOPPER_ONLY
 @pytest.mark.parametrize("tile", [(128, 192, 64), (128, 128, 64), (128, 256, 64),
                                   (128, 224, 64), (128, 64, 64), (64, 128, 64),
-                                  (64, 256, 64)])
+                                  (64, 256, 64),
+                                  # built, not scheduled: three consumers; 16-wide subtiles
+                                  (192, 192, 64), (192, 160, 64), (128, 240, 64)])
 @pytest.mark.parametrize("m, n, k, a_major, b_major", [(333, 520, 136, "k", "n"),
                                                        (1000, 776, 1000, "m", "k"),
                                                        (128, 392, 64, "k", "n")])
 def test_every_hopper_tile(monkeypatch, tile, m, n, k, a_major, b_major):
-    """Each tile the scheduler may pick (it picks by shape), forced on residue shapes, with and
-    without a cluster (M = 128 launches unclustered)."""
+    """Each tile the scheduler may pick (it picks by shape), and the kernel's other tile forms
+    (192 rows on three consumer warpgroups, a 240-wide tile stored in 16-wide subtiles),
+    forced on residue shapes, with and without a cluster (M = 128 launches unclustered)."""
     import cute_kernels.tuning.gemm as gemm_tuning
 
     monkeypatch.setattr(gemm_tuning, "pick_tile", lambda *args: tile)

@@ -13,11 +13,11 @@ M of 33-64 (``HALF_TILE_SPEEDS``), and
   partials; one small kernel (``SplitKReduce``) sums them in split order (deterministic),
   applies the bias and activation, and writes the output (transposing when swapped).
 
-Every swapped or split launch goes through the fp32 workspace and the reduce kernel (the
-bias and activation run there). The GEMM kernel can also store a swapped launch's C^T
-straight into the row-major output (``c_form="transposed"`` with a 16-bit C and
-``Epilogue(bias_dim=0)``; tests/test_ptx.py compiles it), which would save the reduce's
-launch; the op does not use it yet.
+A split launch goes through the fp32 workspace and the reduce kernel (the bias and
+activation run there); an unsplit swapped one stores C^T straight into the row-major output
+(``GemmSm90(c_transposed=True)``, ``Epilogue(bias_dim=0)``: one launch), except into an
+output whose rows are not 16-byte multiples (the workspace again). Long-K problems with few
+tiles may instead split K over the two CTAs of a cluster (``cluster_split_schedule``).
 """
 
 from __future__ import annotations

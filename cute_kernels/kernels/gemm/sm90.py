@@ -37,6 +37,10 @@ MAX_DRIFT_WAIT_NS = 1 << 20
 PRODUCER_WG = 0
 TMA_WARP = 0
 STORE_WARP = 4
+# registers per thread after setmaxnreg, by tile M: the producer warpgroup gives its share to
+# the consumers, within the SM's 64 Ki (three consumers: 128 x 40 + 384 x 152 <= 65,536)
+PRODUCER_REGISTERS = 40
+CONSUMER_REGISTERS = {64: 232, 128: 232, 192: 152}
 
 
 class Barrier(enum.IntEnum):
@@ -134,12 +138,13 @@ class GemmSm90:
         self.epi_stages = epi_stages
         self.max_stages = max_stages
         self.group_m = group_m
-        # one consumer warpgroup per 64 rows of the tile (a 64-row tile: one consumer)
-        if tile[0] % 64 or not 64 <= tile[0] <= 128:
-            raise ValueError(f"tile M must be 64 or 128, got {tile[0]}")
+        # one consumer warpgroup per 64 rows of the tile (a 64-row tile: one consumer, a
+        # 192-row one three)
+        if tile[0] not in CONSUMER_REGISTERS:
+            raise ValueError(f"tile M must be 64, 128 or 192, got {tile[0]}")
         self.consumer_wgs = tile[0] // 64
         self.threads = 128 * (1 + self.consumer_wgs)
-        self.producer_regs, self.consumer_regs = 40, 232
+        self.producer_regs, self.consumer_regs = PRODUCER_REGISTERS, CONSUMER_REGISTERS[tile[0]]
 
     def _stages(self, ab_bytes_per_stage: int, c_bytes: int) -> int:
         # c_bytes: what else the tile keeps in smem (the C ring, cluster split-K's buffer)
