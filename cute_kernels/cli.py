@@ -148,6 +148,34 @@ def _cmd_schedule(args) -> int:
     return 0
 
 
+def _cmd_attention_schedule(args) -> int:
+    """How ``attention`` would run a (B, H, S_q, D) x (B, H_kv, S_kv, D) problem (no GPU
+    needed): the kernel's tiles and schedule, GQA packing, split-KV."""
+    from .ops.attention import HEAD_DIMS, attention_route
+    from .ops.attention_splits import auto_splits
+
+    for name, value in (("B", args.b), ("H", args.h), ("H_KV", args.h_kv), ("S_Q", args.s_q),
+                        ("S_KV", args.s_kv), ("--sms", args.sms)):
+        if value < 1:
+            raise CLIError(f"{name} must be >= 1, got {value}")
+    if args.h % args.h_kv:
+        raise CLIError(f"H ({args.h}) must be a multiple of H_KV ({args.h_kv})")
+    if args.d not in HEAD_DIMS:
+        raise CLIError(f"D must be one of {HEAD_DIMS}, got {args.d}")
+    if args.splits is not None and args.splits < 1:
+        raise CLIError(f"--splits must be >= 1, got {args.splits}")
+    splits = args.splits
+    if splits is None:  # attention's num_splits=None
+        splits = auto_splits(args.b, args.h_kv, args.s_q, args.s_kv, args.sms,
+                             q_per_kv=args.h // args.h_kv, causal=args.causal)
+    route = attention_route(args.b, args.h, args.h_kv, args.s_q, args.s_kv, args.d,
+                            args.causal, splits, args.path == "hopper")
+    print(f"attention B{args.b} H{args.h} H_kv{args.h_kv} S_q{args.s_q} S_kv{args.s_kv} "
+          f"D{args.d}{' causal' if args.causal else ''} on {args.sms} SMs ({args.path}): "
+          f"{route.describe(args.d, args.path)}")
+    return 0
+
+
 def _cmd_demo(args) -> int:
     import torch
 
@@ -299,6 +327,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gated", action="store_true",
                    help="the gated MLP's schedule (never swapped or split)")
     p.set_defaults(func=_cmd_schedule)
+
+    p = sub.add_parser("attention-schedule", help="how attention would run a problem",
+                       description="Print how attention(q (B, H, S_Q, D), k and v (B, H_KV, "
+                       "S_KV, D)) would run: the kernel's tiles and schedule, GQA packing, "
+                       "split-KV (no GPU needed).")
+    for name in ("B", "H", "H_KV", "S_Q", "S_KV", "D"):
+        p.add_argument(name.lower(), type=int, metavar=name)
+    p.add_argument("--causal", action="store_true")
+    p.add_argument("--splits", type=int, default=None,
+                   help="num_splits (default: the op's choice for --sms SMs)")
+    p.add_argument("--sms", type=int, default=132, help="SM count (default: 132, an H100/H200)")
+    p.add_argument("--path", choices=["hopper", "ampere"], default="hopper")
+    p.set_defaults(func=_cmd_attention_schedule)
 
     p = sub.add_parser("cache", help="the on-disk compile cache",
                        description="The on-disk compile cache ($CUTE_KERNELS_CACHE_DIR, default "

@@ -117,6 +117,23 @@ if [ "$PART" = tall ]; then  # D = 64 on 192-row tiles by default: tests, saniti
     --out "$OUT"
   grep -v DEBUG "$OUT/tall-op.log" | tail -12
 fi
+if [ "$PART" = combine-ab ]; then  # the split combine's loads in flight: tests, A/B, kernels
+  step cab-tests 300 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
+    -k "split or decode or num_splits or gqa or repeat_calls"
+  probe cab-memcheck memcheck 1 9000 32 8 128 0
+  probe cab-racecheck racecheck 1 9000 32 8 128 0
+  for side in after before after before; do
+    root=$PWD; [ $side = before ] && root=$PWD/.before
+    n=$(ls "$OUT" | grep -c "^cab-$side" || true)
+    PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" CUTE_KERNELS_CACHE_DIR=/tmp/ck-ab-$side \
+      step "cab-$side-$n" 200 python perf/decode.py --quick --graphs --splits 1 \
+      --out "$OUT/$side-$n"
+  done
+  step cab-kernels 120 python perf/baseline_kernels.py --ours --gemm --attention --decode \
+    1,32,8,1,65536 1,32,8,1,4096 1,32,8,8,65536
+  for f in "$OUT"/cab-a*.log "$OUT"/cab-b*.log; do echo "--- $f"; grep -A 12 "^ours:" "$f"; done
+  grep -v DEBUG "$OUT/cab-kernels.log" | grep -B1 -A3 "^cute_kernels\|^SDPA cudnn"
+fi
 if [ "$PART" = tune ]; then  # Hopper: D = 64 at S = 4k, short causal D = 128
   step d64-s4k 120 $TUNE --shape 8,32,4096,64 --configs "[dict(block_m=192), \
 dict(block_m=192, block_n=96), dict(block_m=192, stages=3), dict(block_m=192, block_n=160), \

@@ -4,10 +4,11 @@ read from a torch profiler trace. Names tell the tile shape, cluster and split-K
 choice of a library whose heuristics we try to match (perf/RESULTS.md's remaining gaps).
 
     python perf/baseline_kernels.py [--gemm 1024,1024,1024 128,4096,14336 ...]
-        [--attention 8,16,1024,128,causal ...] [--ours]
+        [--attention 8,16,1024,128,causal ...] [--decode 1,32,8,1,65536 ...] [--ours]
 
 Shapes: GEMM ``M,N,K`` (bf16, ``x @ w.t()`` as ``F.linear``); attention ``B,H,S,D[,causal]``
-(bf16, SDPA layout; cuDNN and flash backends). ``--ours``: our ``linear`` / ``attention`` on
+(bf16, SDPA layout; cuDNN and flash backends); decode ``B,H,H_kv,S_q,S_kv`` (D 128, GQA,
+non-causal; cuDNN and flash). ``--ours``: our ``linear`` / ``attention`` on
 the same shapes too, traced the same way. Needs a CUDA GPU.
 """
 
@@ -69,6 +70,7 @@ def main() -> None:
                                                   "3000,5000,3072", "1,4096,14336"])
     ap.add_argument("--attention", nargs="*", default=["8,16,1024,128,causal",
                                                        "16,16,2048,128,causal"])
+    ap.add_argument("--decode", nargs="*", default=[])
     ap.add_argument("--ours", action="store_true")
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -103,6 +105,22 @@ def main() -> None:
         if args.ours:
             print(f"\ncute_kernels.attention B{b} H{h} S{s} D{d}{' causal' if causal else ''}")
             show(trace_kernels(partial(ck.attention, q, k, v, causal=causal)))
+    for shape in args.decode:
+        b, h, h_kv, s_q, s_kv = (int(v) for v in shape.split(","))
+        q = torch.randn(b, h, s_q, 128, device="cuda").bfloat16()
+        k, v = (torch.randn(b, h_kv, s_kv, 128, device="cuda").bfloat16() for _ in range(2))
+        label = f"B{b} H{h} H_kv{h_kv} S_q{s_q} S_kv{s_kv} D128"
+        for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION),
+                              ("flash", SDPBackend.FLASH_ATTENTION)):
+            print(f"\nSDPA {name} {label}")
+            try:
+                with sdpa_kernel(backend):
+                    show(trace_kernels(partial(sdpa, q, k, v, enable_gqa=True)))
+            except RuntimeError as err:  # a backend that does not take the shape
+                print(f"  refused: {str(err).splitlines()[0][:120]}")
+        if args.ours:
+            print(f"\ncute_kernels.attention {label}")
+            show(trace_kernels(partial(ck.attention, q, k, v)))
 
 
 if __name__ == "__main__":

@@ -222,3 +222,29 @@ def test_schedule_command(capsys):
     assert "swap-AB" not in capsys.readouterr().out
     assert main(["schedule", "0", "8", "8"]) == 2
     assert "M must be >= 1" in capsys.readouterr().err
+
+
+def test_attention_schedule_command(capsys):
+    """``cute-kernels attention-schedule``: the route ``attention`` takes (the one
+    ``make_plan`` follows): GQA packing and split-KV for decoding, the persistent tiles per
+    head dim, and clean errors for shapes the op refuses."""
+    from cute_kernels.cli import main
+
+    assert main(["attention-schedule", "1", "32", "8", "1", "65536", "128"]) == 0
+    line = capsys.readouterr().out
+    assert "GQA" in line and "split-KV 16 ways" in line and "64 x 128 tiles" in line
+    assert main(["attention-schedule", "8", "32", "32", "4096", "4096", "64"]) == 0
+    line = capsys.readouterr().out
+    assert "192 x 128 tiles, 3 consumer warpgroups" in line and "persistent" in line
+    assert main(["attention-schedule", "8", "32", "32", "4096", "4096", "64", "--causal"]) == 0
+    line = capsys.readouterr().out
+    assert "64 x 128 tiles" in line and "2 CTAs per SM" in line and "causal" in line
+    assert main(["attention-schedule", "2", "16", "16", "8192", "16384", "128"]) == 0
+    assert "one CTA per tile" in capsys.readouterr().out  # past PERSISTENT_MAX_KEYS
+    assert main(["attention-schedule", "1", "32", "8", "1", "65536", "128", "--path",
+                 "ampere"]) == 0
+    assert "Ampere kernel" in capsys.readouterr().out
+    assert main(["attention-schedule", "1", "32", "7", "1", "100", "128"]) == 2
+    assert "multiple of H_KV" in capsys.readouterr().err
+    assert main(["attention-schedule", "1", "32", "8", "1", "100", "96"]) == 2
+    assert "D must be one of" in capsys.readouterr().err

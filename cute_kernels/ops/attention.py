@@ -362,26 +362,102 @@ class AttentionPlan(NamedTuple):
         return o.copy_(o_comb), lse
 
 
-def make_plan(q, k, causal: bool, scale: float, num_splits: int,
-              config: dict | None = None) -> AttentionPlan:
-    """The :class:`AttentionPlan` of validated operands (the kernel compiled or found)."""
-    b, h, s_q, d = q.shape
-    h_kv, s_kv = k.shape[1], k.shape[2]
+class AttentionRoute(NamedTuple):
+    """How ``attention`` runs a problem of a given shape (``attention_route``; ``make_plan``
+    follows it, and ``cute-kernels attention-schedule`` prints it)."""
+
+    pack: tuple | None  # (B, H_kv, (H / H_kv) S_q, D) when GQA query heads share tiles
+    causal: bool  # the kernel's mask (packed decoding at S_q = 1 needs none)
+    splits: int  # split-KV ranges (1: unsplit)
+    short: bool  # at most 64 query rows per tile: the Hopper kernel's 64-row tile
+    persistent: bool  # the Hopper kernel's persistent schedule (walks dealt on the host)
+    tall: bool  # non-causal D = 64, long sequences: 192-row persistent tiles
+
+    def hopper_config(self, head_dim: int) -> dict:
+        """``AttentionSm90``'s keyword arguments on this route."""
+        return hopper_config(head_dim, self.causal, split_kv=self.splits > 1,
+                             short_query=self.short, persistent=self.persistent, tall=self.tall)
+
+    def describe(self, head_dim: int, path: str = "hopper") -> str:
+        """One line for logs and the CLI."""
+        parts = []
+        if path == "hopper":
+            cfg = self.hopper_config(head_dim)
+            bm = cfg.get("block_m") or HOPPER_DEFAULT_TILE[0]
+            bn = cfg.get("block_n") or HOPPER_DEFAULT_TILE[1]
+            wgs = bm // 64
+            parts.append(f"Hopper {bm} x {bn} tiles, {wgs} consumer warpgroup"
+                         + ("s" if wgs > 1 else ""))
+            if cfg.get("overlap"):
+                parts.append("softmax / MMA overlap")
+            if cfg.get("pingpong"):
+                parts.append("consumers take turns")
+            if cfg.get("persistent"):
+                per_sm = cfg.get("ctas_per_sm", 1)
+                parts.append(f"persistent, {per_sm} CTA{'s' if per_sm > 1 else ''} per SM "
+                             "walking tile lists dealt on the host")
+            else:
+                parts.append("one CTA per tile" + (", longest first"
+                                                   if cfg.get("longest_first") else ""))
+        else:
+            parts.append("Ampere kernel (cp.async, ldmatrix, mma.sync)"
+                         + "".join(f", {k} {v}" for k, v in ampere_config(head_dim).items()))
+        if self.pack is not None:
+            parts.append(f"GQA: the query heads of a KV head packed into its tiles "
+                         f"({self.pack[2]} rows)")
+        if self.causal:
+            parts.append("causal")
+        if self.splits > 1:
+            parts.append(f"split-KV {self.splits} ways + combine kernel")
+        return ", ".join(parts)
+
+
+def split_ranges(num_splits: int, s_kv: int) -> int:
+    """The split-KV ranges a launch runs: ``num_splits``, at most one per 128 keys."""
+    return max(1, min(num_splits, -(-s_kv // 128)))
+
+
+def attention_route(b: int, h: int, h_kv: int, s_q: int, s_kv: int, d: int, causal: bool,
+                    num_splits: int, hopper) -> AttentionRoute:
+    """The route of an (already validated) attention problem with ``num_splits`` resolved
+    (``attention``'s None: ``ops.attention_splits.auto_splits``). ``hopper``: whether the
+    sm_90 path runs it, a bool or a callable asked only where the answer matters (the
+    persistent schedule; ``make_plan``'s device query)."""
     pack = None
-    if config is None and packs_query_heads(h, h_kv, s_q, causal):
+    if packs_query_heads(h, h_kv, s_q, causal):
         pack, causal = (b, h_kv, (h // h_kv) * s_q, d), False
-    n = max(1, min(num_splits, -(-s_kv // 128)))
+    n = split_ranges(num_splits, s_kv)
     # at most 64 query rows per tile (decoding): the Hopper kernel's 64-row tile
-    short = config is None and (pack[2] if pack else s_q) <= SHORT_QUERY_ROWS
+    short = (pack[2] if pack else s_q) <= SHORT_QUERY_ROWS
     # Hopper, unpacked and unsplit: the persistent schedule, whose producer loads the next
     # tile's Q and K/V during this one: D = 64 always (64-row tiles two CTAs per SM), D = 128
     # causal (the CTAs' walks balance the causal tiles) or with few key blocks per tile
     # (S_kv <= PERSISTENT_MAX_KEYS)
-    plain = config is None and pack is None and not short and n == 1
+    plain = pack is None and not short and n == 1
     persistent = (plain and (d == 64 or causal or s_kv <= PERSISTENT_MAX_KEYS)
-                  and device_target(q.device)[0] == HOPPER)
+                  and (hopper() if callable(hopper) else bool(hopper)))
     # non-causal D = 64 with long queries and keys: 192-row tiles, one CTA per SM
     tall = persistent and d == 64 and not causal and min(s_q, s_kv) >= TALL_TILE_MIN_SEQ
+    return AttentionRoute(pack, bool(causal), n, short, persistent, tall)
+
+
+def make_plan(q, k, causal: bool, scale: float, num_splits: int,
+              config: dict | None = None) -> AttentionPlan:
+    """The :class:`AttentionPlan` of validated operands (the kernel compiled or found):
+    ``attention_route``'s, or with ``config`` (tuning, tests) that Hopper configuration on
+    the unpacked problem."""
+    b, h, s_q, d = q.shape
+    h_kv, s_kv = k.shape[1], k.shape[2]
+
+    def hopper():
+        return device_target(q.device)[0] == HOPPER
+
+    if config is None:
+        pack, causal, n, short, persistent, tall = attention_route(
+            b, h, h_kv, s_q, s_kv, d, causal, num_splits, hopper)
+    else:  # a forced configuration runs the unpacked problem
+        pack, n, short, persistent, tall = None, split_ranges(num_splits, s_kv), False, False, \
+            False
     # split-KV with the combine kernel: both launches from one host call (SplitKVAttention)
     joint, pdl = n > 1 and SPLIT_COMBINE_KERNEL_ON, SPLIT_COMBINE_PDL
     key = ("attention", q.dtype, d, bool(causal), *(("split",) if n > 1 else ()),
@@ -395,7 +471,7 @@ def make_plan(q, k, causal: bool, scale: float, num_splits: int,
     cfg = (config if config is not None
            else hopper_config(d, causal, persistent=persistent, tall=tall))
     order, ctas = None, None
-    if cfg.get("persistent") and n == 1 and device_target(q.device)[0] == HOPPER:
+    if cfg.get("persistent") and n == 1 and hopper():
         order, ctas = dense_tile_order(
             b, h, s_q, s_kv, bool(causal),
             (cfg.get("block_m") or HOPPER_DEFAULT_TILE[0],
