@@ -117,7 +117,7 @@ if [ "$PART" = tall ]; then  # D = 64 on 192-row tiles by default: tests, saniti
     --out "$OUT"
   grep -v DEBUG "$OUT/tall-op.log" | tail -12
 fi
-if [ "$PART" = combine-ab ]; then  # the split combine's loads in flight: tests, A/B, kernels
+if [ "$PART" = combine-ab ]; then  # split decode, .before against this tree: tests, A/B, kernels
   step cab-tests 300 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
     -k "split or decode or num_splits or gqa or repeat_calls"
   probe cab-memcheck memcheck 1 9000 32 8 128 0
