@@ -136,4 +136,10 @@ if [ "$PART" = rows192 ]; then  # 192-row tiles (three consumer warpgroups), cuB
 1024x14336x4096,6144x12288x4096,512x14336x4096 --tiles 192x192x64,192x160x64,192x128x64
   grep -v DEBUG "$OUT/r192.log" | tail -28
 fi
+if [ "$PART" = tile-checks ]; then  # the 192-row / 240-wide tiles: every GEMM test, sanitizers
+  step tc-tests 420 python -m pytest -q --tb=short -p no:logging tests/test_gemm_gpu.py \
+    tests/test_dispatch_gpu.py
+  step tc-memcheck 150 "${SANITIZE[@]}" --tool memcheck python perf/gemm_skinny_probe.py
+  step tc-racecheck 150 "${SANITIZE[@]}" --tool racecheck python perf/gemm_skinny_probe.py
+fi
 echo; echo "=== summary"; printf '%s\n' "${summary[@]}"

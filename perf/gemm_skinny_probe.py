@@ -1,6 +1,7 @@
 """A few skinny GEMM launches for compute-sanitizer (memcheck, racecheck): the default swap-AB
 / split-K schedules on decode shapes and forced ones on residue shapes (split-K through the
-workspace and in a cluster; 2-D clusters), each checked against an fp32 reference.
+workspace and in a cluster; 2-D clusters; 192-row and 240-wide tiles), each checked against
+an fp32 reference.
 
     compute-sanitizer --tool memcheck python perf/gemm_skinny_probe.py
 """
@@ -49,7 +50,14 @@ def main() -> None:
                             (1000, 520, 1000, dict(tile=(128, 64, 64), cluster_m=1,
                                                    cluster_n=2, cluster_k=1)),
                             (333, 776, 264, dict(tile=(64, 128, 64), cluster_m=2,
-                                                 cluster_n=2, cluster_k=1, ctas=4))):
+                                                 cluster_n=2, cluster_k=1, ctas=4)),
+                            # three consumer warpgroups (192-row tiles), a CTA past M, 8
+                            # clusters walking 21 cluster tiles; a 240-wide tile in 16-wide
+                            # subtiles
+                            (800, 1000, 1000, dict(tile=(192, 160, 64), cluster_m=2,
+                                                    cluster_k=1, ctas=16)),
+                            (333, 1000, 264, dict(tile=(128, 240, 64), cluster_m=2,
+                                                  cluster_k=1))):
         x, w = rand(m, k), rand(n, k)
         out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
         check(run_plan(forced_plan(x, w, **fields), x, w, out), x, w, None,
