@@ -134,6 +134,10 @@ if [ "$PART" = combine-ab ]; then  # split decode, .before against this tree: te
   for f in "$OUT"/cab-a*.log "$OUT"/cab-b*.log; do echo "--- $f"; grep -A 12 "^ours:" "$f"; done
   grep -v DEBUG "$OUT/cab-kernels.log" | grep -B1 -A3 "^cute_kernels\|^SDPA cudnn"
 fi
+if [ "$PART" = route-checks ]; then  # attention_route: the default routes' GPU tests
+  step route-tests 560 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
+    -k "not hopper_configs and not colsum"
+fi
 if [ "$PART" = tune ]; then  # Hopper: D = 64 at S = 4k, short causal D = 128
   step d64-s4k 120 $TUNE --shape 8,32,4096,64 --configs "[dict(block_m=192), \
 dict(block_m=192, block_n=96), dict(block_m=192, stages=3), dict(block_m=192, block_n=160), \
