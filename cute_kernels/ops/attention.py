@@ -456,8 +456,8 @@ def make_plan(q, k, causal: bool, scale: float, num_splits: int,
         pack, causal, n, short, persistent, tall = attention_route(
             b, h, h_kv, s_q, s_kv, d, causal, num_splits, hopper)
     else:  # a forced configuration runs the unpacked problem
-        pack, n, short, persistent, tall = None, split_ranges(num_splits, s_kv), False, False, \
-            False
+        pack, short, persistent, tall = None, False, False, False
+        n = split_ranges(num_splits, s_kv)
     # split-KV with the combine kernel: both launches from one host call (SplitKVAttention)
     joint, pdl = n > 1 and SPLIT_COMBINE_KERNEL_ON, SPLIT_COMBINE_PDL
     key = ("attention", q.dtype, d, bool(causal), *(("split",) if n > 1 else ()),

@@ -58,12 +58,12 @@ class GemmSm90:
 
     Warp roles (``kernel`` sets up the shared state and dispatches): warpgroup 0 is the
     producer (``setmaxnreg`` down to 40); its warp 0 runs ``load``, the TMA loads of A and B
-    (one elected lane). Warpgroups 1 and 2 are consumers (``setmaxnreg`` up to 232; a 64-row
-    tile has warpgroup 1 only); per tile they run ``mma``, each computing 64 rows of the
-    ``tile_m x tile_n`` tile with
-    ``wgmma.mma_async`` m64n{tile_n}k16 from 128B-swizzled smem, one WGMMA batch kept in
-    flight, then ``epilogue_tile`` (``gated_epilogue_tile`` when gated); warp 4 issues the
-    TMA stores. Named barrier ``Barrier.EPILOGUE`` syncs the consumer warpgroups.
+    (one elected lane). Warpgroups 1 and up are consumers, one per 64 tile rows
+    (``setmaxnreg`` up to 232; 152 for the three of a 192-row tile); per tile they run
+    ``mma``, each computing 64 rows of the ``tile_m x tile_n`` tile with ``wgmma.mma_async``
+    m64n{tile_n}k16 from 128B-swizzled smem, one WGMMA batch kept in flight, then
+    ``epilogue_tile`` (``gated_epilogue_tile`` when gated); warp 4 issues the TMA stores.
+    Named barrier ``Barrier.EPILOGUE`` syncs the consumer warpgroups.
     C may be column-major (how a swap-AB launch writes C^T; a 16-bit C goes through a
     transposing stmatrix); ``tuning.gemm`` says when the op swaps or splits K.
     Cluster: ``cluster_m`` (2) CTAs along M share each B tile: each loads half of it and TMA
