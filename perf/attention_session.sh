@@ -138,6 +138,18 @@ if [ "$PART" = route-checks ]; then  # attention_route: the default routes' GPU 
   step route-tests 560 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
     -k "not hopper_configs and not colsum"
 fi
+if [ "$PART" = tall-turns ]; then  # D = 64: 192-row tiles whose three consumers take turns
+  T="dict(block_m=192, overlap=True, persistent=True"
+  NC="[dict(block_m=64, block_n=128, overlap=True, ctas_per_sm=2, persistent=True), $T), \
+$T, pingpong=True)]"
+  for shape in 32,32,1024 16,32,2048 8,32,4096 4,32,8192; do
+    step "tt-${shape//,/-}" 150 $TUNE --rounds 20 --shape $shape,64 --configs "$NC"
+  done
+  for shape in 32,32,1024 16,32,2048 8,32,4096; do
+    step "tt-c${shape//,/-}" 150 $TUNE --rounds 20 --causal --shape $shape,64 --configs "$NC"
+  done
+  for f in "$OUT"/tt-*.log; do echo "--- $f"; grep -v DEBUG "$f" | tail -4 | cut -c40-; done
+fi
 if [ "$PART" = tune ]; then  # Hopper: D = 64 at S = 4k, short causal D = 128
   step d64-s4k 120 $TUNE --shape 8,32,4096,64 --configs "[dict(block_m=192), \
 dict(block_m=192, block_n=96), dict(block_m=192, stages=3), dict(block_m=192, block_n=160), \

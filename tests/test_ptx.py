@@ -330,20 +330,22 @@ def test_attention_d64_persistent_ptx(causal):
     _assert_no_spills(ptx, "sm_90a", allowed=24)
 
 
-def test_attention_d64_tall_ptx():
-    """Non-causal D = 64 with long sequences (``tall``): 192 x 128 persistent tiles, three
-    consumer warpgroups overlapping softmax and MMAs, one CTA per SM, no spills."""
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_d64_tall_ptx(causal):
+    """D = 64 with long sequences (``tall``): 192 x 128 persistent tiles, three consumer
+    warpgroups overlapping softmax and MMAs and taking turns (named barriers beyond the
+    two-consumer kernels' 11), one CTA per SM; the causal build spills 12 bytes."""
     import torch
 
     from cute_kernels.ops.attention import make_build
     from cute_kernels.runtime.compile import compile_ptx
 
-    ptx = compile_ptx(make_build("hopper", torch.bfloat16, 64, False, persistent=True,
+    ptx = compile_ptx(make_build("hopper", torch.bfloat16, 64, causal, persistent=True,
                                  tall=True), "sm_90a")
     assert ".minnctapersm" not in ptx and "%nctaid.x" not in ptx
     assert ".reqntid 512, 1, 1" in ptx  # a producer and three consumer warpgroups
     assert all(instruction_mix(ptx)[f] > 0 for f in HOPPER)
-    _assert_no_spills(ptx, "sm_90a")
+    _assert_no_spills(ptx, "sm_90a", allowed=16 if causal else 0)
 
 
 @pytest.mark.parametrize("persistent", [False, True])

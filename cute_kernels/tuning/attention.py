@@ -12,14 +12,15 @@ SHORT_QUERY_ROWS = 64
 #: the async store and pingpong (H100, ms persistent / one CTA per tile: B8 H16 S4096 1.801 /
 #: 1.855, B4 H16 S8192 3.436 / 3.452, B2 H16 S16384 6.877 / 6.812)
 PERSISTENT_MAX_KEYS = 8192
-#: Query rows and keys from which non-causal D = 64 runs 192 x 128 persistent tiles (three
-#: consumer warpgroups, the overlap, ``tall``) instead of 64 x 128 tiles two CTAs per SM:
-#: H100, perf/attention_tuning.py --rounds 20, two runs each, ms 64 x 128 / 192 x 128 (cuDNN):
-#: B16 H32 S2048 1.287-1.283 / 1.261-1.264 (1.252), B8 H32 S4096 2.447-2.436 / 2.400-2.386
-#: (2.411-2.388), B4 H32 S8192 4.703-4.733 / 4.529-4.523 (4.715-4.700), B2 H32 S16384
-#: 9.388-9.481 / 9.210-9.229 (9.395-9.364); at S 1024 the 64-row tiles win (B32 H32: 0.662 /
-#: 0.715), and causal they win at every length (S 4096: 1.283 / 1.502; the causal 192-row
-#: build spills 40 bytes)
+#: Query rows and keys from which D = 64 runs 192 x 128 persistent tiles whose three consumer
+#: warpgroups overlap softmax and MMAs and take turns to issue their wgmmas (``tall``)
+#: instead of 64 x 128 tiles two CTAs per SM. H200, perf/attention_tuning.py --rounds 20, ms
+#: 64 x 128 / 192 x 128 without turns / with turns (cuDNN): B32 H32 S1024 0.675 / 0.732 /
+#: 0.671 (0.647), B16 H32 S2048 1.271 / 1.254 / 1.165 (1.245), B8 H32 S4096 2.461 / 2.413 /
+#: 2.252 (2.432), B4 H32 S8192 4.867 / 4.704 / 4.390 (4.840); causal S1024 0.424 / 0.534 /
+#: 0.474 (0.406), S2048 0.722 / 0.802 / 0.692 (0.702), S4096 1.316 / 1.532 / 1.278 (1.313).
+#: (Without turns, the first form of this route, non-causal only: H100 B8 H32 S4096 2.400 /
+#: 2.386 ms against 2.447 / 2.436 for the 64-row tiles.)
 TALL_TILE_MIN_SEQ = 2048
 
 
@@ -58,10 +59,10 @@ def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
     S1024 0.980x / 0.799x, B8 H32 S4096 1.029x / 0.976x, B2 H32 S16384 1.065x / 1.067x;
     causal, against the 128 x 128 launch-order grid: S 4096 0.908x / 0.771x, S 16384 1.031x /
     0.898x; short causal against 64 x 64 tiles two CTAs per SM (H100, after the mask fix): S
-    1024 0.414 / 0.451 ms, S 2048 0.723 / 0.804. ``tall`` (persistent non-causal D = 64 with
-    at least ``TALL_TILE_MIN_SEQ`` query rows and keys): 192 x 128 tiles, three consumer
-    warpgroups with the overlap, one CTA per SM (H100, B8 H32 S4096 2.39-2.40 ms against
-    2.44 for the 64-row tiles; ``TALL_TILE_MIN_SEQ``)."""
+    1024 0.414 / 0.451 ms, S 2048 0.723 / 0.804. ``tall`` (persistent D = 64 with at least
+    ``TALL_TILE_MIN_SEQ`` query rows and keys): 192 x 128 tiles, three consumer warpgroups
+    with the overlap taking turns, one CTA per SM (H200, B8 H32 S4096 2.252 ms against 2.461
+    for the 64-row tiles, cuDNN 2.432; ``TALL_TILE_MIN_SEQ``)."""
     if colsum:
         if head_dim == 64:
             return dict(block_m=192, colsum=True, group=group, colsum_method="mma_sync")
@@ -70,8 +71,8 @@ def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
     if short_query:  # one query tile per head: no tile order to choose
         return dict(overlap=True, block_m=64) if head_dim == 128 else dict(block_m=64)
     if persistent:
-        if head_dim == 64 and tall and not causal:
-            return dict(block_m=192, overlap=True, persistent=True)
+        if head_dim == 64 and tall:
+            return dict(block_m=192, overlap=True, persistent=True, pingpong=True)
         if head_dim == 64:
             return dict(block_m=64, block_n=128, overlap=True, ctas_per_sm=2, persistent=True)
         # O stored by a producer warp (``async_store``, the kernel's default) and the two
