@@ -46,7 +46,7 @@ def check(o, lse, q, k, v, causal):
 @pytest.mark.parametrize("s_q, s_kv, h, h_kv", [(1, 1, 2, 2), (17, 17, 4, 2), (1000, 1000, 2, 1),
                                                 (128, 4097, 2, 2), (300, 77, 2, 2),
                                                 (4097, 1000, 1, 1),
-                                                # D = 64: 192-row tiles in turns (tall)
+                                                # D = 64: 192-row tiles (tall)
                                                 (2100, 4097, 2, 1), (4097, 2100, 2, 2)])
 def test_matches_reference(path, d, causal, s_q, s_kv, h, h_kv):
     q, k, v = qkv(2, h, h_kv, s_q, s_kv, d)
@@ -416,7 +416,7 @@ def test_split_decode_captures_in_a_cuda_graph(path, b, s_q, s_kv, splits):
 def test_persistent_default_captures_in_a_cuda_graph(s_q, s_kv, causal, d):
     """The persistent schedule by default (D = 128 non-causal up to 8,192 keys; causal: 128 x
     64 tiles up to 1,536 keys, 128 x 128 past it; D = 64: 64-row tiles two CTAs per SM, 192-row
-    tiles in turns for S_q and S_kv >= TALL_TILE_MIN_SEQ), its
+    tiles for S_q and S_kv >= TALL_TILE_MIN_SEQ (causal with TALL_TURNS)), its
     walks made at the first, warm-up call; captured in a CUDA graph,
     replays on new inputs copied into the captured ones match the reference."""
     from cute_kernels.ops.attention import make_plan

@@ -308,8 +308,8 @@ def test_plans_run_short_keys_persistent(monkeypatch, s_q, s_kv, causal, d, pers
     """The Hopper kernel's persistent schedule (its own key, the CTAs' walks, one CTA per SM
     or two for 64-row tiles) for D = 64, and for D = 128 when causal or with at most
     PERSISTENT_MAX_KEYS keys; not for decoding's short query tiles (S_q <= 64). D = 64 with
-    at least TALL_TILE_MIN_SEQ query rows and keys: 192-row tiles (``tall``), one CTA per
-    SM."""
+    at least TALL_TILE_MIN_SEQ query rows and keys (causal with TALL_TURNS): 192-row tiles
+    (``tall``), one CTA per SM."""
     from cute_kernels.ops import attention as att
 
     seen = []
@@ -322,7 +322,7 @@ def test_plans_run_short_keys_persistent(monkeypatch, s_q, s_kv, causal, d, pers
     plan = att.make_plan(q, k, causal, 0.1, 1)
     assert ("persistent" in seen[0]) == persistent
     assert (plan.order is not None) == persistent
-    tall = d == 64 and min(s_q, s_kv) >= att.TALL_TILE_MIN_SEQ
+    tall = d == 64 and (att.TALL_TURNS or not causal) and min(s_q, s_kv) >= att.TALL_TILE_MIN_SEQ
     assert ("tall" in seen[0]) == tall
     if persistent:
         two = d == 64 and not tall  # 64-row tiles, two CTAs per SM

@@ -235,7 +235,7 @@ def test_attention_schedule_command(capsys):
     assert "GQA" in line and "split-KV 16 ways" in line and "64 x 128 tiles" in line
     assert main(["attention-schedule", "8", "32", "32", "4096", "4096", "64"]) == 0
     line = capsys.readouterr().out
-    assert "192 x 128 tiles, 3 consumer warpgroups" in line and "take turns" in line
+    assert "192 x 128 tiles, 3 consumer warpgroups" in line and "persistent" in line
     assert main(["attention-schedule", "32", "32", "32", "1024", "1024", "64", "--causal"]) == 0
     line = capsys.readouterr().out
     assert "64 x 128 tiles" in line and "2 CTAs per SM" in line and "causal" in line

@@ -330,18 +330,20 @@ def test_attention_d64_persistent_ptx(causal):
     _assert_no_spills(ptx, "sm_90a", allowed=24)
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_attention_d64_tall_ptx(causal):
-    """D = 64 with long sequences (``tall``): 192 x 128 persistent tiles, three consumer
-    warpgroups overlapping softmax and MMAs and taking turns (named barriers beyond the
-    two-consumer kernels' 11), one CTA per SM; the causal build spills 12 bytes."""
+@pytest.mark.parametrize("causal, turns", [(False, None), (False, True), (True, True)])
+def test_attention_d64_tall_ptx(causal, turns):
+    """D = 64 with long sequences (``tall``; None: the route's own form, ``TALL_TURNS``):
+    192 x 128 persistent tiles, three consumer warpgroups overlapping softmax and MMAs
+    (taking turns: ``pingpong``), one CTA per SM; the causal build spills 12 bytes."""
     import torch
 
     from cute_kernels.ops.attention import make_build
     from cute_kernels.runtime.compile import compile_ptx
 
+    config = None if turns is None else dict(block_m=192, overlap=True, persistent=True,
+                                             pingpong=True)
     ptx = compile_ptx(make_build("hopper", torch.bfloat16, 64, causal, persistent=True,
-                                 tall=True), "sm_90a")
+                                 tall=True, config=config), "sm_90a")
     assert ".minnctapersm" not in ptx and "%nctaid.x" not in ptx
     assert ".reqntid 512, 1, 1" in ptx  # a producer and three consumer warpgroups
     assert all(instruction_mix(ptx)[f] > 0 for f in HOPPER)

@@ -36,6 +36,7 @@ from ..tuning.attention import (
     PERSISTENT_MAX_KEYS,
     SHORT_QUERY_ROWS,
     TALL_TILE_MIN_SEQ,
+    TALL_TURNS,
     ampere_config,
     hopper_config,
 )
@@ -371,7 +372,7 @@ class AttentionRoute(NamedTuple):
     splits: int  # split-KV ranges (1: unsplit)
     short: bool  # at most 64 query rows per tile: the Hopper kernel's 64-row tile
     persistent: bool  # the Hopper kernel's persistent schedule (walks dealt on the host)
-    tall: bool  # D = 64, long sequences: 192-row persistent tiles, consumers in turns
+    tall: bool  # D = 64, long sequences: 192-row persistent tiles (``TALL_TURNS``)
 
     def hopper_config(self, head_dim: int) -> dict:
         """``AttentionSm90``'s keyword arguments on this route."""
@@ -436,8 +437,9 @@ def attention_route(b: int, h: int, h_kv: int, s_q: int, s_kv: int, d: int, caus
     plain = pack is None and not short and n == 1
     persistent = (plain and (d == 64 or causal or s_kv <= PERSISTENT_MAX_KEYS)
                   and (hopper() if callable(hopper) else bool(hopper)))
-    # D = 64 with long queries and keys: 192-row tiles in turns, one CTA per SM
-    tall = persistent and d == 64 and min(s_q, s_kv) >= TALL_TILE_MIN_SEQ
+    # D = 64 with long queries and keys: 192-row tiles, one CTA per SM (causal with turns)
+    tall = (persistent and d == 64 and (TALL_TURNS or not causal)
+            and min(s_q, s_kv) >= TALL_TILE_MIN_SEQ)
     return AttentionRoute(pack, bool(causal), n, short, persistent, tall)
 
 
