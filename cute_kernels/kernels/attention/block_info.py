@@ -307,6 +307,15 @@ class SplitKeyBlocks(DenseKeyBlocks):
         return self.base._needs_mask(tile.m_block, n, tile.s_q, tile.s_kv)
 
 
+def split_of_batch(split_kv: bool, batch, q_batch, mLSE):
+    """(split, batch, n_splits) of a CTA's grid batch coordinate (trace time, inline): a
+    split-KV launch runs ``split * B + batch`` (``q_batch`` = B) and its lse holds all
+    n_splits x B entries; any other launch is split 0 of 1."""
+    if split_kv:
+        return batch // q_batch, batch % q_batch, mLSE.shape[0] // q_batch
+    return Int32(0), batch, Int32(1)
+
+
 @cute.jit
 def key_block_tile(policy, m_block, s_q, s_kv, lists, batch, head, split, n_splits):
     """The view of query tile ``m_block`` for the dense, causal, split-KV or block-list

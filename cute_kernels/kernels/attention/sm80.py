@@ -29,6 +29,7 @@ from .block_info import (
     gather_key_tile,
     key_block_policy,
     key_block_tile,
+    split_of_batch,
 )
 from .column_sums import (
     previous_step_factors,
@@ -226,10 +227,7 @@ class AttentionSm80:
         if cutlass.const_expr(self.tile_order):
             m_block, head, batch = ordered_tile(mTileOrder, m_block, head, batch)
         out_batch = batch
-        split, n_splits = Int32(0), Int32(1)
-        if cutlass.const_expr(self.split_kv):
-            split, batch = batch // q_batch, batch % q_batch
-            n_splits = mLSE.shape[0] // q_batch
+        split, batch, n_splits = split_of_batch(self.split_kv, batch, q_batch, mLSE)
         dtype = mQ.element_type
         BM, BN, D = self.block_m, self.block_n, self.head_dim
         s_q, s_kv = mQ.shape[2], mK.shape[2]

@@ -32,6 +32,7 @@ from .block_info import (
     gather_key_tile,
     key_block_policy,
     key_block_tile,
+    split_of_batch,
 )
 from .column_sums import ColumnSumsSm90, NoColumnSums
 from .kv_block_loader import TmaBlockKVLoader
@@ -524,10 +525,7 @@ class AttentionSm90(PersistentSchedule, ConsumerMainloops):
         if cutlass.const_expr(self.tile_order):
             m_block, head, batch = ordered_tile(mTileOrder, m_block, head, batch)
         out_batch = batch
-        split, n_splits = Int32(0), Int32(1)
-        if cutlass.const_expr(self.split_kv):
-            split, batch = batch // q_batch, batch % q_batch
-            n_splits = mLSE.shape[0] // q_batch
+        split, batch, n_splits = split_of_batch(self.split_kv, batch, q_batch, mLSE)
         kv_head = head // q_per_kv
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         wg = warp // 4
