@@ -150,21 +150,13 @@ $T, pingpong=True)]"
   done
   for f in "$OUT"/tt-*.log; do echo "--- $f"; grep -v DEBUG "$f" | tail -4 | cut -c40-; done
 fi
-if [ "$PART" = turns-final ]; then  # the tall tiles in turns: tests, sanitizers, H100 speed
+if [ "$PART" = tall-turns-checks ]; then  # the tall tiles in turns (TALL_TURNS): tests, sanitizers
+  # (4 logs: a call returns at most 8 files; the perf comparison is tall-turns)
   step tf-tests 330 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
     -k "matches_reference or persistent_ctas or persistent_default"
   probe tf-memcheck memcheck 2100 2300 8 2 64 1
   probe tf-racecheck racecheck 2100 2300 8 2 64 0
   probe tf-racecheck-causal racecheck 2100 2300 8 2 64 1
-  NC="[dict(block_m=64, block_n=128, overlap=True, ctas_per_sm=2, persistent=True), \
-dict(block_m=192, overlap=True, persistent=True, pingpong=True)]"
-  for shape in 16,32,2048 8,32,4096 4,32,8192; do
-    step "tf-${shape//,/-}" 120 $TUNE --shape $shape,64 --configs "$NC"
-  done
-  for shape in 16,32,2048 8,32,4096 2,32,16384; do
-    step "tf-c${shape//,/-}" 120 $TUNE --causal --shape $shape,64 --configs "$NC"
-  done
-  for f in "$OUT"/tf-[0-9c]*.log; do echo "--- $f"; grep -v DEBUG "$f" | tail -3 | cut -c40-; done
 fi
 if [ "$PART" = tune ]; then  # Hopper: D = 64 at S = 4k, short causal D = 128
   step d64-s4k 120 $TUNE --shape 8,32,4096,64 --configs "[dict(block_m=192), \

@@ -27,7 +27,7 @@ PERSISTENT_MAX_KEYS = 8192
 TALL_TILE_MIN_SEQ = 2048
 #: Whether the tall tiles' consumers take turns, and causal D = 64 runs them too. Faster at
 #: every length measured from 2,048 on both GPUs (above), memcheck and racecheck clean
-#: (causal); but the GPU-test step of that call (perf/attention_session.sh turns-final) ran
+#: (causal); but the GPU-test step of that call (attention_session.sh tall-turns-checks) ran
 #: without its log coming back before the session's device time ran out. Until it is seen
 #: to pass, the op keeps the verified form: tall tiles without turns, non-causal only.
 TALL_TURNS = False
