@@ -455,11 +455,11 @@ def make_plan(q, k, causal: bool, scale: float, num_splits: int,
         return device_target(q.device)[0] == HOPPER
 
     if config is None:
-        pack, causal, n, short, persistent, tall = attention_route(
-            b, h, h_kv, s_q, s_kv, d, causal, num_splits, hopper)
+        route = attention_route(b, h, h_kv, s_q, s_kv, d, causal, num_splits, hopper)
     else:  # a forced configuration runs the unpacked problem
-        pack, short, persistent, tall = None, False, False, False
-        n = split_ranges(num_splits, s_kv)
+        route = AttentionRoute(None, bool(causal), split_ranges(num_splits, s_kv), False, False,
+                               False)
+    pack, causal, n, short, persistent, tall = route
     # split-KV with the combine kernel: both launches from one host call (SplitKVAttention)
     joint, pdl = n > 1 and SPLIT_COMBINE_KERNEL_ON, SPLIT_COMBINE_PDL
     key = ("attention", q.dtype, d, bool(causal), *(("split",) if n > 1 else ()),
@@ -470,8 +470,7 @@ def make_plan(q, k, causal: bool, scale: float, num_splits: int,
         tall=tall),
         hopper_key=_config_key(config) + (("short_query",) if short else ())
         + (("persistent",) if persistent else ()) + (("tall",) if tall else ()))
-    cfg = (config if config is not None
-           else hopper_config(d, causal, persistent=persistent, tall=tall))
+    cfg = config if config is not None else route.hopper_config(d)
     order, ctas = None, None
     if cfg.get("persistent") and n == 1 and hopper():
         order, ctas = dense_tile_order(
