@@ -142,4 +142,32 @@ if [ "$PART" = tile-checks ]; then  # the 192-row / 240-wide tiles: every GEMM t
   step tc-memcheck 150 "${SANITIZE[@]}" --tool memcheck python perf/gemm_skinny_probe.py
   step tc-racecheck 150 "${SANITIZE[@]}" --tool racecheck python perf/gemm_skinny_probe.py
 fi
+if [ "$PART" = stream-k ]; then  # stream-K: the probe, its GPU tests, memcheck
+  step sk-probe 150 python perf/gemm_skinny_probe.py
+  step sk-tests 300 python -m pytest -q --tb=short -p no:logging tests/test_gemm_gpu.py \
+    -k "stream_k or every_hopper_tile or squares"
+  step sk-memcheck 140 "${SANITIZE[@]}" --tool memcheck python perf/gemm_skinny_probe.py
+fi
+if [ "$PART" = stream-k-perf ]; then  # stream-K against whole tiles on the shapes it takes
+  step sk-perf 420 python perf/gemm_skinny.py --graphs --rounds 8 --out "$OUT/sk" --shapes \
+3000x5000x3072,4000x11008x4096,4096x4096x4096,3000x3000x3000,1024x14336x4096,\
+4096x14336x4096,6144x12288x4096,512x14336x4096,2048x28672x8192 \
+    --tiles 128x256x64z0,128x256x64z1,128x192x64z0
+  grep -v DEBUG "$OUT/sk-perf.log" | tail -32
+  step sk-racecheck 150 "${SANITIZE[@]}" --tool racecheck python perf/gemm_skinny_probe.py
+fi
+if [ "$PART" = stream-k-picks ]; then  # the shapes the scheduler gives stream-K, whole vs shared
+  step sk-picks-tests 200 python -m pytest -q --tb=short -p no:logging tests/test_gemm_gpu.py \
+    -k "stream_k"
+  step sk-picks 360 python perf/gemm_skinny.py --graphs --rounds 15 --out "$OUT/skp" --shapes \
+4000x11008x4096,6144x12288x4096,1024x11008x4096,2048x11008x4096,4096x11008x4096,\
+8192x14336x4096,3000x5000x3072 --tiles 128x256x64z0,128x256x64z1,128x224x64z0,128x192x64z1
+  grep -v DEBUG "$OUT/sk-picks.log" | tail -28
+fi
+if [ "$PART" = sk-final ]; then  # with stream-K scheduled: every GEMM test, the sweep
+  step skf-tests 300 python -m pytest -q --tb=short -p no:logging tests/test_gemm_gpu.py \
+    tests/test_dispatch_gpu.py
+  step skf-sweep 270 python perf/gemm_skinny.py --graphs --rounds 10 --out "$OUT/skf"
+  grep -v DEBUG "$OUT/skf-sweep.log" | tail -32
+fi
 echo; echo "=== summary"; printf '%s\n' "${summary[@]}"

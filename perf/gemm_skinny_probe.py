@@ -1,7 +1,7 @@
 """A few skinny GEMM launches for compute-sanitizer (memcheck, racecheck): the default swap-AB
 / split-K schedules on decode shapes and forced ones on residue shapes (split-K through the
-workspace and in a cluster; 2-D clusters; 192-row and 240-wide tiles), each checked against
-an fp32 reference.
+workspace and in a cluster; 2-D clusters; 192-row and 240-wide tiles; stream-K), each checked
+against an fp32 reference.
 
     compute-sanitizer --tool memcheck python perf/gemm_skinny_probe.py
 """
@@ -57,7 +57,13 @@ def main() -> None:
                             (800, 1000, 1000, dict(tile=(192, 160, 64), cluster_m=2,
                                                     cluster_k=1, ctas=16)),
                             (333, 1000, 264, dict(tile=(128, 240, 64), cluster_m=2,
-                                                  cluster_k=1))):
+                                                  cluster_k=1)),
+                            # stream-K: 8 of 20 cluster tiles shared by k-ranges (partials
+                            # through the workspace), 64-row tiles with ranges of 4 k-tiles
+                            (1000, 1104, 1000, dict(tile=(128, 256, 64), cluster_m=2,
+                                                    cluster_k=1, ctas=12, stream_k=True)),
+                            (200, 520, 136, dict(tile=(64, 128, 64), cluster_m=2,
+                                                 cluster_k=1, ctas=6, stream_k=True))):
         x, w = rand(m, k), rand(n, k)
         out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
         check(run_plan(forced_plan(x, w, **fields), x, w, out), x, w, None,

@@ -227,7 +227,7 @@ def forced_schedule(monkeypatch):
 
     def force(*, swap: bool, splits: int, tile_n: int = 16, cluster_m: int = 1, tile=None,
               cluster_k: int = 1, ctas: int | None = None, cluster_n: int = 1,
-              batched: bool = False):
+              batched: bool = False, stream_k: bool = False):
         def schedule(m, n, k, batch, sms, skinny=True, cluster_split=True):
             base = real(m, n, k, batch, sms, skinny=False)
             if not skinny and not batched:
@@ -240,7 +240,8 @@ def forced_schedule(monkeypatch):
             return gemm_tuning.GemmSchedule(t, 1 if swap else cluster_m,
                                             ctas or sms // size * size, False, swap=swap,
                                             splits=splits, max_stages=8, cluster_k=cluster_k,
-                                            cluster_n=1 if swap else cluster_n)
+                                            cluster_n=1 if swap else cluster_n,
+                                            stream_k=stream_k)
 
         monkeypatch.setattr(gemm_ops, "_PLANS", {})
         monkeypatch.setattr(gemm_tuning, "schedule", schedule)
@@ -335,6 +336,65 @@ def test_clusters_along_n(forced_schedule, tile, cluster_m, cluster_n, ctas, m, 
     assert {p.ctas for p in gemm_ops._PLANS.values()} == {ctas or sms // size * size}
     run_gemm("hopper", m, n, k, batch=batch, a_major=a_major, b_major=b_major,
              dtype=torch.float16, out_dtype=torch.float32)
+
+
+@HOPPER_ONLY
+@pytest.mark.parametrize("tile, cluster_m, ctas, m, n, k, batch, a_major, b_major, epilogue", [
+    # 20 cluster tiles on 6 clusters: 8 shared by k-ranges of 21-22 of their 16 k-tiles
+    # (K 1000: the last k-tile partial), 12 whole
+    ((128, 256, 64), 2, 12, 1000, 1104, 1000, None, "k", "n", None),
+    ((128, 192, 64), 2, 10, 336, 1000, 1000, None, "m", "k", "gelu"),  # CTAs past M
+    ((128, 128, 64), 1, 7, 300, 520, 2048, 3, "k", "n", "silu"),  # batched, unclustered
+    ((64, 128, 64), 2, 6, 200, 520, 136, None, "k", "k", "relu"),  # 3 k-tiles: ranges of 4
+    ((192, 160, 64), 2, 8, 800, 1000, 1000, None, "k", "n", None),  # three consumers
+    ((128, 256, 64), 2, 8, 1000, 1104, 1000, None, "k", "n", None),  # whole waves: no split
+])
+def test_stream_k(forced_schedule, tile, cluster_m, ctas, m, n, k, batch, a_major, b_major,
+                  epilogue):
+    """Stream-K (the last wave plus one shared out by k-ranges, partials fixed up through
+    the workspace) on residue shapes: K not a multiple of the k-tile, CTAs past M, batched,
+    ranges shorter than two tiles, 64- and 192-row tiles, bf16 and fp32 out; and a launch
+    whose waves are whole (every tile whole, the same build)."""
+    import cute_kernels.ops.gemm as gemm_ops
+    from cute_kernels.kernels.common.tile_scheduler import cluster_tiles, stream_k_tiles
+
+    forced_schedule(swap=False, splits=1, tile=tile, cluster_m=cluster_m, ctas=ctas,
+                    batched=batch is not None, stream_k=True)
+    for _ in range(2):  # fresh inputs, the same compiled plan and a fresh workspace
+        run_gemm("hopper", m, n, k, batch=batch, a_major=a_major, b_major=b_major, bias=True,
+                 epilogue=epilogue)
+    run_gemm("hopper", m, n, k, batch=batch, a_major=a_major, b_major=b_major,
+             dtype=torch.float16, out_dtype=torch.float32)
+    plans = list(gemm_ops._PLANS.values())
+    assert plans and all(p.stream_k is not None and p.ctas == ctas for p in plans)
+    units = cluster_tiles(m, n, batch or 1, tile, cluster_m)
+    shared = stream_k_tiles(units, ctas // cluster_m)
+    assert (shared == 0) == ((m, n, ctas) == (1000, 1104, 8)), (units, shared)
+
+
+@HOPPER_ONLY
+def test_stream_k_default_route_in_a_cuda_graph():
+    """The default schedule takes stream-K where the last wave would idle (4000 x 11008 x
+    4096 on 128 x 256 tiles: 688 cluster tiles on 66 clusters); captured in a CUDA graph
+    (the flags' zeroing and the workspace are captured with it), replayed on new inputs."""
+    import cute_kernels.ops.gemm as gemm_ops
+
+    m, n, k = 4000, 11008, 4096
+    x, w, bias = rand(m, k), rand(n, k), rand(n)
+    assert gemm_ops.schedule(x, w).stream_k == (
+        torch.cuda.get_device_properties(0).multi_processor_count == 132)
+    out = torch.full((m, n), POISON, dtype=torch.bfloat16, device="cuda")
+    ck.linear(x, w, bias, out=out)  # compile and plan outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        ck.linear(x, w, bias, out=out)
+    for _ in range(2):
+        x.copy_(rand(m, k))
+        out.fill_(POISON)
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = x.float() @ w.float().t() + bias.float()
+        check(out, ref, (x @ w.t() + bias).float(), "stream-K default route, graph replay")
 
 
 @HOPPER_ONLY

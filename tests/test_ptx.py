@@ -577,6 +577,38 @@ def test_gemm_epilogue_subtiles_cover_the_tile():
     assert ptx.count("cp.async.bulk.tensor.2d.global.shared") == 240 // 16
 
 
+@pytest.mark.parametrize("tile, out_dtype", [((128, 256, 64), "bfloat16"),
+                                              ((192, 160, 64), "float32")])
+def test_gemm_stream_k_ptx(tile, out_dtype):
+    """Stream-K: the head's partial leaves in 16-byte stores and the tail's comes back in
+    16-byte loads, every fp32 accumulator of the consumer thread once; a release add raises
+    the flag and an acquire load polls it; three mainloops (head, whole tiles, tail) plus the
+    whole waves' one; nothing spills. A gated or drift-limited kernel refuses it."""
+    import re
+
+    import torch
+
+    from cute_kernels.kernels.gemm.epilogue import Epilogue
+    from cute_kernels.kernels.gemm.sm90 import GemmSm90
+    from cute_kernels.ops.gemm import make_build
+    from cute_kernels.runtime.compile import compile_ptx
+
+    ptx = compile_ptx(make_build("hopper", torch.bfloat16, getattr(torch, out_dtype), "k", "k",
+                                 Epilogue(bias=True, activation="gelu_tanh"), torch.bfloat16, 2,
+                                 tile, batched=False, stream_k=True), "sm_90a")
+    values = tile[1] * 64 // 128  # fp32 accumulators per consumer thread (64 rows each)
+    assert ptx.count("st.global.v4.b32") == values // 4
+    assert ptx.count("ld.global.v4.b32") == values // 4
+    assert "red.release.gpu.global.add.s32" in ptx and "ld.acquire.gpu.global.b32" in ptx
+    # one m64n{N}k16 per k-block of 16 (each consumer warpgroup runs the same code)
+    assert len(re.findall(r"wgmma\.mma_async", ptx)) == 4 * (64 // 16)
+    _assert_no_spills(ptx, "sm_90a")
+    with pytest.raises(ValueError, match="stream_k"):
+        GemmSm90(stream_k=True, gated="swiglu")
+    with pytest.raises(ValueError, match="stream_k"):
+        GemmSm90(stream_k=True, drift_slack=0)
+
+
 @pytest.mark.parametrize("tile, cluster_k", [((128, 128, 64), 2), ((128, 64, 64), 2),
                                               ((64, 128, 64), 4)])
 def test_gemm_cluster_split_ptx(tile, cluster_k):

@@ -241,3 +241,66 @@ def test_cluster_split_schedules():
     assert schedule(2048, 2048, 4096, 1, 132).cluster_k == 1  # enough tiles unsplit
     assert schedule(128, 14336, 4096, 1, 132).cluster_k == 1
     assert schedule(64, 2048, 8192, 1, 132).splits == 8  # 16 tiles: the workspace's split
+
+
+@pytest.mark.parametrize("clusters", [2, 3, 7, 33, 66])
+@pytest.mark.parametrize("k_tiles", [1, 2, 3, 16, 48])
+def test_stream_k_ranges_cover_each_shared_tile_once(clusters, k_tiles):
+    """Stream-K: the last ``rem + clusters`` tiles' k-iterations are cut into one range per
+    cluster; every k-tile of every shared tile is run exactly once, a tile has at most two
+    contributors, and a split tile is finished (``tail``) by the cluster right after the one
+    that leaves its partial (``head``): a cluster only ever waits on a lower one."""
+    from cute_kernels.kernels.common.tile_scheduler import (
+        stream_k_fits,
+        stream_k_range,
+        stream_k_tiles,
+    )
+
+    for tiles in range(1, 5 * clusters):
+        shared = stream_k_tiles(tiles, clusters)
+        assert (shared > 0) == stream_k_fits(tiles, clusters)
+        if not shared:
+            assert tiles % clusters == 0 or tiles < clusters + tiles % clusters
+            continue
+        assert (tiles - shared) % clusters == 0  # whole waves before the shared tiles
+        parts = {}
+        for c in range(clusters):
+            head, t_last, x, full, first_full, tail, t_first, y = stream_k_range(
+                c, clusters, shared, k_tiles)
+            assert full >= 0 and 1 <= x <= k_tiles and 0 <= y < k_tiles
+            units = ([(t_last, 0, x, "head")] * head
+                     + [(first_full + j, 0, k_tiles, "full") for j in range(full)]
+                     + [(t_first, y, k_tiles, "tail")] * tail)
+            for tile, begin, end, kind in units:
+                parts.setdefault(tile, []).append((begin, end, kind, c))
+        assert sorted(parts) == list(range(shared))
+        for tile, got in parts.items():
+            got.sort()
+            assert got[0][0] == 0 and got[-1][1] == k_tiles and len(got) <= 2, (tile, got)
+            if len(got) == 2:
+                (_, split, first, c0), (begin, _, second, c1) = got
+                assert (first, second, begin, c1) == ("head", "tail", split, c0 + 1)
+            else:
+                assert got[0][2] == "full"
+
+
+def test_stream_k_schedule():
+    """The scheduler takes stream-K where the last wave would idle more than the shared tiles
+    cost (``stream_k_score``), never with the drift limiter or for the gated GEMM, and keeps
+    whole waves as they are."""
+    from cute_kernels.tuning.gemm import schedule, stream_k_score
+
+    # 4000 x 11008 on 128 x 256: 688 cluster tiles on 66 clusters (10.4 waves, 95% busy);
+    # stream-K shares the last 94 of them
+    sk = schedule(4000, 11008, 4096, 1, 132)
+    assert sk.stream_k and sk.tile == (128, 256, 64) and sk.ctas == 132
+    assert "stream-K" in sk.describe()
+    assert stream_k_score(688, 66, 1.0) > 688 / 726
+    assert schedule(6144, 12288, 4096, 1, 132).stream_k
+    assert not schedule(4000, 11008, 4096, 1, 132, skinny=False).stream_k  # gated GEMM
+    # half the tiles shared (4096^3: 124 of 256) or all of them (512 x 14336): slower
+    assert stream_k_score(256, 66, 1.0) < 256 / 264
+    for m, n, k in ((4096, 4096, 4096), (512, 14336, 4096), (3000, 5000, 3072)):
+        assert not schedule(m, n, k, 1, 132).stream_k, (m, n, k)
+    assert not schedule(8192, 8192, 8192, 1, 132).stream_k  # drift limiter
+    assert not schedule(2048, 2048, 2048, 1, 132).stream_k  # 64 cluster tiles: one wave

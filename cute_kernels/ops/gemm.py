@@ -18,6 +18,7 @@ from typing import NamedTuple
 import torch
 
 from ..kernels.common.activation_names import ACTIVATIONS
+from ..kernels.common.tile_scheduler import stream_k_workspace_words
 from ..runtime.arch import device_target, forced_path, sm_count
 from ..runtime.bridge import fake_mkl, fake_vector, kernel_for
 from ..runtime.compile import Build
@@ -111,10 +112,10 @@ def _validate(a, b_nk, bias, out, out_dtype, *, a_name: str, b_name: str):
 
 def gemm_kernel(path: str, cluster_m: int = DEFAULT_CLUSTER_M, tile=DEFAULT_TILE,
                 drift: bool = False, max_stages: int | None = None, cluster_k: int = 1,
-                cluster_n: int = 1, **config):
+                cluster_n: int = 1, stream_k: bool = False, **config):
     """The GEMM kernel object of a path; ``cluster_m``, ``cluster_n``, ``tile``, ``drift``
-    (the wave drift limiter, see ``schedule``) and ``cluster_k`` (split-K in a cluster) concern
-    the Hopper
+    (the wave drift limiter, see ``schedule``), ``cluster_k`` (split-K in a cluster) and
+    ``stream_k`` concern the Hopper
     kernel (the Ampere kernel has its own tile and takes the drift counter argument without
     using it)."""
     if path == "hopper":
@@ -123,8 +124,9 @@ def gemm_kernel(path: str, cluster_m: int = DEFAULT_CLUSTER_M, tile=DEFAULT_TILE
         stages = {} if max_stages is None else {"max_stages": max_stages}
         split = {} if cluster_k == 1 else {"cluster_k": cluster_k}
         along_n = {} if cluster_n == 1 else {"cluster_n": cluster_n}
+        streamed = {"stream_k": True} if stream_k else {}
         return GemmSm90(cluster_m=cluster_m, tile=tile, drift_slack=0 if drift else None,
-                        **stages, **split, **along_n, **config)
+                        **stages, **split, **along_n, **streamed, **config)
     from ..kernels.gemm.sm80 import GemmSm80
 
     return GemmSm80(**config)
@@ -134,22 +136,24 @@ def make_build(path: str, dtype, out_dtype, a_major: str, b_major: str, epilogue
                bias_dtype=None, cluster_m: int = DEFAULT_CLUSTER_M,
                tile=DEFAULT_TILE, drift: bool = False, max_stages: int | None = None,
                c_form: str = "rows", batched: bool = True, c_transposed: bool = False,
-               cluster_k: int = 1, cluster_n: int = 1) -> Build:
+               cluster_k: int = 1, cluster_n: int = 1, stream_k: bool = False) -> Build:
     """The GEMM kernel of ``path`` against fake operands (``gemm_build``); ``c_transposed``
     (Hopper): C is the row-major output of a swap-AB launch, stored transposed;
     ``cluster_k`` (Hopper): split-K over a cluster's CTAs, reduced in the launch;
-    ``cluster_n`` (Hopper): CTAs along N sharing A tiles."""
+    ``cluster_n`` (Hopper): CTAs along N sharing A tiles; ``stream_k`` (Hopper): the last
+    wave shared out by k-ranges, ``mSync`` its workspace."""
     if epilogue.bias and bias_dtype is None:
         raise ValueError("a bias epilogue needs the bias dtype (bias_dtype)")
     kernel = gemm_kernel(path, cluster_m, tile, drift, max_stages, cluster_k, cluster_n,
-                         a_major=a_major, b_major=b_major, epilogue=epilogue,
+                         stream_k, a_major=a_major, b_major=b_major, epilogue=epilogue,
                          **({"c_transposed": True} if c_transposed else {}))
     return gemm_build(kernel, dtype, out_dtype, a_major, b_major,
-                      bias_dtype if epilogue.bias else None, drift, c_form, batched)
+                      bias_dtype if epilogue.bias else None, drift, c_form, batched, stream_k)
 
 
 def gemm_build(kernel, dtype, out_dtype, a_major: str, b_major: str, bias_dtype,
-               drift: bool, c_form: str = "rows", batched: bool = True) -> Build:
+               drift: bool, c_form: str = "rows", batched: bool = True,
+               stream_k: bool = False) -> Build:
     """A GEMM-kernel object (dense or gated) against canonical (rows, K, L) fake operands, a
     bias when ``bias_dtype`` is set, a CTA count and, with the drift limiter, its int32 tile
     counter (left out otherwise: the kernel's default).
@@ -158,6 +162,8 @@ def gemm_build(kernel, dtype, out_dtype, a_major: str, b_major: str, bias_dtype,
     workspace: row-major, any column count) or "transposed" (column-major C of any column
     count: a swap-AB launch writing C^T into its fp32 workspace; an unsplit one writes the
     output as ``batched=False`` rows seen transposed, ``make_build(c_transposed=True)``).
+    ``stream_k`` (Hopper): ``mSync`` is the stream-K workspace, int32 words of any count
+    (``tile_scheduler.stream_k_workspace_words``).
     ``batched=False`` (row-major C): plain (rows, K) and (M, N) operands, which the kernels
     give their batch mode of one (no host-side views per call)."""
     import cutlass
@@ -174,8 +180,9 @@ def gemm_build(kernel, dtype, out_dtype, a_major: str, b_major: str, bias_dtype,
     return Build(kernel, launch_args(
         kernel, mA=fake_mkl(dtype, a_major, batched), mB=fake_mkl(dtype, b_major, batched),
         mC=c, mBias=bias, num_ctas=cutlass.Int32(1),
-        **({"mSync": make_fake_compact_tensor(cutlass.Int32, (1,), assumed_align=4)}
-           if drift else {})))
+        **({"mSync": make_fake_compact_tensor(cutlass.Int32, (sym() if stream_k else 1,),
+                                              assumed_align=16 if stream_k else 4)}
+           if drift or stream_k else {})))
 
 
 def reduce_build(out_dtype, epilogue, bias_dtype) -> Build:
@@ -214,6 +221,17 @@ def drift_counter(device: torch.device, drift: bool):
     return torch.zeros(1, dtype=torch.int32, device=device) if drift else None
 
 
+def stream_k_workspace(device: torch.device, words: tuple[int, int]) -> torch.Tensor:
+    """A stream-K launch's ``mSync``: ``words`` = (int32 words, offset of the flags)
+    (``tile_scheduler.stream_k_workspace_words``), the flags zeroed; the partials need no
+    clearing (each is written before it is read). From the caching allocator, in stream
+    order: concurrent launches on other streams get their own."""
+    total, flags = words
+    ws = torch.empty(total, dtype=torch.int32, device=device)
+    ws[flags:].zero_()
+    return ws
+
+
 @functools.cache
 def reduce_params() -> KernelParams:
     return kernel_params("cute_kernels.kernels.gemm.split_reduce:SplitKReduce")
@@ -231,6 +249,7 @@ class GemmPlan(NamedTuple):
     swap: bool = False
     views: object = None  # WorkspaceViews of a swap-AB / split-K launch
     flat: bool = False  # the kernel takes the plain 2-D operands (no (rows, K, 1) views)
+    stream_k: tuple | None = None  # a stream-K launch's workspace (int32 words, flag offset)
 
 
 #: (argument metadata) -> GemmPlan: a call whose tensors have the
@@ -273,14 +292,15 @@ def launch(plan: GemmPlan, a, b_nk, bias, out=None):
         plan.kernel(*gemm_params().call_args(
             mA=b_nk, mB=a, mC=out, mBias=bias, num_ctas=plan.ctas, mSync=None))
         return out
+    sync = (drift_counter(a.device, plan.drift) if plan.stream_k is None
+            else stream_k_workspace(a.device, plan.stream_k))
     if plan.flat:  # the kernel adds the batch mode of one itself
         plan.kernel(*gemm_params().call_args(
-            mA=a, mB=b_nk, mC=out, mBias=bias, num_ctas=plan.ctas,
-            mSync=drift_counter(a.device, plan.drift)))
+            mA=a, mB=b_nk, mC=out, mBias=bias, num_ctas=plan.ctas, mSync=sync))
         return out
     plan.kernel(*gemm_params().call_args(
         mA=_as_mkl(a), mB=_as_mkl(b_nk), mC=_as_mkl(out), mBias=bias, num_ctas=plan.ctas,
-        mSync=drift_counter(a.device, plan.drift)))
+        mSync=sync))
     return out
 
 
@@ -360,6 +380,8 @@ def _plan(a, b_nk, bias, out, out_dtype, epilogue, a_name, b_name) -> GemmPlan:
     hopper = (forced_path() or device_target(a.device)[0]) == "hopper"
     if plan.cluster_k > 1 and out_dtype == torch.float32:  # the cluster split stores 16 bits
         plan = schedule(a, b_nk, cluster_split=False)
+    if plan.stream_k and not hopper:  # the Ampere kernel walks whole tiles
+        plan = plan._replace(stream_k=False)
     tile, cluster_m, ctas, drift = plan.tile, plan.cluster_m, plan.ctas, plan.drift
     if plan.skinny and hopper:
         out_rows = out.stride(0) if out is not None else shape[-1]
@@ -372,18 +394,21 @@ def _plan(a, b_nk, bias, out, out_dtype, epilogue, a_name, b_name) -> GemmPlan:
     # views per call (the Ampere kernel keeps its (rows, K, L) operands: its 2-D build
     # compiles to other address arithmetic, not measured)
     flat = a.dim() == 2 and hopper
-    # drift changes the launch signature on both paths, so it joins the common key; the
-    # epilogue is keyed by its fields (the Epilogue class lives with the DSL code)
+    # drift changes the launch signature on both paths, so it joins the common key (stream-K,
+    # Hopper only, its Hopper key); the epilogue is keyed by its fields (the Epilogue class
+    # lives with the DSL code)
     key = ("gemm", a.dtype, out_dtype, a_major, b_major, bias is not None, epilogue, bias_dtype,
            drift, *(("2d",) if flat else ()))
     kernel = kernel_for(a.device, key, lambda path, target: make_build(
         path, a.dtype, out_dtype, a_major, b_major,
         _epilogue(bias=bias_dtype is not None, activation=epilogue), bias_dtype, cluster_m,
         tile, drift, plan.max_stages, batched=not flat, cluster_k=plan.cluster_k,
-        cluster_n=plan.cluster_n),
+        cluster_n=plan.cluster_n, stream_k=plan.stream_k),
         hopper_key=(cluster_m, tile, plan.max_stages, plan.cluster_k)
-        + ((plan.cluster_n,) if plan.cluster_n > 1 else ()))
-    return GemmPlan(shape, out_dtype, kernel, ctas, drift, flat=flat)
+        + ((plan.cluster_n,) if plan.cluster_n > 1 else ())
+        + (("stream_k",) if plan.stream_k else ()))
+    words = stream_k_workspace_words(ctas, tile[0], tile[1]) if plan.stream_k else None
+    return GemmPlan(shape, out_dtype, kernel, ctas, drift, flat=flat, stream_k=words)
 
 
 def _swap_plan(a, out_dtype, epilogue, bias_dtype, shape, sched, a_major,

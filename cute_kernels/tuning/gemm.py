@@ -24,7 +24,12 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..kernels.common.tile_scheduler import cluster_tiles, persistent_grid
+from ..kernels.common.tile_scheduler import (
+    cluster_tiles,
+    persistent_grid,
+    stream_k_fits,
+    stream_k_tiles,
+)
 from ..kernels.gemm.tiles import DEFAULT_CLUSTER_M, DEFAULT_TILE
 
 #: tiles the op chooses between, with their throughput relative to the default when every SM
@@ -115,6 +120,21 @@ CLUSTER_SPLIT_TILES = {(128, 192, 64): None, (128, 128, 64): None, (128, 64, 64)
 CLUSTER_SPLIT_HALF_TILES = {(64, 128, 64): 8}
 CLUSTER_SPLIT_MIN_K = 2048
 CLUSTER_SPLIT_MIN_FILL = 0.7
+#: stream-K (GemmSm90 ``stream_k``): a launch whose tiles leave a partial last wave after at
+#: least one full one cuts the last wave plus one into equal k-ranges, one per cluster, so
+#: every SM finishes together. The shared tiles run slower than whole ones: the clusters
+#: that shared an operand panel in L2 no longer run the same k-tiles at the same time, and a
+#: split tile's fp32 partial goes through the L2 and back. Score: the tile's speed over (1 +
+#: ``STREAM_K_PENALTY`` x shared tiles / tiles), against speed x last-wave occupancy for
+#: whole tiles. H100, us eager / CUDA graph, 128 x 256 whole / stream-K (perf/RESULTS.md):
+#: 4000 x 11008 x 4096 (94 of 688 tiles shared) 573.7 / 624.0 against 555.3 / 548.9; 6144 x
+#: 12288 x 4096 (96 of 1152) 970.8 / 950.9 against 950.7 / 907.0; but 4096^3 (124 of 256)
+#: 204.8 / 212.1 against 213.2 / 217.5, 512 x 14336 x 4096 (all 112) 115.1 / 95.7 against
+#: 117.5 / 110.7, and 3000^3 and 3000 x 5000 x 3072 run faster on whole 128 x 192 tiles.
+STREAM_K_PENALTY = 0.2
+#: stream-K replaces whole tiles only where its score is at least this much better (less is
+#: inside the run-to-run spread of a GEMM timing)
+STREAM_K_MIN_GAIN = 0.01
 
 
 class GemmSchedule(NamedTuple):
@@ -129,6 +149,7 @@ class GemmSchedule(NamedTuple):
     max_stages: int | None = None  # pipeline depth cap (None: the kernel's default)
     cluster_k: int = 1  # K slices in a cluster, reduced through DSMEM in the launch
     cluster_n: int = 1  # CTAs per cluster along N (A tiles multicast to them)
+    stream_k: bool = False  # the last wave plus one shared out by k-ranges
 
     @property
     def skinny(self) -> bool:
@@ -149,6 +170,8 @@ class GemmSchedule(NamedTuple):
             parts.append(f"split-K {self.cluster_k} in the cluster, summed through DSMEM")
         elif self.swap:  # one launch; an out whose rows are not 16-byte multiples: workspace
             parts.append("C^T stored into out")
+        if self.stream_k:
+            parts.append("stream-K over the last wave")
         if self.drift:
             parts.append("drift limiter")
         return ", ".join(parts)
@@ -169,6 +192,24 @@ def pick_tile(m: int, n: int, batch: int, sms: int, speeds: dict, cluster_m: int
         return speeds[tile] * wave_efficiency(units, max(1, sms // cluster_m))
 
     return max(speeds, key=score)
+
+
+def stream_k_score(units: int, slots: int, speed: float) -> float:
+    """A stream-K launch's score, comparable to ``speed x wave_efficiency``: 0 where it does
+    not apply, else ``speed`` over (1 + ``STREAM_K_PENALTY`` x shared / all tiles)."""
+    if not stream_k_fits(units, slots):
+        return 0.0
+    return speed / (1 + STREAM_K_PENALTY * stream_k_tiles(units, slots) / units)
+
+
+def pick_stream_k_tile(m: int, n: int, batch: int, sms: int, speeds: dict, cluster_m: int):
+    """The tile with the best ``stream_k_score`` and that score; (None, 0.0) when no tile's
+    cluster tiles leave a partial last wave after a full one."""
+    slots = max(1, sms // cluster_m)
+    scores = {t: stream_k_score(cluster_tiles(m, n, batch, t, cluster_m), slots, speeds[t])
+              for t in speeds}
+    tile = max(scores, key=scores.get)
+    return (tile, scores[tile]) if scores[tile] > 0 else (None, 0.0)
 
 
 def split_options(k: int) -> list[int]:
@@ -262,4 +303,11 @@ def schedule(m: int, n: int, k: int, batch: int, sms: int, *,
             ctas = persistent_grid(units * splits * cluster_m, sms, cluster_size=cluster_m)
             return GemmSchedule(tile, cluster_m, ctas, False, splits=splits,
                                 max_stages=TILE_STAGES.get(tile))
+    if skinny and not drift:  # stream-K where the last wave idles more than it costs
+        sk_tile, sk_score = pick_stream_k_tile(m, n, batch, sms, speeds, cluster_m)
+        if sk_score > (1 + STREAM_K_MIN_GAIN) * speeds[tile] * wave_efficiency(units, slots):
+            ctas = persistent_grid(cluster_tiles(m, n, batch, sk_tile, cluster_m) * cluster_m,
+                                   sms, cluster_size=cluster_m)
+            return GemmSchedule(sk_tile, cluster_m, ctas, False,
+                                max_stages=TILE_STAGES.get(sk_tile), stream_k=True)
     return GemmSchedule(tile, cluster_m, ctas, drift, max_stages=TILE_STAGES.get(tile))

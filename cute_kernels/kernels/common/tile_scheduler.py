@@ -72,3 +72,62 @@ def balanced_walks(tiles, costs, ctas: int) -> list[int]:
     for walk in lists:
         walks.extend(walk)
     return walks
+
+
+def stream_k_tiles(num_tiles, num_clusters, select=None):
+    """How many of the last tiles a stream-K launch shares out by k-ranges: the partial last
+    wave (``rem`` = tiles mod clusters) plus one full wave, so every cluster's range is at
+    least one tile long and a tile has at most two contributors; 0 (every tile whole) when
+    the waves are whole or there is no full wave before the partial one."""
+    rem = num_tiles % num_clusters
+    if select is None:
+        return rem + num_clusters if stream_k_fits(num_tiles, num_clusters) else 0
+    return select(rem > 0, select(num_tiles >= num_clusters + rem, rem + num_clusters, 0), 0)
+
+
+def stream_k_fits(num_tiles: int, num_clusters: int) -> bool:
+    """Whether stream-K applies: a partial last wave after at least one full one."""
+    rem = num_tiles % num_clusters
+    return rem > 0 and num_tiles >= num_clusters + rem
+
+
+def stream_k_range(cluster, num_clusters, sk_tiles, k_tiles, select=None):
+    """Cluster ``cluster``'s share of the stream-K tiles (``stream_k_tiles``, numbered from
+    0): the k-iterations ``[cluster * I / C, (cluster + 1) * I / C)`` of the I = sk_tiles x
+    k_tiles that follow the tiles one after another, cut into units the cluster runs in this
+    order:
+
+    1. ``head`` (0 or 1): tile ``t_last``'s k-tiles ``[0, x)``, whose fp32 partial it leaves
+       for the next cluster, the tile's owner;
+    2. ``full`` whole tiles from ``first_full``;
+    3. ``tail`` (0 or 1): tile ``t_first``'s k-tiles ``[y, k_tiles)``, which it owns: it adds
+       the previous cluster's partial (that cluster's head, the first thing it ran) and
+       stores the tile.
+
+    A cluster waits only on a lower-numbered one, which launched first and writes its
+    partial before anything else: no cycle, and little waiting. Returns ``(head, t_last, x,
+    full, first_full, tail, t_first, y)``; ``select(cond, a, b)`` is ``cutlass.select_`` in
+    a kernel (the arithmetic is the same on Python ints)."""
+    if select is None:
+        def select(cond, a, b):
+            return a if cond else b
+    total = sk_tiles * k_tiles
+    start = cluster * total // num_clusters
+    end = (cluster + 1) * total // num_clusters
+    t_first = start // k_tiles
+    y = start - t_first * k_tiles
+    t_last = (end - 1) // k_tiles
+    x = end - t_last * k_tiles
+    head = select(x < k_tiles, 1, 0)
+    tail = select(y > 0, 1, 0)
+    first_full = t_first + tail
+    full = t_last - head - first_full + 1
+    return head, t_last, x, full, first_full, tail, t_first, y
+
+
+def stream_k_workspace_words(ctas: int, tile_m: int, tile_n: int) -> tuple[int, int]:
+    """A stream-K launch's workspace (``gemm/stream_k.py``) as (int32 words, offset of the
+    flags): an fp32 slot of ``tile_m x tile_n`` per CTA, then an int32 flag per CTA, which
+    the host zeroes (words ``[offset, offset + ctas)``)."""
+    offset = ctas * tile_m * tile_n
+    return offset + ctas, offset

@@ -21,10 +21,11 @@ from layouts import sm90_gated_c, tile_mma_tv
 
 from ..common.constants import SM90_BARRIER_RESERVE, SM90_SMEM_BYTES
 from ..common.dsl import python_unrolled, with_batch_mode
-from ..common.tile_scheduler import grouped_tile_coord
+from ..common.tile_scheduler import grouped_tile_coord, stream_k_range, stream_k_tiles
 from ..common.warp_ptx import ld_acquire_gpu, nanosleep
 from .cluster_split import ClusterSplitK
 from .epilogue import Epilogue, gate_pairs, gated_store_copy
+from .stream_k import StreamKFixup
 from .tiles import DEFAULT_CLUSTER_M, DEFAULT_TILE
 
 # The drift limiter's wait for the other clusters gives up after about this long per tile
@@ -47,6 +48,10 @@ class Barrier(enum.IntEnum):
     """Named barrier ids (0 is the CTA-wide barrier)."""
 
     EPILOGUE = 1  # the consumer warpgroups, around each smem write of C and its TMA store
+
+
+def _select_i32(cond, a, b):
+    return cutlass.select_(cond, cutlass.Int32(a), cutlass.Int32(b))
 
 
 def _major_mode(major: str):
@@ -86,6 +91,10 @@ class GemmSm90:
     (tile_m x epi_n) subtile: conversion, stmatrix into a 2-deep swizzled smem ring, TMA store
     (the store of one subtile overlaps the stmatrix of the next). Residues: TMA zero-fills
     loads past M, N, K and clips the stores.
+    Stream-K (``stream_k``): the partial last wave plus one full wave of tiles are cut into
+    equal k-ranges, one per cluster, run before its whole tiles; a tile two clusters share is
+    finished by the later one, which adds the other's fp32 partial from the workspace
+    (``StreamKFixup``, stream_k.py).
     Shared memory at 128x256x64 bf16: 4 x 48 KiB stages + 2 x 8 KiB C subtiles = 208 KiB.
     Seams: the epilogue is ``Epilogue.visit`` (one call per tile); a gathered operand (rows
     of B picked by an index list) replaces the TMA tile load of B in ``load`` with a
@@ -97,7 +106,7 @@ class GemmSm90:
                  epi_n: int | None = None, epi_stages: int = 2, gated: str | None = None,
                  cluster_m: int = DEFAULT_CLUSTER_M,
                  drift_slack: int | None = None, c_transposed: bool = False,
-                 cluster_k: int = 1, cluster_n: int = 1):
+                 cluster_k: int = 1, cluster_n: int = 1, stream_k: bool = False):
         # drift_slack (with a zeroed int32 counter passed as mSync): a cluster starts its j-th
         # tile only once every cluster has issued the loads of its first j - drift_slack tiles,
         # so clusters that share A / B panels in L2 stay within drift_slack tiles of each other
@@ -120,6 +129,13 @@ class GemmSm90:
             raise ValueError(f"a cluster holds 1 to 8 CTAs (the portable limit), got cluster_m "
                              f"{cluster_m} x cluster_n {cluster_n} x cluster_k {cluster_k}")
         self.cluster_m, self.cluster_n, self.cluster_k = cluster_m, cluster_n, cluster_k
+        # stream_k: the last tiles are shared out by k-ranges (stream_k.py); mSync is then
+        # the workspace of partials and flags (tile_scheduler.stream_k_workspace_words)
+        if stream_k and (gated or cluster_k > 1 or drift_slack is not None):
+            raise ValueError(f"stream_k takes a plain epilogue without cluster split-K or the "
+                             f"drift limiter (got gated {gated}, cluster_k {cluster_k}, "
+                             f"drift_slack {drift_slack})")
+        self.stream_k = stream_k
         self.a_major, self.b_major = a_major, b_major
         # gated: B holds interleaved (up, gate) rows; C gets act(gate) * up, N / 2 columns
         self.gated = gated
@@ -145,6 +161,10 @@ class GemmSm90:
         self.consumer_wgs = tile[0] // 64
         self.threads = 128 * (1 + self.consumer_wgs)
         self.producer_regs, self.consumer_regs = PRODUCER_REGISTERS, CONSUMER_REGISTERS[tile[0]]
+        if stream_k:  # each consumer thread holds tile_m x tile_n / threads accumulators
+            consumers = 128 * self.consumer_wgs
+            self.fixup = StreamKFixup(consumers, tile[0] * tile[1] // consumers,
+                                      Barrier.EPILOGUE)
 
     def _stages(self, ab_bytes_per_stage: int, c_bytes: int) -> int:
         # c_bytes: what else the tile keeps in smem (the C ring, cluster split-K's buffer)
@@ -306,7 +326,7 @@ class GemmSm90:
         sched = SimpleNamespace(cluster_id=cluster_id, num_clusters=num_clusters,
                                 num_tiles=num_tiles, tiles_mc=tiles_mc, tiles_nc=tiles_nc,
                                 k_first=k_first, k_end=k_end, k_count=k_count,
-                                cta_rank=cta_rank,
+                                cta_rank=cta_rank, sk_first=num_tiles,
                                 rank_mn=(mn_rank, 0) if cutlass.const_expr(cn == 1)
                                 else (cluster_coord[0], cluster_coord[1]))
         # what the producer loads: this CTA loads its b_rank-th share of each B tile and
@@ -315,6 +335,9 @@ class GemmSm90:
                              b_rank=cluster_coord[0], b_mcast_mask=b_mcast_mask,
                              a_rank=cluster_coord[1], a_mcast_mask=a_mcast_mask)
 
+        if cutlass.const_expr(self.stream_k):  # the stream-K tiles follow the whole ones
+            sched.sk = self._stream_k_units(sched)
+            sched.sk_first = sched.sk.first_tile
         is_producer_wg = wg == PRODUCER_WG
         if is_producer_wg:
             cute.arch.setmaxregister_decrease(self.producer_regs)
@@ -328,8 +351,12 @@ class GemmSm90:
                                        warp)
             rd = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
             rel = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
-            for tile in cutlass.range(sched.cluster_id, sched.num_tiles, sched.num_clusters,
-                                      unroll=1):
+            if cutlass.const_expr(self.stream_k):
+                rel, rd = self.consume_stream_k(tiled_mma, ab.pipe, frag, epi, sched, mSync,
+                                                bidx, rel, rd)
+            for tile in cutlass.range(sched.cluster_id,
+                                      sched.sk_first if cutlass.const_expr(self.stream_k)
+                                      else sched.num_tiles, sched.num_clusters, unroll=1):
                 tm, tn, tl = self._tile_coord(tile, sched.tiles_mc, sched.tiles_nc,
                                               sched.rank_mn)
                 rel, rd = self.mma(tiled_mma, ab.pipe, frag, sched.k_count, rel, rd)
@@ -359,7 +386,7 @@ class GemmSm90:
         (``b_rank``) and the CTAs it multicasts to (``b_mcast_mask``), likewise for A
         (``a_rank``, ``a_mcast_mask``; with ``cluster_n`` > 1). With the drift limiter
         (``drift_slack`` and ``mSync``), each tile first waits for the other clusters."""
-        ab_pipe, tma_a, tma_b, b_mcast_mask = ab.pipe, ab.tma_a, ab.tma_b, ab.b_mcast_mask
+        ab_pipe, tma_a, tma_b = ab.pipe, ab.tma_a, ab.tma_b
         num_clusters = sched.num_clusters
         # A: each CTA of a row of the cluster loads its share of the tile and multicasts it
         tAsA, tAgA = cpasync.tma_partition(tma_a, ab.a_rank, cute.make_layout(self.cluster_n),
@@ -369,26 +396,25 @@ class GemmSm90:
         tBsB, tBgB = cpasync.tma_partition(tma_b, ab.b_rank, cute.make_layout(self.cluster_m),
                                            cute.group_modes(ab.sB, 0, 2),
                                            cute.group_modes(ab.gB, 0, 2))
+        parts = SimpleNamespace(tAsA=tAsA, tAgA=tAgA, tBsB=tBsB, tBgB=tBgB)
         prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
+        if cutlass.const_expr(self.stream_k):  # the shared k-ranges first (stream_k_range)
+            sk, k_tiles = sched.sk, sched.k_count
+            for _ in cutlass.range(sk.head, unroll=1):
+                prod = self._load_tile(ab, parts, sched, prod, sk.first_tile + sk.t_last, 0,
+                                       sk.x)
+            for j in cutlass.range(sk.full, unroll=1):
+                prod = self._load_tile(ab, parts, sched, prod,
+                                       sk.first_tile + sk.first_full + j, 0, k_tiles)
+            for _ in cutlass.range(sk.tail, unroll=1):
+                prod = self._load_tile(ab, parts, sched, prod, sk.first_tile + sk.t_first,
+                                       sk.y, k_tiles)
         limit = self.drift_slack is not None and mSync is not None
         wave = cutlass.Int32(0)
-        for tile in cutlass.range(sched.cluster_id, sched.num_tiles, num_clusters, unroll=1):
+        for tile in cutlass.range(sched.cluster_id, sched.sk_first, num_clusters, unroll=1):
             if cutlass.const_expr(limit):
                 self._await_clusters(mSync, (wave - self.drift_slack) * num_clusters)
-            tm, tn, tl = self._tile_coord(tile, sched.tiles_mc, sched.tiles_nc, sched.rank_mn)
-            for kt in cutlass.range(sched.k_first, sched.k_end, unroll=1):
-                ab_pipe.producer_acquire(prod)
-                full = ab_pipe.producer_get_barrier(prod)
-                if cutlass.const_expr(self.cluster_n > 1):
-                    cute.copy(tma_a, tAgA[(None, tm, kt, tl)], tAsA[(None, prod.index)],
-                              tma_bar_ptr=full, mcast_mask=ab.a_mcast_mask)
-                else:
-                    cute.copy(tma_a, tAgA[(None, tm, kt, tl)], tAsA[(None, prod.index)],
-                              tma_bar_ptr=full)
-                cute.copy(tma_b, tBgB[(None, tn, kt, tl)], tBsB[(None, prod.index)],
-                          tma_bar_ptr=full, mcast_mask=b_mcast_mask)
-                ab_pipe.producer_commit(prod)
-                prod.advance()
+            prod = self._load_tile(ab, parts, sched, prod, tile, sched.k_first, sched.k_end)
             if cutlass.const_expr(limit):
                 if sched.cta_rank == 0:
                     with cute.arch.elect_one():
@@ -396,6 +422,68 @@ class GemmSm90:
                                       dtype="s32", sem="release", scope="gpu")
             wave += 1
         ab_pipe.producer_tail(prod)
+
+    @cute.jit
+    def _load_tile(self, ab: SimpleNamespace, parts: SimpleNamespace, sched: SimpleNamespace,
+                   prod, tile, k_begin, k_end):
+        """Tile ``tile``'s k-tiles ``[k_begin, k_end)`` into the ring; returns the producer
+        state."""
+        ab_pipe = ab.pipe
+        tm, tn, tl = self._tile_coord(tile, sched.tiles_mc, sched.tiles_nc, sched.rank_mn)
+        for kt in cutlass.range(k_begin, k_end, unroll=1):
+            ab_pipe.producer_acquire(prod)
+            full = ab_pipe.producer_get_barrier(prod)
+            if cutlass.const_expr(self.cluster_n > 1):
+                cute.copy(ab.tma_a, parts.tAgA[(None, tm, kt, tl)],
+                          parts.tAsA[(None, prod.index)], tma_bar_ptr=full,
+                          mcast_mask=ab.a_mcast_mask)
+            else:
+                cute.copy(ab.tma_a, parts.tAgA[(None, tm, kt, tl)],
+                          parts.tAsA[(None, prod.index)], tma_bar_ptr=full)
+            cute.copy(ab.tma_b, parts.tBgB[(None, tn, kt, tl)], parts.tBsB[(None, prod.index)],
+                      tma_bar_ptr=full, mcast_mask=ab.b_mcast_mask)
+            ab_pipe.producer_commit(prod)
+            prod.advance()
+        return prod
+
+    @cute.jit
+    def _stream_k_units(self, sched: SimpleNamespace) -> SimpleNamespace:
+        """This cluster's stream-K units (``tile_scheduler.stream_k_range``; none when the
+        waves are whole), with ``first_tile``, the first stream-K tile: the whole tiles
+        ``cluster_id, + num_clusters, ...`` stop there."""
+        sk_tiles = stream_k_tiles(sched.num_tiles, sched.num_clusters, _select_i32)
+        head, t_last, x, full, first_full, tail, t_first, y = stream_k_range(
+            sched.cluster_id, sched.num_clusters, sk_tiles, sched.k_count, _select_i32)
+        some = sk_tiles > 0
+        return SimpleNamespace(first_tile=sched.num_tiles - sk_tiles,
+                               head=_select_i32(some, head, 0), t_last=t_last, x=x,
+                               full=_select_i32(some, full, 0), first_full=first_full,
+                               tail=_select_i32(some, tail, 0), t_first=t_first, y=y)
+
+    @cute.jit
+    def consume_stream_k(self, tiled_mma, ab_pipe, frag: SimpleNamespace, epi: SimpleNamespace,
+                         sched: SimpleNamespace, mSync, bidx, rel, rd):
+        """The consumers' stream-K units, in the producer's order: the head's partial into
+        this CTA's workspace slot, the whole tiles, then the tail, finished with the previous
+        cluster's partial (same rank: slot ``bidx`` minus the cluster size). Each kind is its
+        own loop of 0..n trips (no accumulator write sits in a runtime branch)."""
+        sk, k_tiles = sched.sk, sched.k_count
+        cluster_ctas = self.cluster_m * self.cluster_n
+        for _ in cutlass.range(sk.head, unroll=1):
+            rel, rd = self.mma(tiled_mma, ab_pipe, frag, sk.x, rel, rd)
+            self.fixup.write(frag.acc, mSync, bidx, epi.ctid)
+        for j in cutlass.range(sk.full, unroll=1):
+            tm, tn, tl = self._tile_coord(sk.first_tile + sk.first_full + j, sched.tiles_mc,
+                                          sched.tiles_nc, sched.rank_mn)
+            rel, rd = self.mma(tiled_mma, ab_pipe, frag, k_tiles, rel, rd)
+            self.epilogue_tile(tiled_mma, frag, epi, tm, tn, tl)
+        for _ in cutlass.range(sk.tail, unroll=1):
+            tm, tn, tl = self._tile_coord(sk.first_tile + sk.t_first, sched.tiles_mc,
+                                          sched.tiles_nc, sched.rank_mn)
+            rel, rd = self.mma(tiled_mma, ab_pipe, frag, k_tiles - sk.y, rel, rd)
+            self.fixup.add(frag.acc, mSync, bidx - cluster_ctas, epi.ctid)
+            self.epilogue_tile(tiled_mma, frag, epi, tm, tn, tl)
+        return rel, rd
 
     @cute.jit
     def _await_clusters(self, mSync, target):
@@ -441,14 +529,17 @@ class GemmSm90:
         Takes and returns the release (``rel``) and read (``rd``) pipeline states, in this order:
         the tile loop carries them so, which keeps the unsplit kernel's PTX register order."""
         tCrA, tCrB, acc = frag.tCrA, frag.tCrB, frag.acc
-        tiled_mma.set(warpgroup.Field.ACCUMULATE, False)
+        # the accumulate flag lives in an atom of this call's own: a flag set on the caller's
+        # tiled_mma would escape this loop into the caller's next one (stream-K runs several)
+        mma_atom = cute.make_mma_atom(tiled_mma.op)
+        mma_atom.set(warpgroup.Field.ACCUMULATE, False)
         for kt in cutlass.range(k_tiles, unroll=1):
             ab_pipe.consumer_wait(rd)
             warpgroup.fence()
             for kb in cutlass.range_constexpr(frag.k_blocks):
-                cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, rd.index)],
+                cute.gemm(mma_atom, acc, tCrA[(None, None, kb, rd.index)],
                           tCrB[(None, None, kb, rd.index)], acc)
-                tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
+                mma_atom.set(warpgroup.Field.ACCUMULATE, True)
             warpgroup.commit_group()
             # one batch stays in flight; the stage before it is free for the producer
             warpgroup.wait_group(1)
