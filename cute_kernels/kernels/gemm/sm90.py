@@ -351,7 +351,7 @@ class GemmSm90:
                                        warp)
             rd = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
             rel = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
-            if cutlass.const_expr(self.stream_k):
+            if cutlass.const_expr(self.stream_k):  # the shared k-ranges first
                 rel, rd = self.consume_stream_k(tiled_mma, ab.pipe, frag, epi, sched, mSync,
                                                 bidx, rel, rd)
             for tile in cutlass.range(sched.cluster_id,
@@ -399,16 +399,7 @@ class GemmSm90:
         parts = SimpleNamespace(tAsA=tAsA, tAgA=tAgA, tBsB=tBsB, tBgB=tBgB)
         prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
         if cutlass.const_expr(self.stream_k):  # the shared k-ranges first (stream_k_range)
-            sk, k_tiles = sched.sk, sched.k_count
-            for _ in cutlass.range(sk.head, unroll=1):
-                prod = self._load_tile(ab, parts, sched, prod, sk.first_tile + sk.t_last, 0,
-                                       sk.x)
-            for j in cutlass.range(sk.full, unroll=1):
-                prod = self._load_tile(ab, parts, sched, prod,
-                                       sk.first_tile + sk.first_full + j, 0, k_tiles)
-            for _ in cutlass.range(sk.tail, unroll=1):
-                prod = self._load_tile(ab, parts, sched, prod, sk.first_tile + sk.t_first,
-                                       sk.y, k_tiles)
+            prod = self._load_stream_k(ab, parts, sched, prod)
         limit = self.drift_slack is not None and mSync is not None
         wave = cutlass.Int32(0)
         for tile in cutlass.range(sched.cluster_id, sched.sk_first, num_clusters, unroll=1):
@@ -422,6 +413,22 @@ class GemmSm90:
                                       dtype="s32", sem="release", scope="gpu")
             wave += 1
         ab_pipe.producer_tail(prod)
+
+    @cute.jit
+    def _load_stream_k(self, ab: SimpleNamespace, parts: SimpleNamespace,
+                       sched: SimpleNamespace, prod):
+        """The stream-K units' k-tiles (``stream_k_range``: head, whole tiles, tail), in the
+        consumers' order; returns the producer state."""
+        sk, k_tiles = sched.sk, sched.k_count
+        for _ in cutlass.range(sk.head, unroll=1):
+            prod = self._load_tile(ab, parts, sched, prod, sk.first_tile + sk.t_last, 0, sk.x)
+        for j in cutlass.range(sk.full, unroll=1):
+            prod = self._load_tile(ab, parts, sched, prod, sk.first_tile + sk.first_full + j,
+                                   0, k_tiles)
+        for _ in cutlass.range(sk.tail, unroll=1):
+            prod = self._load_tile(ab, parts, sched, prod, sk.first_tile + sk.t_first, sk.y,
+                                   k_tiles)
+        return prod
 
     @cute.jit
     def _load_tile(self, ab: SimpleNamespace, parts: SimpleNamespace, sched: SimpleNamespace,
