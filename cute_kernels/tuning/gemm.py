@@ -262,7 +262,9 @@ def schedule(m: int, n: int, k: int, batch: int, sms: int, *,
     unbatched problem may also be swapped (M <= ``SWAP_MAX_M``) and split along K: a swapped
     launch is split until it has ``STREAM_CTAS`` CTAs (it is memory-bound), an unswapped
     one in a cluster of two (``cluster_split_schedule``; ``cluster_split=False``: not, for an
-    fp32 output) or through the workspace when its tiles leave SMs idle in a single wave.
+    fp32 output) or through the workspace when its tiles leave SMs idle in a single wave; and
+    a launch of several waves whose last one idles may share it out by k-ranges (stream-K,
+    ``stream_k_score``).
     """
     if skinny and batch == 1 and m <= SWAP_MAX_M:
         tile = (DEFAULT_TILE[0], next(t for t in SWAP_TILES_N if t >= m), SWAP_K_TILE)

@@ -335,7 +335,7 @@ class GemmSm90:
                              b_rank=cluster_coord[0], b_mcast_mask=b_mcast_mask,
                              a_rank=cluster_coord[1], a_mcast_mask=a_mcast_mask)
 
-        if cutlass.const_expr(self.stream_k):  # the stream-K tiles follow the whole ones
+        if cutlass.const_expr(self.stream_k):  # the last tiles in tile order are shared
             sched.sk = self._stream_k_units(sched)
             sched.sk_first = sched.sk.first_tile
         is_producer_wg = wg == PRODUCER_WG
@@ -385,7 +385,8 @@ class GemmSm90:
         stages ``sA``/``sB``, the tile views ``gA``/``gB``, this CTA's share of B
         (``b_rank``) and the CTAs it multicasts to (``b_mcast_mask``), likewise for A
         (``a_rank``, ``a_mcast_mask``; with ``cluster_n`` > 1). With the drift limiter
-        (``drift_slack`` and ``mSync``), each tile first waits for the other clusters."""
+        (``drift_slack`` and ``mSync``), each tile first waits for the other clusters. With
+        ``stream_k``, this cluster's shared k-ranges come first (``_load_stream_k``)."""
         ab_pipe, tma_a, tma_b = ab.pipe, ab.tma_a, ab.tma_b
         num_clusters = sched.num_clusters
         # A: each CTA of a row of the cluster loads its share of the tile and multicasts it
