@@ -170,4 +170,13 @@ if [ "$PART" = sk-final ]; then  # with stream-K scheduled: every GEMM test, the
   step skf-sweep 270 python perf/gemm_skinny.py --graphs --rounds 10 --out "$OUT/skf"
   grep -v DEBUG "$OUT/skf-sweep.log" | tail -32
 fi
+if [ "$PART" = sk-few ]; then  # stream-K over every tile (fewer than two waves): checks, perf
+  step skw-tests 200 python -m pytest -q --tb=short -p no:logging tests/test_gemm_gpu.py \
+    -k "stream_k"
+  step skw-memcheck 120 "${SANITIZE[@]}" --tool memcheck python perf/gemm_skinny_probe.py
+  step skw-perf 240 python perf/gemm_skinny.py --graphs --rounds 10 --out "$OUT/skw" --shapes \
+336x1024x4096,200x2048x4096,1024x1024x4096,768x1024x2048,1024x1024x1024,512x4096x4096 \
+    --tiles 128x64x64z1,128x128x64z1,64x128x64p8z1,128x256x64z1
+  grep -v DEBUG "$OUT/skw-perf.log" | grep 'cuBLAS.*|' | sed 's/ s1 / /g'
+fi
 echo; echo "=== summary"; printf '%s\n' "${summary[@]}"

@@ -63,7 +63,10 @@ def main() -> None:
                             (1000, 1104, 1000, dict(tile=(128, 256, 64), cluster_m=2,
                                                     cluster_k=1, ctas=12, stream_k=True)),
                             (200, 520, 136, dict(tile=(64, 128, 64), cluster_m=2,
-                                                 cluster_k=1, ctas=6, stream_k=True))):
+                                                 cluster_k=1, ctas=6, stream_k=True)),
+                            # every tile shared by 2-3 clusters (middle parts)
+                            (200, 520, 1000, dict(tile=(64, 128, 64), cluster_m=2,
+                                                  cluster_k=1, ctas=42, stream_k=True))):
         x, w = rand(m, k), rand(n, k)
         out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
         check(run_plan(forced_plan(x, w, **fields), x, w, out), x, w, None,

@@ -246,10 +246,12 @@ def test_cluster_split_schedules():
 @pytest.mark.parametrize("clusters", [2, 3, 7, 33, 66])
 @pytest.mark.parametrize("k_tiles", [1, 2, 3, 16, 48])
 def test_stream_k_ranges_cover_each_shared_tile_once(clusters, k_tiles):
-    """Stream-K: the last ``rem + clusters`` tiles' k-iterations are cut into one range per
-    cluster; every k-tile of every shared tile is run exactly once, a tile has at most two
-    contributors, and a split tile is finished (``tail``) by the cluster right after the one
-    that leaves its partial (``head``): a cluster only ever waits on a lower one."""
+    """Stream-K: the last ``rem + clusters`` tiles' k-iterations (every tile's when they are
+    fewer than two waves) are cut into one range per cluster; every k-tile of every shared
+    tile is run exactly once, every cluster runs something, and a tile split between
+    clusters goes to consecutive ones: the first ``write``s its partial, each next one adds
+    the partial before it (``middle`` ones pass the sum on), the ``last`` stores the tile,
+    so a cluster only ever waits on the one before it."""
     from cute_kernels.kernels.common.tile_scheduler import (
         stream_k_fits,
         stream_k_range,
@@ -257,31 +259,39 @@ def test_stream_k_ranges_cover_each_shared_tile_once(clusters, k_tiles):
     )
 
     for tiles in range(1, 5 * clusters):
-        shared = stream_k_tiles(tiles, clusters)
-        assert (shared > 0) == stream_k_fits(tiles, clusters)
+        shared = stream_k_tiles(tiles, clusters, k_tiles)
+        if stream_k_fits(tiles, clusters):
+            assert shared == tiles % clusters + clusters
+            assert (tiles - shared) % clusters == 0  # whole waves before the shared tiles
+        elif tiles % clusters == 0 or tiles * k_tiles < clusters:
+            assert shared == 0
+        else:
+            assert shared == tiles  # fewer than two waves: every tile shared
         if not shared:
-            assert tiles % clusters == 0 or tiles < clusters + tiles % clusters
             continue
-        assert (tiles - shared) % clusters == 0  # whole waves before the shared tiles
         parts = {}
         for c in range(clusters):
-            head, t_last, x, full, first_full, tail, t_first, y = stream_k_range(
+            write, t_last, x, full, first_full, middle, last, t_first, y = stream_k_range(
                 c, clusters, shared, k_tiles)
-            assert full >= 0 and 1 <= x <= k_tiles and 0 <= y < k_tiles
-            units = ([(t_last, 0, x, "head")] * head
+            units = ([(t_last, 0, x, "write")] * write
                      + [(first_full + j, 0, k_tiles, "full") for j in range(full)]
-                     + [(t_first, y, k_tiles, "tail")] * tail)
+                     + [(t_first, y, x, "middle")] * middle
+                     + [(t_first, y, k_tiles, "last")] * last)
+            assert units and not (middle and (write or full or last)), (tiles, c)
             for tile, begin, end, kind in units:
+                assert 0 <= begin < end <= k_tiles
                 parts.setdefault(tile, []).append((begin, end, kind, c))
         assert sorted(parts) == list(range(shared))
         for tile, got in parts.items():
             got.sort()
-            assert got[0][0] == 0 and got[-1][1] == k_tiles and len(got) <= 2, (tile, got)
-            if len(got) == 2:
-                (_, split, first, c0), (begin, _, second, c1) = got
-                assert (first, second, begin, c1) == ("head", "tail", split, c0 + 1)
-            else:
-                assert got[0][2] == "full"
+            assert got[0][0] == 0 and got[-1][1] == k_tiles, (tile, got)
+            for (_, end, _, c0), (begin, _, _, c1) in zip(got, got[1:]):
+                assert (begin, c1) == (end, c0 + 1), (tile, got)
+            kinds = [kind for _, _, kind, _ in got]
+            assert kinds == ["full"] or (kinds[0], kinds[-1]) == ("write", "last") and set(
+                kinds[1:-1]) <= {"middle"}, (tile, kinds)
+            if stream_k_fits(tiles, clusters):
+                assert len(kinds) <= 2  # ranges of at least a tile
 
 
 def test_stream_k_schedule():

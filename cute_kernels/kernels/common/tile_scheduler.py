@@ -74,19 +74,28 @@ def balanced_walks(tiles, costs, ctas: int) -> list[int]:
     return walks
 
 
-def stream_k_tiles(num_tiles, num_clusters, select=None):
+def stream_k_tiles(num_tiles, num_clusters, k_tiles=None, select=None):
     """How many of the last tiles a stream-K launch shares out by k-ranges: the partial last
     wave (``rem`` = tiles mod clusters) plus one full wave, so every cluster's range is at
-    least one tile long and a tile has at most two contributors; 0 (every tile whole) when
-    the waves are whole or there is no full wave before the partial one."""
+    least one tile long and a tile has at most two contributors; every tile when there is
+    no full wave before the partial one (a tile may then have more contributors), if there
+    are at least as many k-tiles (``k_tiles`` per tile) as clusters; else, or when the waves
+    are whole, 0."""
     rem = num_tiles % num_clusters
     if select is None:
-        return rem + num_clusters if stream_k_fits(num_tiles, num_clusters) else 0
-    return select(rem > 0, select(num_tiles >= num_clusters + rem, rem + num_clusters, 0), 0)
+        if rem == 0:
+            return 0
+        if stream_k_fits(num_tiles, num_clusters):
+            return rem + num_clusters
+        return num_tiles if k_tiles is None or num_tiles * k_tiles >= num_clusters else 0
+    every = select(num_tiles * k_tiles >= num_clusters, num_tiles, 0)
+    return select(rem > 0, select(num_tiles >= num_clusters + rem, rem + num_clusters, every),
+                  0)
 
 
 def stream_k_fits(num_tiles: int, num_clusters: int) -> bool:
-    """Whether stream-K applies: a partial last wave after at least one full one."""
+    """Whether the launch has a partial last wave after at least one full one (stream-K then
+    shares the last two waves' tiles, each between at most two clusters)."""
     rem = num_tiles % num_clusters
     return rem > 0 and num_tiles >= num_clusters + rem
 
@@ -94,35 +103,46 @@ def stream_k_fits(num_tiles: int, num_clusters: int) -> bool:
 def stream_k_range(cluster, num_clusters, sk_tiles, k_tiles, select=None):
     """Cluster ``cluster``'s share of the stream-K tiles (``stream_k_tiles``, numbered from
     0): the k-iterations ``[cluster * I / C, (cluster + 1) * I / C)`` of the I = sk_tiles x
-    k_tiles that follow the tiles one after another, cut into units the cluster runs in this
-    order:
+    k_tiles that follow the tiles one after another. A tile's k-range is split between
+    consecutive clusters; the first of them leaves its fp32 partial for the next, each one
+    after that adds the partial before it, and the last stores the tile. A cluster's units,
+    in the order it runs them (each count 0 or 1 but ``full``):
 
-    1. ``head`` (0 or 1): tile ``t_last``'s k-tiles ``[0, x)``, whose fp32 partial it leaves
-       for the next cluster, the tile's owner;
+    1. ``write``: tile ``t_last``'s k-tiles ``[0, x)``, the tile's first part: its partial
+       is left for the next cluster;
     2. ``full`` whole tiles from ``first_full``;
-    3. ``tail`` (0 or 1): tile ``t_first``'s k-tiles ``[y, k_tiles)``, which it owns: it adds
-       the previous cluster's partial (that cluster's head, the first thing it ran) and
-       stores the tile.
+    3. ``middle`` (a range inside one tile, neither its start nor its end): tile
+       ``t_first``'s ``[y, x)``, added to the previous cluster's partial and left for the
+       next (only when the tiles are fewer than two waves: ranges shorter than a tile);
+    4. ``last``: tile ``t_first``'s ``[y, k_tiles)``, the tile's last part: it adds the
+       previous cluster's partial and stores the tile.
 
-    A cluster waits only on a lower-numbered one, which launched first and writes its
-    partial before anything else: no cycle, and little waiting. Returns ``(head, t_last, x,
-    full, first_full, tail, t_first, y)``; ``select(cond, a, b)`` is ``cutlass.select_`` in
-    a kernel (the arithmetic is the same on Python ints)."""
+    A cluster waits only on the one before it, which launched first and wrote its partial
+    first (``write``) or waits in turn (``middle``) down to a tile's first cluster, which
+    waits on nobody: no cycle. Returns ``(write, t_last, x, full, first_full, middle, last,
+    t_first, y)``; ``select(cond, a, b)`` is ``cutlass.select_`` in a kernel (the arithmetic
+    is the same on Python ints)."""
     if select is None:
         def select(cond, a, b):
             return a if cond else b
     total = sk_tiles * k_tiles
     start = cluster * total // num_clusters
     end = (cluster + 1) * total // num_clusters
+    some = select(end > start, 1, 0)  # fewer k-iterations than clusters: some run none
     t_first = start // k_tiles
     y = start - t_first * k_tiles
-    t_last = (end - 1) // k_tiles
+    t_last = select(end > start, (end - 1) // k_tiles, t_first)
     x = end - t_last * k_tiles
-    head = select(x < k_tiles, 1, 0)
-    tail = select(y > 0, 1, 0)
-    first_full = t_first + tail
-    full = t_last - head - first_full + 1
-    return head, t_last, x, full, first_full, tail, t_first, y
+    cut_end = select(x < k_tiles, 1, 0)  # the range ends inside tile t_last
+    cut_start = select(y > 0, 1, 0)  # and starts inside tile t_first
+    single = select(t_first == t_last, 1, 0)
+    write = some * cut_end * (1 - single * cut_start)
+    last = some * cut_start * (1 - single * cut_end)
+    middle = some * single * cut_start * cut_end
+    first_full = t_first + cut_start
+    full = t_last - cut_end - first_full + 1
+    full = some * select(full > 0, full, 0)
+    return write, t_last, x, full, first_full, middle, last, t_first, y
 
 
 def stream_k_workspace_words(ctas: int, tile_m: int, tile_n: int) -> tuple[int, int]:

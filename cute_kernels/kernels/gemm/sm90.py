@@ -91,9 +91,10 @@ class GemmSm90:
     (tile_m x epi_n) subtile: conversion, stmatrix into a 2-deep swizzled smem ring, TMA store
     (the store of one subtile overlaps the stmatrix of the next). Residues: TMA zero-fills
     loads past M, N, K and clips the stores.
-    Stream-K (``stream_k``): the partial last wave plus one full wave of tiles are cut into
-    equal k-ranges, one per cluster, run before its whole tiles; a tile two clusters share is
-    finished by the later one, which adds the other's fp32 partial from the workspace
+    Stream-K (``stream_k``): the partial last wave plus one full wave of tiles (every tile
+    when they are fewer) are cut into equal k-ranges, one per cluster, run before its whole
+    tiles; a tile's k-range is split between consecutive clusters, each adding the fp32
+    partial of the one before from the workspace, the last storing the tile
     (``StreamKFixup``, stream_k.py).
     Shared memory at 128x256x64 bf16: 4 x 48 KiB stages + 2 x 8 KiB C subtiles = 208 KiB.
     Seams: the epilogue is ``Epilogue.visit`` (one call per tile); a gathered operand (rows
@@ -418,15 +419,18 @@ class GemmSm90:
     @cute.jit
     def _load_stream_k(self, ab: SimpleNamespace, parts: SimpleNamespace,
                        sched: SimpleNamespace, prod):
-        """The stream-K units' k-tiles (``stream_k_range``: head, whole tiles, tail), in the
-        consumers' order; returns the producer state."""
+        """The stream-K units' k-tiles (``stream_k_range``: write, whole tiles, middle,
+        last), in the consumers' order; returns the producer state."""
         sk, k_tiles = sched.sk, sched.k_count
-        for _ in cutlass.range(sk.head, unroll=1):
+        for _ in cutlass.range(sk.write, unroll=1):
             prod = self._load_tile(ab, parts, sched, prod, sk.first_tile + sk.t_last, 0, sk.x)
         for j in cutlass.range(sk.full, unroll=1):
             prod = self._load_tile(ab, parts, sched, prod, sk.first_tile + sk.first_full + j,
                                    0, k_tiles)
-        for _ in cutlass.range(sk.tail, unroll=1):
+        for _ in cutlass.range(sk.middle, unroll=1):
+            prod = self._load_tile(ab, parts, sched, prod, sk.first_tile + sk.t_first, sk.y,
+                                   sk.x)
+        for _ in cutlass.range(sk.last, unroll=1):
             prod = self._load_tile(ab, parts, sched, prod, sk.first_tile + sk.t_first, sk.y,
                                    k_tiles)
         return prod
@@ -459,25 +463,29 @@ class GemmSm90:
         """This cluster's stream-K units (``tile_scheduler.stream_k_range``; none when the
         waves are whole), with ``first_tile``, the first stream-K tile: the whole tiles
         ``cluster_id, + num_clusters, ...`` stop there."""
-        sk_tiles = stream_k_tiles(sched.num_tiles, sched.num_clusters, _select_i32)
-        head, t_last, x, full, first_full, tail, t_first, y = stream_k_range(
+        sk_tiles = stream_k_tiles(sched.num_tiles, sched.num_clusters, sched.k_count,
+                                  _select_i32)
+        write, t_last, x, full, first_full, middle, last, t_first, y = stream_k_range(
             sched.cluster_id, sched.num_clusters, sk_tiles, sched.k_count, _select_i32)
         some = sk_tiles > 0
         return SimpleNamespace(first_tile=sched.num_tiles - sk_tiles,
-                               head=_select_i32(some, head, 0), t_last=t_last, x=x,
+                               write=_select_i32(some, write, 0), t_last=t_last, x=x,
                                full=_select_i32(some, full, 0), first_full=first_full,
-                               tail=_select_i32(some, tail, 0), t_first=t_first, y=y)
+                               middle=_select_i32(some, middle, 0),
+                               last=_select_i32(some, last, 0), t_first=t_first, y=y)
 
     @cute.jit
     def consume_stream_k(self, tiled_mma, ab_pipe, frag: SimpleNamespace, epi: SimpleNamespace,
                          sched: SimpleNamespace, mSync, bidx, rel, rd):
-        """The consumers' stream-K units, in the producer's order: the head's partial into
-        this CTA's workspace slot, the whole tiles, then the tail, finished with the previous
-        cluster's partial (same rank: slot ``bidx`` minus the cluster size). Each kind is its
-        own loop of 0..n trips (no accumulator write sits in a runtime branch)."""
+        """The consumers' stream-K units, in the producer's order: a tile's first part, its
+        partial into this CTA's workspace slot; the whole tiles; a middle part, added to the
+        previous cluster's partial (same rank: slot ``bidx`` minus the cluster size) and left
+        in this CTA's slot; a tile's last part, added to the previous partial and stored.
+        Each kind is its own loop of 0..n trips (no accumulator write sits in a runtime
+        branch)."""
         sk, k_tiles = sched.sk, sched.k_count
-        cluster_ctas = self.cluster_m * self.cluster_n
-        for _ in cutlass.range(sk.head, unroll=1):
+        prev = bidx - self.cluster_m * self.cluster_n
+        for _ in cutlass.range(sk.write, unroll=1):
             rel, rd = self.mma(tiled_mma, ab_pipe, frag, sk.x, rel, rd)
             self.fixup.write(frag.acc, mSync, bidx, epi.ctid)
         for j in cutlass.range(sk.full, unroll=1):
@@ -485,11 +493,15 @@ class GemmSm90:
                                           sched.tiles_nc, sched.rank_mn)
             rel, rd = self.mma(tiled_mma, ab_pipe, frag, k_tiles, rel, rd)
             self.epilogue_tile(tiled_mma, frag, epi, tm, tn, tl)
-        for _ in cutlass.range(sk.tail, unroll=1):
+        for _ in cutlass.range(sk.middle, unroll=1):
+            rel, rd = self.mma(tiled_mma, ab_pipe, frag, sk.x - sk.y, rel, rd)
+            self.fixup.add(frag.acc, mSync, prev, epi.ctid)
+            self.fixup.write(frag.acc, mSync, bidx, epi.ctid)
+        for _ in cutlass.range(sk.last, unroll=1):
             tm, tn, tl = self._tile_coord(sk.first_tile + sk.t_first, sched.tiles_mc,
                                           sched.tiles_nc, sched.rank_mn)
             rel, rd = self.mma(tiled_mma, ab_pipe, frag, k_tiles - sk.y, rel, rd)
-            self.fixup.add(frag.acc, mSync, bidx - cluster_ctas, epi.ctid)
+            self.fixup.add(frag.acc, mSync, prev, epi.ctid)
             self.epilogue_tile(tiled_mma, frag, epi, tm, tn, tl)
         return rel, rd
 
