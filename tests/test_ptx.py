@@ -572,6 +572,11 @@ def test_gemm_epilogue_subtiles_cover_the_tile():
     assert GemmSm90(tile=(128, 256, 64)).epi_tile == (128, 32)
     with pytest.raises(ValueError, match="epi_n"):
         GemmSm90(tile=(128, 240, 64), epi_n=32)
+    # a 2x1 cluster splits B's 152 rows into 76-row shares: refused before any trace (the DSL
+    # aborts the process on it)
+    with pytest.raises(ValueError, match="8-row shares"):
+        GemmSm90(tile=(128, 152, 64), epi_n=8, cluster_m=2)
+    GemmSm90(tile=(128, 152, 64), epi_n=8, cluster_m=1)
     ptx = compile_ptx(make_build("hopper", torch.bfloat16, torch.bfloat16, "k", "k", Epilogue(),
                                  None, 2, (128, 240, 64), batched=False), "sm_90a")
     assert ptx.count("cp.async.bulk.tensor.2d.global.shared") == 240 // 16

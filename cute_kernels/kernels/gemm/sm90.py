@@ -151,6 +151,12 @@ class GemmSm90:
         if tile[1] % 8 or tile[1] % epi_n or epi_n % 8:
             raise ValueError(f"tile N ({tile[1]}) must be a multiple of 8 and of the epilogue "
                              f"subtile width epi_n ({epi_n}, itself a multiple of 8)")
+        # multicast: each CTA of a cluster column loads 1 / cluster_m of the B tile's rows (of
+        # a row, 1 / cluster_n of A's), whole 8-row atoms of the 128B swizzle
+        if tile[1] % (8 * cluster_m) or tile[0] % (8 * cluster_n):
+            raise ValueError(f"tile {tile[:2]} does not split into 8-row shares over cluster_m "
+                             f"{cluster_m} (B: tile N / cluster_m) and cluster_n {cluster_n} "
+                             f"(A: tile M / cluster_n)")
         self.epi_tile = (tile[0], epi_n)
         self.epi_stages = epi_stages
         self.max_stages = max_stages
