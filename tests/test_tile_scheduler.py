@@ -267,7 +267,11 @@ def test_stream_k_ranges_cover_each_shared_tile_once(clusters, k_tiles):
             assert shared == 0
         else:
             assert shared == tiles  # fewer than two waves: every tile shared
-        if not shared:
+        if not shared:  # no units at all: every cluster walks whole tiles only
+            for c in range(clusters):
+                write, _, _, full, _, middle, last, _, _ = stream_k_range(c, clusters, 0,
+                                                                          k_tiles)
+                assert (write, full, middle, last) == (0, 0, 0, 0)
             continue
         parts = {}
         for c in range(clusters):

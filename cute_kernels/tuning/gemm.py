@@ -307,7 +307,7 @@ def schedule(m: int, n: int, k: int, batch: int, sms: int, *,
                                 max_stages=TILE_STAGES.get(tile))
     # stream-K where the last wave idles more than it costs (its k-range arithmetic is int32:
     # shared tiles x k-tiles x clusters, at most 2 x slots^2 x k-tiles)
-    if skinny and not drift and 2 * slots * slots * -(-k // 64) < 2**31:
+    if skinny and not drift and 2 * slots * slots * -(-k // DEFAULT_TILE[2]) < 2**31:
         sk_tile, sk_score = pick_stream_k_tile(m, n, batch, sms, speeds, cluster_m)
         if sk_score > (1 + STREAM_K_MIN_GAIN) * speeds[tile] * wave_efficiency(units, slots):
             ctas = persistent_grid(cluster_tiles(m, n, batch, sk_tile, cluster_m) * cluster_m,

@@ -466,19 +466,16 @@ class GemmSm90:
 
     @cute.jit
     def _stream_k_units(self, sched: SimpleNamespace) -> SimpleNamespace:
-        """This cluster's stream-K units (``tile_scheduler.stream_k_range``; none when the
-        waves are whole), with ``first_tile``, the first stream-K tile: the whole tiles
+        """This cluster's stream-K units (``tile_scheduler.stream_k_range``; none when no
+        tile is shared), with ``first_tile``, the first stream-K tile: the whole tiles
         ``cluster_id, + num_clusters, ...`` stop there."""
         sk_tiles = stream_k_tiles(sched.num_tiles, sched.num_clusters, sched.k_count,
                                   _select_i32)
         write, t_last, x, full, first_full, middle, last, t_first, y = stream_k_range(
             sched.cluster_id, sched.num_clusters, sk_tiles, sched.k_count, _select_i32)
-        some = sk_tiles > 0
-        return SimpleNamespace(first_tile=sched.num_tiles - sk_tiles,
-                               write=_select_i32(some, write, 0), t_last=t_last, x=x,
-                               full=_select_i32(some, full, 0), first_full=first_full,
-                               middle=_select_i32(some, middle, 0),
-                               last=_select_i32(some, last, 0), t_first=t_first, y=y)
+        return SimpleNamespace(first_tile=sched.num_tiles - sk_tiles, write=write,
+                               t_last=t_last, x=x, full=full, first_full=first_full,
+                               middle=middle, last=last, t_first=t_first, y=y)
 
     @cute.jit
     def consume_stream_k(self, tiled_mma, ab_pipe, frag: SimpleNamespace, epi: SimpleNamespace,
