@@ -151,8 +151,7 @@ def _cmd_schedule(args) -> int:
 def _cmd_attention_schedule(args) -> int:
     """How ``attention`` would run a (B, H, S_q, D) x (B, H_kv, S_kv, D) problem (no GPU
     needed): the kernel's tiles and schedule, GQA packing, split-KV."""
-    from .ops.attention import HEAD_DIMS, attention_route
-    from .ops.attention_splits import auto_splits
+    from .ops.attention import HEAD_DIMS, attention_route, default_splits
 
     for name, value in (("B", args.b), ("H", args.h), ("H_KV", args.h_kv), ("S_Q", args.s_q),
                         ("S_KV", args.s_kv), ("--sms", args.sms)):
@@ -166,13 +165,16 @@ def _cmd_attention_schedule(args) -> int:
         raise CLIError(f"--splits must be >= 1, got {args.splits}")
     splits = args.splits
     if splits is None:  # attention's num_splits=None
-        splits = auto_splits(args.b, args.h_kv, args.s_q, args.s_kv, args.sms,
-                             q_per_kv=args.h // args.h_kv, causal=args.causal)
+        splits = default_splits(args.b, args.h, args.s_q, args.d, args.h_kv, args.s_kv,
+                                args.causal, args.sms, args.path == "hopper")
     route = attention_route(args.b, args.h, args.h_kv, args.s_q, args.s_kv, args.d,
                             args.causal, splits, args.path == "hopper")
     print(f"attention B{args.b} H{args.h} H_kv{args.h_kv} S_q{args.s_q} S_kv{args.s_kv} "
           f"D{args.d}{' causal' if args.causal else ''} on {args.sms} SMs ({args.path}): "
           f"{route.describe(args.d, args.path)}")
+    if route.cluster:  # the GPU's own count decides; none is at hand here
+        print(f"  (clusters of {route.splits} CTAs: on a GPU the op first checks that it holds "
+              f"them all at once, else it takes the combine kernel)")
     return 0
 
 

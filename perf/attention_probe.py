@@ -1,6 +1,6 @@
 """Run one attention configuration once (for compute-sanitizer):
 
-    python perf/attention_probe.py PATH S_Q S_KV H H_KV D CAUSAL [colsum [GROUP]]
+    python perf/attention_probe.py PATH S_Q S_KV H H_KV D CAUSAL [colsum [GROUP] | splits N]
 """
 
 import sys
@@ -21,7 +21,8 @@ with ck.force_path(path):
         prev = torch.randn(2, h, s_q, device="cuda") + 8
         group = int(sys.argv[9]) if len(sys.argv) > 9 else 192
         outs = ck.attention_colsum(q, k, v, prev, group=group)
-    else:
-        outs = ck.attention(q, k, v, causal=causal, return_lse=True)
+    else:  # num_splits: the default, or N (e.g. 2-8 on Hopper: combined in clusters)
+        splits = int(sys.argv[9]) if variant == "splits" else None
+        outs = ck.attention(q, k, v, causal=causal, return_lse=True, num_splits=splits)
 torch.cuda.synchronize()
 print("ok", [tuple(t.shape) for t in outs])

@@ -565,6 +565,48 @@ if [ "$PART" = async-san ]; then  # its sanitizers, and the op's short causal ta
   step hopper-d128-short 150 python perf/attention.py --d 128 --s 1024,2048,4096 --no-flex \
     --out "$OUT"
 fi
+if [ "$PART" = cluster-perf ]; then  # split-KV combined in clusters against the combine kernel
+  step cl-capacity 120 python -c "import torch; from cute_kernels.runtime.arch import \
+cluster_capacity as c; d = torch.device('cuda'); print('clusters held at once:', \
+{n: c(d, n) for n in (2, 3, 4, 5, 6, 7, 8)})"
+  DEC="python perf/decode.py --batch 1,4 --s-q 1,8 --s-kv 4096,65536 --splits 4,8,16 --joint 4,8"
+  step cl-smoke 100 python perf/attention_probe.py hopper 1 9000 16 4 128 0 splits 8
+  if grep -q "^ok" "$OUT/cl-smoke.log"; then
+    step cl-graphs 260 $DEC --graphs --out "$OUT/clg"
+    step cl-eager 200 $DEC --out "$OUT/cle"
+  fi
+  grep "clusters held" "$OUT/cl-capacity.log"
+  for f in "$OUT"/cl-graphs.log "$OUT"/cl-eager.log; do
+    echo "--- $f"; grep -A 12 "^ours:" "$f"; grep -A 9 "combine kernel (ms" "$f"
+  done
+fi
+if [ "$PART" = cluster-checks ]; then  # its GPU tests and sanitizers; 3 K/V stages at 64 CTAs
+  step clc-capacity 60 python -c "import torch; from cute_kernels.runtime.arch import \
+cluster_capacity as c; d = torch.device('cuda'); print('clusters held at once:', \
+{n: c(d, n) for n in (2, 4, 8)})"
+  step clc-tiles 150 python perf/decode_tiles.py --graphs --cluster --block-m 64 --stages 2,3 \
+    --splits 8,16 --batch 1 --s-q 1 --s-kv 16384,65536,131072
+  step clc-tests 330 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
+    -k "split or decode or num_splits or gqa or repeat_calls or cluster"
+  probe clc-memcheck memcheck 1 9000 16 4 128 0 splits 8
+  probe clc-racecheck racecheck 1 9000 16 4 128 0 splits 8
+  probe clc-memcheck-causal memcheck 7 3000 4 4 64 1 splits 3
+  probe clc-racecheck-causal racecheck 7 3000 4 4 64 1 splits 3
+  grep "clusters held" "$OUT/clc-capacity.log"; grep -B2 -A8 "^decode tiles" "$OUT/clc-tiles.log"
+  grep "^B1" "$OUT/clc-tiles.log"; tail -3 "$OUT/clc-tests.log"
+fi
+if [ "$PART" = cluster-final ]; then  # the default splits with the cluster route, B1 and B4
+  step clf-tests 200 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
+    -k "cluster or split or num_splits"
+  DEC="python perf/decode.py --batch 1,4 --s-q 1,8 --s-kv 4096,8192,16384,32768,65536,131072 \
+--splits 8,16 --joint 8"
+  step clf-graphs 240 $DEC --graphs --out "$OUT/clfg"
+  step clf-eager 200 $DEC --out "$OUT/clfe"
+  tail -3 "$OUT/clf-tests.log"
+  for f in "$OUT"/clf-graphs.log "$OUT"/clf-eager.log; do
+    echo "--- $f"; grep -A 16 "^ours:" "$f"; grep -A 13 "combine kernel (ms" "$f"
+  done
+fi
 if [ "$PART" = perf ]; then  # the issue's bars, side by side (perf/RESULTS.md)
   step ampere-d128 200 python perf/attention.py --path ampere --d 128 \
     --s 2048,4096,8192,16384 --no-flex --out "$OUT"

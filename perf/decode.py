@@ -20,8 +20,10 @@ Contenders per shape, all interleaved in one timing loop:
   is printed once and saved), and "fastest SDPA" is the fastest of those that ran;
 * ours, ``ck.attention(q, k, v, num_splits=n)`` for n in {1, 2, 4, 8, 16, 32} with
   n <= ceil(S_kv / 128) (the op caps n there); n = 1 is the plain kernel, n > 1 the split-KV
-  kernel plus the float32 combine; also the n that ``splits_heuristic`` picks, when it is
-  not one of those.
+  kernel plus the float32 combine (on Hopper, 2-8 splits of a tile in one cluster that
+  combines them, where the clusters fit); also the op's own ``num_splits=None`` n
+  (``ops.attention.default_splits``), when it is not one of those; ``--joint N,..``: those n
+  through the combine kernel as well (A/B against the cluster route).
 
 Every contender's output on the first input set is checked against a float32 reference (max
 |o - ref| / max |ref| <= 2e-2: the split kernels had not run on a GPU before); one that fails
@@ -74,6 +76,22 @@ MAX_SET_BYTES = 30 * 10**9  # the input-set rotation's memory cap
 TOLERANCE = 2e-2  # max |o - ref| / max |ref|
 BAR = 1.0  # ours / fastest SDPA (speed)
 SDPA_BACKENDS = ("cuDNN", "flash", "efficient")
+
+
+def op_splits(b: int, s_q: int, s_kv: int, causal: bool, sms: int, on_gpu: bool) -> int:
+    """The op's ``num_splits=None`` at this shape on ``sms`` SMs (``ops.attention.
+    default_splits``: ``auto_splits``, or 8 splits combined in clusters where those fit and
+    the keys are few). Off the GPU (``--plan``): the Hopper path, its clusters taken to fit."""
+    from cute_kernels.ops.attention import default_splits
+
+    if not on_gpu:
+        return default_splits(b, H, s_q, D, H_KV, s_kv, causal, sms, True)
+    from cute_kernels.runtime.arch import HOPPER, cluster_capacity, device_target
+
+    device = torch.device(DEVICE, torch.cuda.current_device())
+    return default_splits(b, H, s_q, D, H_KV, s_kv, causal, sms,
+                          lambda: device_target(device)[0] == HOPPER,
+                          lambda n: cluster_capacity(device, n))
 
 
 def split_candidates(s_kv: int, splits=SPLITS) -> list[int]:
@@ -195,6 +213,29 @@ def our_contenders(causal: bool, ns) -> dict:
     return {ours_name(n): at(n) for n in ns}
 
 
+def joint_name(n: int) -> str:
+    return f"cute n={n} joint"
+
+
+def joint_contenders(causal: bool, ns) -> dict:
+    """Ours at n splits through the combine kernel even where the op would combine them in
+    a cluster (``tuning.attention.CLUSTER_COMBINE`` off for the call; the plan cache keys on
+    it), for A/B runs against the cluster route."""
+    import cute_kernels as ck
+    from cute_kernels.tuning import attention as tuning
+
+    def at(n):
+        def run(x):
+            tuning.CLUSTER_COMBINE = False
+            try:
+                return ck.attention(x[0], x[1], x[2], causal=causal, num_splits=n)
+            finally:
+                tuning.CLUSTER_COMBINE = True
+        return run
+
+    return {joint_name(n): at(n) for n in ns}
+
+
 def short(text: str, limit: int = 160) -> str:
     first = (text.strip().splitlines() or [""])[0]
     return first if len(first) <= limit else first[:limit - 3] + "..."
@@ -260,9 +301,10 @@ def measure(b: int, s_q: int, s_kv: int, args, sms: int) -> dict:
             for _ in range(count)]
     ref = reference(*sets[0], args.causal)
     splits = split_candidates(s_kv, args.splits)
-    heur = auto_splits(b, H_KV, s_q, s_kv, sms, q_per_kv=H // H_KV, causal=args.causal)
+    heur = op_splits(b, s_q, s_kv, args.causal, sms, on_gpu=True)
     fns = {**sdpa_contenders(args.causal, s_q, s_kv),
-           **our_contenders(args.causal, sorted({*splits, heur}))}
+           **our_contenders(args.causal, sorted({*splits, heur})),
+           **joint_contenders(args.causal, split_candidates(s_kv, args.joint))}
     skipped, errors = probe(fns, sets[0], ref)
     del ref
     for name, reason in skipped.items():
@@ -358,7 +400,7 @@ def plan(args, sms: int) -> None:
     rows = []
     for b, s_q, s_kv in shapes(args.quick, args.s_q, args.s_kv, args.batch):
         tiles = query_tiles(b, H_KV, s_q, H // H_KV, args.causal)
-        heur = auto_splits(b, H_KV, s_q, s_kv, sms, q_per_kv=H // H_KV, causal=args.causal)
+        heur = op_splits(b, s_q, s_kv, args.causal, sms, on_gpu=False)
         rows.append([label(b, s_q, s_kv), tiles, " ".join(map(str, split_candidates(
             s_kv, args.splits))), heur, tiles * heur, set_bytes(b, s_q, s_kv) / 1e9])
     from cute_kernels.bench import format_table
@@ -391,6 +433,9 @@ def main(argv=None) -> None:
     ap.add_argument("--no-pdl", action="store_true",
                     help="launch the combine kernel plainly, not as a programmatic dependent "
                          "(ops.attention.SPLIT_COMBINE_PDL)")
+    ap.add_argument("--joint", type=ints, default=(),
+                    help="also time these n through the combine kernel where the op would "
+                         "combine in a cluster (A/B; CLUSTER_COMBINE off for them)")
     ap.add_argument("--out", default="perf/results")
     args = ap.parse_args(argv)
     from cute_kernels.ops import attention as attention_ops
@@ -442,9 +487,17 @@ def main(argv=None) -> None:
           f"the fastest: q, k, v, o bytes / time)\n")
     print(format_table(sdpa_headers, sdpa_rows))
     print(f"\nours: ck.attention(num_splits=n), ms; x SDPA = fastest SDPA ms / ours ms "
-          f"(bar >= {BAR}); heur = auto_splits (the op's num_splits=None); "
+          f"(bar >= {BAR}); heur = the op's num_splits=None (default_splits); "
           f"* = failed the accuracy check\n")
     print(format_table(ours_headers, ours_rows))
+    if args.joint:
+        print("\nthe same n through the combine kernel (ms; x = that n's default route / this):")
+        for r in results:
+            print(f"  {r['label']}: " + ", ".join(
+                f"n={n} {cell(r, joint_name(n))}"
+                + (f" ({r['ms'][joint_name(n)] / r['ms'][ours_name(n)]:.3f}x)"
+                   if joint_name(n) in r['ms'] and ours_name(n) in r['ms'] else "")
+                for n in args.joint))
     print()
     for line in verdict(results):
         print(line)

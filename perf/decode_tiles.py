@@ -4,6 +4,8 @@ side by side with the fastest SDPA backend, one run.
     python perf/decode_tiles.py [--graphs] [--s-q 1,8] [--s-kv 4096,65536] [--batch 1,16]
                                 [--splits 1,8,16] [--rounds N]
 
+``--cluster``: the 64-row tile's launches of 2-8 splits combine them in a cluster, as the op's.
+
 A decode step packs the H / H_kv query heads of a KV head into one tile (4 x S_q rows here):
 at S_q 1 or 8 a 128-row tile's second consumer warpgroup multiplies padding, and the tensor
 cores it shares with the first are the SM's. Each contender is ``_attention`` on the packed
@@ -35,12 +37,16 @@ from decode import (  # perf/ is the script's directory
 )
 
 from cute_kernels.bench import bench_interleaved, format_table, input_sets_needed
+from cute_kernels.kernels.attention.tiles import MAX_CLUSTER_SPLITS
 from cute_kernels.ops.attention import _attention
 
 
-def ours(b: int, s_q: int, block_m: int, n: int, stages: int = 2, two_per_sm: bool = False):
+def ours(b: int, s_q: int, block_m: int, n: int, stages: int = 2, two_per_sm: bool = False,
+         cluster: bool = False):
     rows = (H // H_KV) * s_q
     config = dict(overlap=True, block_m=block_m, stages=stages)
+    if cluster and 2 <= n <= MAX_CLUSTER_SPLITS:  # the splits combined in a cluster
+        config.update(cluster_splits=n)
     if two_per_sm:  # 64 x 64 tiles, two CTAs per SM (the short causal tiles)
         config.update(block_n=64, ctas_per_sm=2)
 
@@ -68,6 +74,9 @@ def main() -> None:
                     "beyond 2: the 128-row tile's smem holds 2)")
     ap.add_argument("--two-per-sm", action="store_true",
                     help="also 64 x 64 tiles at two CTAs per SM (with each --stages)")
+    ap.add_argument("--cluster", action="store_true",
+                    help="64-row tiles with 2-8 splits combine them in a cluster "
+                         "(cluster_splits), as the op does")
     ap.add_argument("--graphs", action="store_true")
     ap.add_argument("--rounds", type=int, default=10)
     args = ap.parse_args()
@@ -87,7 +96,8 @@ def main() -> None:
                 ref = reference(*sets[0], False)
                 fns = sdpa_contenders(False, s_q, s_kv)
                 splits = [n for n in args.splits if n == 1 or n <= s_kv // 512]
-                fns.update({vname(m, st, two, n): ours(b, s_q, m, n, st, two)
+                fns.update({vname(m, st, two, n): ours(b, s_q, m, n, st, two,
+                                                       args.cluster and m == 64)
                             for m, st, two in variants for n in splits})
                 for name in list(fns):
                     try:
@@ -103,6 +113,7 @@ def main() -> None:
                     fns = graphed(fns, sets)
                 t = bench_interleaved(fns, sets, rounds=args.rounds, warmup=2)
                 ms = {n: v.median_ms for n, v in t.items()}
+                print(label(b, s_q, s_kv), ", ".join(f"{n} {v:.4f}" for n, v in ms.items()))
                 sdpa = min(v for n, v in ms.items() if n.startswith("SDPA"))
                 # a variant the kernel refused at this shape (e.g. over the smem budget): "-"
                 best = {v: min(((ms[vname(*v, n)], n) for n in splits if vname(*v, n) in ms),

@@ -289,13 +289,91 @@ def test_split_combine_kernel_matches_combine_splits(d, splits):
     assert bool((o[1, 2, 3] == 0).all())
 
 
+def _spy_plans(monkeypatch):
+    """The plans ``attention`` makes from now on (a fresh plan cache)."""
+    from cute_kernels.ops import attention as attn
+
+    made = []
+    real = attn.make_plan
+
+    def spy(*args, **kwargs):
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(attn, "make_plan", spy)
+    monkeypatch.setattr(attn, "_PLANS", {})
+    return made
+
+
+@pytest.mark.skipif(not HOPPER, reason="the cluster combine is the sm_90 path's")
+@pytest.mark.parametrize("b, h, h_kv, s_q, s_kv, d, causal, splits", [
+    (1, 32, 8, 1, 4097, 128, False, 8),  # a residue key block; 4 packed rows of 64
+    (3, 8, 2, 8, 9000, 64, False, 5),  # D = 64, an odd split count
+    (2, 4, 4, 7, 3000, 128, True, 3),  # unpacked (MHA), causal, 7 rows
+    (1, 8, 1, 8, 700, 128, False, 6),  # 64 packed rows (a full tile), 6 ranges of ~1 block
+    (2, 16, 2, 1, 129, 128, False, 2),  # a range of one key
+    (1, 2, 2, 40, 300, 128, True, 3)])  # causal rows whose last range sees few or no keys
+def test_cluster_combine_matches_reference(b, h, h_kv, s_q, s_kv, d, causal, splits,
+                                           monkeypatch):
+    """Split-KV whose splits combine in a cluster through DSMEM (the Hopper route for 2-8
+    splits of 64-row tiles): o and lse against the float32 reference, written into a
+    poisoned ``out``; the route asserted, so a change of route fails here."""
+    torch.manual_seed(int.from_bytes(os.urandom(4), "little") % 2**31)
+    made = _spy_plans(monkeypatch)
+    q, k, v = qkv(b, h, h_kv, s_q, s_kv, d)
+    out = torch.full_like(q, float("nan"))
+    o, lse = ck.attention(q, k, v, causal=causal, out=out, return_lse=True, num_splits=splits)
+    assert o is out and len(made) == 1 and made[0].cluster and made[0].splits == splits
+    check(o, lse, q, k, v, causal)
+
+
+@pytest.mark.skipif(not HOPPER, reason="the cluster combine is the sm_90 path's")
+def test_cluster_combine_falls_back_where_clusters_do_not_fit(monkeypatch):
+    """More clusters than the GPU holds at once (``cluster_capacity``, patched to 3): the op
+    takes the combine kernel instead, and still matches."""
+    from cute_kernels.ops import attention as attn
+
+    made = _spy_plans(monkeypatch)
+    monkeypatch.setattr(attn, "cluster_capacity", lambda device, n: 3)
+    q, k, v = qkv(1, 32, 8, 1, 3000, 128)  # 8 KV heads: 8 clusters
+    check(*ck.attention(q, k, v, return_lse=True, num_splits=4), q, k, v, False)
+    assert made[0].splits == 4 and not made[0].cluster and made[0].joint
+
+
+@pytest.mark.skipif(not HOPPER, reason="the cluster combine is the sm_90 path's")
+def test_default_splits_take_clusters_up_to_their_keys(monkeypatch):
+    """``num_splits=None`` on B1 decoding: up to ``CLUSTER_SPLITS_MAX_KEYS`` keys 8 splits
+    combined in clusters, past it the heuristic's through the combine kernel."""
+    made = _spy_plans(monkeypatch)
+    q, k, v = qkv(1, 32, 8, 1, 12000, 128)
+    check(*ck.attention(q, k, v, return_lse=True), q, k, v, False)
+    assert made[-1].splits == 8 and made[-1].cluster
+    q, k, v = qkv(1, 32, 8, 1, 40000, 128)
+    check(*ck.attention(q, k, v, return_lse=True), q, k, v, False)
+    assert made[-1].splits > 1 and not made[-1].cluster
+
+
+def test_cluster_capacity_reads_the_gpu():
+    """The driver's count of clusters held at once: at least one GPC's worth, at most the SMs
+    over the cluster size, and no more for bigger clusters."""
+    from cute_kernels.runtime.arch import cluster_capacity
+
+    device = torch.device("cuda")
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    counts = [cluster_capacity(device, n) for n in (2, 4, 8)]
+    assert all(1 <= c <= sms // n for c, n in zip(counts, (2, 4, 8)))
+    assert counts[0] >= counts[1] >= counts[2]
+
+
 @pytest.mark.parametrize("kernel_combine", [True, False])
 def test_split_kv_through_the_combine_kernel(kernel_combine, monkeypatch):
     """The op's split route through either combine (``SPLIT_COMBINE_KERNEL_ON``): the kernel
     (the default) or ``combine_splits`` in torch."""
     from cute_kernels.ops import attention as attn
+    from cute_kernels.tuning import attention as tuning
 
     monkeypatch.setattr(attn, "SPLIT_COMBINE_KERNEL_ON", kernel_combine)
+    monkeypatch.setattr(tuning, "CLUSTER_COMBINE", False)  # 8 splits would combine in clusters
     q = torch.randn(2, 8, 3, 128, device="cuda").bfloat16()
     k = torch.randn(2, 2, 5000, 128, device="cuda").bfloat16()
     v = torch.randn(2, 2, 5000, 128, device="cuda").bfloat16()

@@ -212,6 +212,29 @@ def test_split_kv_combine_is_the_softmax_over_all_keys():
     assert bool((o == 0).all()) and bool((lse == float("-inf")).all())  # no key at all
 
 
+def test_decode_route_combines_splits_in_clusters(monkeypatch):
+    """The route of Hopper decoding with 2-8 splits of 64-row tiles: the splits of a tile one
+    cluster (its build's ``cluster_splits``, said by ``describe``), unless the clusters do not
+    all fit at once, more splits, the Ampere path, longer query tiles or the switch off."""
+    from cute_kernels.ops.attention import attention_route
+    from cute_kernels.tuning import attention as tuning
+
+    def route(splits=8, hopper=True, capacity=None, s_q=1):
+        return attention_route(1, 32, 8, s_q, 65536, 128, False, splits, hopper, capacity)
+
+    taken = route(capacity=lambda n: 8 if n == 8 else 0)  # 8 KV heads: 8 clusters fit
+    assert taken.cluster and taken.hopper_config(128)["cluster_splits"] == 8
+    assert "through DSMEM" in taken.describe(128) and "combine kernel" not in taken.describe(128)
+    assert route(splits=3).hopper_config(128)["cluster_splits"] == 3
+    assert not route(capacity=lambda n: 7).cluster
+    assert not route(splits=16).cluster and "combine kernel" in route(splits=16).describe(128)
+    assert not route(hopper=False).cluster
+    assert not route(s_q=200).cluster  # 200 query rows a head: 128-row tiles
+    assert "cluster_splits" not in route(splits=1).hopper_config(128)
+    monkeypatch.setattr(tuning, "CLUSTER_COMBINE", False)
+    assert not route().cluster
+
+
 def test_num_splits_is_checked():
     import cute_kernels as ck
 

@@ -233,6 +233,9 @@ def test_attention_schedule_command(capsys):
     assert main(["attention-schedule", "1", "32", "8", "1", "65536", "128"]) == 0
     line = capsys.readouterr().out
     assert "GQA" in line and "split-KV 16 ways" in line and "64 x 128 tiles" in line
+    assert main(["attention-schedule", "1", "32", "8", "1", "16384", "128"]) == 0
+    out = capsys.readouterr().out  # fewer keys: 8 splits, each tile's a cluster
+    assert "split-KV 8 ways" in out and "DSMEM" in out and "holds them all at once" in out
     assert main(["attention-schedule", "8", "32", "32", "4096", "4096", "64"]) == 0
     line = capsys.readouterr().out
     assert "192 x 128 tiles, 3 consumer warpgroups" in line and "persistent" in line

@@ -493,6 +493,40 @@ def test_split_kernel_lets_the_combine_launch_early():
         assert ("griddepcontrol.launch_dependents" in ptx) == split_kv
 
 
+@pytest.mark.parametrize("head_dim, splits", [(128, 8), (64, 3)])
+def test_cluster_combine_ptx(head_dim, splits):
+    """The split kernel that combines its cluster's partials: two cluster barriers (staged,
+    then read), the peers' lse and 16-byte O chunks read through ld.shared::cluster, o and
+    lse stored straight to global, no combine launch to signal, no spills."""
+    import torch
+
+    from cute_kernels.ops.attention import make_build
+    from cute_kernels.runtime.compile import compile_ptx
+
+    ptx = compile_ptx(make_build("hopper", torch.bfloat16, head_dim, False, split_kv=True,
+                                 short_query=True, cluster_splits=splits), "sm_90a")
+    assert ptx.count(".entry") == 1
+    assert ptx.count("barrier.cluster.arrive") == 2 and ptx.count("barrier.cluster.wait") == 2
+    assert ptx.count("ld.shared::cluster.v4.f32") == splits  # one per peer, unrolled
+    assert ptx.count("ld.shared::cluster.f32") == splits  # the peers' lse of a row
+    assert "griddepcontrol" not in ptx
+    _assert_no_spills(ptx, "sm_90a")
+
+
+def test_cluster_splits_rules():
+    """``cluster_splits`` needs the split-KV kernel, 2-8 splits, and a K ring that holds the
+    staged fp32 partial; a forced configuration's count must be the launch's."""
+    from cute_kernels.kernels.attention.sm90 import AttentionSm90
+
+    with pytest.raises(ValueError, match="split_kv"):
+        AttentionSm90(128, False, block_m=64, cluster_splits=4)
+    with pytest.raises(ValueError, match="2 to 8"):
+        AttentionSm90(128, False, block_m=64, split_kv=True, cluster_splits=9)
+    with pytest.raises(ValueError, match="K ring"):
+        AttentionSm90(128, False, block_m=128, block_n=64, split_kv=True, cluster_splits=2)
+    assert AttentionSm90(64, False, block_m=64, split_kv=True, cluster_splits=8).cluster_combine
+
+
 @pytest.mark.parametrize("drift", [False, True])
 def test_gemm_drift_limiter_ptx(drift):
     """With the wave drift limiter the producer polls the tile counter with an acquire load

@@ -21,8 +21,19 @@ from typing import NamedTuple
 
 import torch
 
-from ..kernels.attention.tiles import HOPPER_DEFAULT_TILE, colsum_spans_ctas
-from ..runtime.arch import HOPPER, device_target, forced_path, sm_count, target_has_pdl
+from ..kernels.attention.tiles import (
+    HOPPER_DEFAULT_TILE,
+    MAX_CLUSTER_SPLITS,
+    colsum_spans_ctas,
+)
+from ..runtime.arch import (
+    HOPPER,
+    cluster_capacity,
+    device_target,
+    forced_path,
+    sm_count,
+    target_has_pdl,
+)
 from ..runtime.bridge import kernel_for
 from ..runtime.validate import (
     check_cuda,
@@ -32,6 +43,7 @@ from ..runtime.validate import (
     check_tensor,
     tensor_meta,
 )
+from ..tuning import attention as attention_tuning
 from ..tuning.attention import (
     PERSISTENT_MAX_KEYS,
     SHORT_QUERY_ROWS,
@@ -173,7 +185,7 @@ def _hopper_colsum_atomic(head_dim: int, group: int, config_key: tuple) -> bool:
 def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = False,
                group: int = 192, config: dict | None = None, split_kv: bool = False,
                short_query: bool = False, persistent: bool = False,
-               combine_pdl: bool | None = None, tall: bool = False):
+               combine_pdl: bool | None = None, tall: bool = False, cluster_splits: int = 1):
     """The attention kernel of ``path`` against symbolic (B, H, S, D) tensors (unit-stride head
     dim, other strides multiples of 8 elements), a compact fp32 lse and, for the column-sum
     variant, compact fp32 prev_lse (B, H, S_q) and colsum (B, H, G, S_kv). ``config``
@@ -183,7 +195,8 @@ def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = Fal
     192-row tiles at D = 64 (all ``hopper_config``, chosen by ``make_plan``).
     ``combine_pdl`` (with ``split_kv``; None: not): the split launch and the combine kernel's
     in one host function (``SplitKVAttention``), the combine a programmatic dependent launch
-    when True."""
+    when True. ``cluster_splits`` n > 1 (Hopper, with ``split_kv`` and ``short_query``): the n
+    splits of a tile are one cluster that combines them (o and lse have B batch entries)."""
     import cutlass
 
     from ..runtime.bridge import fake_bhsd, fake_compact
@@ -200,7 +213,7 @@ def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = Fal
         from ..kernels.attention.sm90 import AttentionSm90
 
         cfg = (hopper_config(head_dim, causal, colsum, group, split_kv, short_query, persistent,
-                             tall) if config is None else config)
+                             tall, cluster_splits) if config is None else config)
         kernel = AttentionSm90(head_dim, causal, **cfg, **({"split_kv": True} if split_kv else {}))
     else:
         from ..kernels.attention.sm80 import AttentionSm80
@@ -324,6 +337,7 @@ class AttentionPlan(NamedTuple):
     order: torch.Tensor | None = None
     ctas: int | None = None
     joint: bool = False  # the kernel is the split launch and the combine's (SplitKVAttention)
+    cluster: bool = False  # the split kernel combines in clusters: no workspace, o and lse direct
 
     def run(self, q, k, v, o):
         """(o, lse) for q, k, v of the plan's metadata, o written into ``o`` (checked)."""
@@ -344,7 +358,7 @@ class AttentionPlan(NamedTuple):
         n = self.splits
         lse = torch.empty(b, h, s_q, dtype=torch.float32, device=q.device)
         o_out, lse_out = o, lse
-        if n > 1:  # the partials' workspace: n x B batch entries
+        if n > 1 and not self.cluster:  # the partials' workspace: n x B batch entries
             o_out = torch.empty(n * b, h, s_q, d, dtype=q.dtype, device=q.device)
             lse_out = torch.empty(n * b, h, s_q, dtype=torch.float32, device=q.device)
             if self.joint:  # one host call: the split launch, then the combine's
@@ -356,7 +370,7 @@ class AttentionPlan(NamedTuple):
             mQ=q, mK=k, mV=v, mO=o_out, mLSE=lse_out, mPrevLSE=None, mColsum=None,
             mIndices=None, mCounts=None, scale=self.scale, out_scale=None,
             mTileOrder=self.order, num_ctas=self.ctas))
-        if n == 1:
+        if n == 1 or self.cluster:
             return o, lse
         # SPLIT_COMBINE_KERNEL_ON off: the torch combine
         o_comb, lse = combine_splits(o_out.view(n, b, h, s_q, d), lse_out.view(n, b, h, s_q))
@@ -373,11 +387,14 @@ class AttentionRoute(NamedTuple):
     short: bool  # at most 64 query rows per tile: the Hopper kernel's 64-row tile
     persistent: bool  # the Hopper kernel's persistent schedule (walks dealt on the host)
     tall: bool  # D = 64, long sequences: 192-row persistent tiles (``TALL_TURNS``)
+    # the splits of a tile combine in one cluster through DSMEM (``CLUSTER_COMBINE``)
+    cluster: bool = False
 
     def hopper_config(self, head_dim: int) -> dict:
         """``AttentionSm90``'s keyword arguments on this route."""
         return hopper_config(head_dim, self.causal, split_kv=self.splits > 1,
-                             short_query=self.short, persistent=self.persistent, tall=self.tall)
+                             short_query=self.short, persistent=self.persistent, tall=self.tall,
+                             cluster_splits=self.splits if self.cluster else 1)
 
     def describe(self, head_dim: int, path: str = "hopper") -> str:
         """One line for logs and the CLI."""
@@ -408,7 +425,10 @@ class AttentionRoute(NamedTuple):
                          f"({self.pack[2]} rows)")
         if self.causal:
             parts.append("causal")
-        if self.splits > 1:
+        if self.cluster:
+            parts.append(f"split-KV {self.splits} ways, each tile's splits one cluster "
+                         f"combining them through DSMEM")
+        elif self.splits > 1:
             parts.append(f"split-KV {self.splits} ways + combine kernel")
         return ", ".join(parts)
 
@@ -419,11 +439,13 @@ def split_ranges(num_splits: int, s_kv: int) -> int:
 
 
 def attention_route(b: int, h: int, h_kv: int, s_q: int, s_kv: int, d: int, causal: bool,
-                    num_splits: int, hopper) -> AttentionRoute:
+                    num_splits: int, hopper, cluster_capacity=None) -> AttentionRoute:
     """The route of an (already validated) attention problem with ``num_splits`` resolved
     (``attention``'s None: ``ops.attention_splits.auto_splits``). ``hopper``: whether the
     sm_90 path runs it, a bool or a callable asked only where the answer matters (the
-    persistent schedule; ``make_plan``'s device query)."""
+    persistent schedule, the cluster combine; ``make_plan``'s device query).
+    ``cluster_capacity(n)``: how many clusters of n CTAs (one per SM) the GPU holds at once;
+    None (no GPU at hand: the CLI) takes them to fit."""
     pack = None
     if packs_query_heads(h, h_kv, s_q, causal):
         pack, causal = (b, h_kv, (h // h_kv) * s_q, d), False
@@ -440,7 +462,14 @@ def attention_route(b: int, h: int, h_kv: int, s_q: int, s_kv: int, d: int, caus
     # D = 64 with long queries and keys: 192-row tiles, one CTA per SM (causal with turns)
     tall = (persistent and d == 64 and (TALL_TURNS or not causal)
             and min(s_q, s_kv) >= TALL_TILE_MIN_SEQ)
-    return AttentionRoute(pack, bool(causal), n, short, persistent, tall)
+    # 2-8 splits of 64-row tiles: each tile's splits one cluster that combines them, if all
+    # the clusters fit at once (a cluster left for a second wave would double the time)
+    cluster = False
+    if attention_tuning.CLUSTER_COMBINE and short and 2 <= n <= MAX_CLUSTER_SPLITS:
+        tiles = -(-(pack[2] if pack else s_q) // SHORT_QUERY_ROWS) * (h_kv if pack else h) * b
+        cluster = ((hopper() if callable(hopper) else bool(hopper))
+                   and (cluster_capacity is None or tiles <= cluster_capacity(n)))
+    return AttentionRoute(pack, bool(causal), n, short, persistent, tall, cluster)
 
 
 def make_plan(q, k, causal: bool, scale: float, num_splits: int,
@@ -455,21 +484,28 @@ def make_plan(q, k, causal: bool, scale: float, num_splits: int,
         return device_target(q.device)[0] == HOPPER
 
     if config is None:
-        route = attention_route(b, h, h_kv, s_q, s_kv, d, causal, num_splits, hopper)
+        route = attention_route(b, h, h_kv, s_q, s_kv, d, causal, num_splits, hopper,
+                                lambda n: cluster_capacity(q.device, n))
     else:  # a forced configuration runs the unpacked problem
-        route = AttentionRoute(None, bool(causal), split_ranges(num_splits, s_kv), False, False,
-                               False)
-    pack, causal, n, short, persistent, tall = route
-    # split-KV with the combine kernel: both launches from one host call (SplitKVAttention)
-    joint, pdl = n > 1 and SPLIT_COMBINE_KERNEL_ON, SPLIT_COMBINE_PDL
+        n = split_ranges(num_splits, s_kv)
+        cluster_splits = config.get("cluster_splits", 1)
+        if cluster_splits > 1 and cluster_splits != n:
+            raise ValueError(f"config cluster_splits {cluster_splits} must equal the launch's "
+                             f"splits ({n}: num_splits, at most one per 128 keys)")
+        route = AttentionRoute(None, bool(causal), n, False, False, False, cluster_splits > 1)
+    pack, causal, n, short, persistent, tall, cluster = route
+    # split-KV with the combine kernel: both launches from one host call (SplitKVAttention);
+    # in a cluster (Hopper only, so the key names the path's build) the split kernel combines
+    joint, pdl = n > 1 and SPLIT_COMBINE_KERNEL_ON and not cluster, SPLIT_COMBINE_PDL
     key = ("attention", q.dtype, d, bool(causal), *(("split",) if n > 1 else ()),
            *(("with_combine", pdl) if joint else ()))
     kernel = kernel_for(q.device, key, lambda path, target: make_build(
         path, q.dtype, d, bool(causal), config=config, split_kv=n > 1, short_query=short,
         persistent=persistent, combine_pdl=(pdl and target_has_pdl(target)) if joint else None,
-        tall=tall),
+        tall=tall, cluster_splits=n if cluster else 1),
         hopper_key=_config_key(config) + (("short_query",) if short else ())
-        + (("persistent",) if persistent else ()) + (("tall",) if tall else ()))
+        + (("persistent",) if persistent else ()) + (("tall",) if tall else ())
+        + (("cluster", n) if cluster else ()))
     cfg = config if config is not None else route.hopper_config(d)
     order, ctas = None, None
     if cfg.get("persistent") and n == 1 and hopper():
@@ -478,7 +514,7 @@ def make_plan(q, k, causal: bool, scale: float, num_splits: int,
             (cfg.get("block_m") or HOPPER_DEFAULT_TILE[0],
              cfg.get("block_n") or HOPPER_DEFAULT_TILE[1]), cfg.get("ctas_per_sm", 1),
             q.device)
-    return AttentionPlan(kernel, float(scale), pack, n, order, ctas, joint)
+    return AttentionPlan(kernel, float(scale), pack, n, order, ctas, joint, cluster)
 
 
 #: Plans of eager calls by the call's metadata (:func:`_plan_key`): ``attention`` runs a hit
@@ -497,7 +533,8 @@ def _plan_key(q, k, v, causal, scale, num_splits, out):
             or not plain_eager((q, k, v, out), (q, k, v))):
         return None
     return (tensor_meta(q), tensor_meta(k), tensor_meta(v), tensor_meta(out), causal, scale,
-            num_splits, forced_path(), sm_count(q.device) if q.is_cuda else 0)
+            num_splits, forced_path(), sm_count(q.device) if q.is_cuda else 0,
+            attention_tuning.CLUSTER_COMBINE)
 
 
 def _remember(key, plan: AttentionPlan) -> None:
@@ -733,14 +770,28 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
 def _auto_splits(q: torch.Tensor, k: torch.Tensor, causal: bool) -> int:
     """num_splits for ``num_splits=None`` (q and k already validated as attention operands;
     1 off CUDA, where the op refuses them anyway)."""
-    from .attention_splits import auto_splits
-
     if q.device.type != "cuda":
         return 1
-    b, h, s_q, _ = q.shape
-    h_kv = k.shape[1]
-    return auto_splits(b, h_kv, s_q, k.shape[2], sm_count(q.device), q_per_kv=h // h_kv,
-                       causal=causal)
+    return default_splits(*q.shape, k.shape[1], k.shape[2], causal, sm_count(q.device),
+                          lambda: device_target(q.device)[0] == HOPPER,
+                          lambda size: cluster_capacity(q.device, size))
+
+
+def default_splits(b: int, h: int, s_q: int, d: int, h_kv: int, s_kv: int, causal: bool,
+                   sms: int, hopper, cluster_capacity=None) -> int:
+    """``num_splits=None``'s split count (``hopper`` and ``cluster_capacity`` as
+    :func:`attention_route` takes them): ``auto_splits``, except that up to
+    ``CLUSTER_SPLITS_MAX_KEYS`` keys a count above 8 drops to 8 where those combine in
+    clusters."""
+    from .attention_splits import auto_splits
+
+    n = auto_splits(b, h_kv, s_q, s_kv, sms, q_per_kv=h // h_kv, causal=causal)
+    if n > MAX_CLUSTER_SPLITS and s_kv <= attention_tuning.CLUSTER_SPLITS_MAX_KEYS:
+        capped = attention_route(b, h, h_kv, s_q, s_kv, d, causal, MAX_CLUSTER_SPLITS, hopper,
+                                 cluster_capacity)
+        if capped.cluster:
+            return MAX_CLUSTER_SPLITS
+    return n
 
 
 def attention_colsum(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

@@ -163,6 +163,30 @@ def device_sm_count(device) -> int:
     return _SM_COUNT[index]
 
 
+_CLUSTER_CAPACITY: dict[tuple, int] = {}
+
+
+def cluster_capacity(device, cluster_size: int) -> int:
+    """How many clusters of ``cluster_size`` CTAs, one CTA per SM (a CTA that takes most of
+    an SM's shared memory), CUDA ``device`` (a torch.device) runs at once: a cluster lives in
+    one GPC, so this is the sum over GPCs of their SMs // cluster_size, not SMs //
+    cluster_size (the driver's occupancy query, ``cuOccupancyMaxActiveClusters``, through the
+    DSL's ``HardwareInfo``; read once per device and size; it compiles an empty kernel the
+    first time). Inside an ``SmPartition`` region: the region's SMs // cluster_size at
+    most."""
+    key = (device.index, cluster_size)
+    if key not in _CLUSTER_CAPACITY:
+        import torch
+        from cutlass.utils import HardwareInfo
+
+        index = torch.cuda.current_device() if device.index is None else device.index
+        with torch.cuda.device(index):
+            # the query runs on the driver's current context: make torch create it first
+            torch.zeros(1, device=torch.device("cuda", index))
+            _CLUSTER_CAPACITY[key] = HardwareInfo(index).get_max_active_clusters(cluster_size)
+    return min(_CLUSTER_CAPACITY[key], sm_count(device) // cluster_size)
+
+
 def sm_count(device) -> int:
     """The SMs a persistent kernel on ``device`` sizes its grid by: every SM, or inside a
     region of a ``cute_kernels.SmPartition`` (:func:`sm_budget`) that region's share."""

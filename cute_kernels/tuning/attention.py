@@ -30,11 +30,24 @@ TALL_TILE_MIN_SEQ = 2048
 #: tiles' consumers taking turns"; H100 B8 H32 S4096 2.263 ms against 2.39-2.40 without);
 #: its GPU tests, memcheck and racecheck (causal and not) pass on the H100.
 TALL_TURNS = True
+#: Whether Hopper split-KV launches of 64-row tiles with 2-8 splits combine the partials in
+#: the split kernel, the splits of a tile one thread-block cluster reducing through DSMEM
+#: (``AttentionSm90(cluster_splits=n)``, kernels/attention/cluster_combine.py), instead of
+#: writing them to a workspace for the combine kernel, where the clusters all fit on the GPU
+#: at once (``runtime.arch.cluster_capacity``).
+CLUSTER_COMBINE = True
+#: Keys up to which ``num_splits=None`` takes 8 splits combined in clusters where the
+#: heuristic would take more through the combine kernel: 64 CTAs stream K and V slower than
+#: 128, which the combine kernel's ~3.4 us after the split kernel outweighs up to here (H200,
+#: CUDA graphs, B1 H32 H_kv8 S_q1, ms, 8 in clusters / 16 through the kernel: S_kv 16k 0.0256
+#: / 0.0270, 64k 0.0805 / 0.0715, 128k 0.153 / 0.132; perf/RESULTS.md "Decode attention")
+CLUSTER_SPLITS_MAX_KEYS = 16384
 
 
 def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
                   group: int = 192, split_kv: bool = False, short_query: bool = False,
-                  persistent: bool = False, tall: bool = False) -> dict:
+                  persistent: bool = False, tall: bool = False,
+                  cluster_splits: int = 1) -> dict:
     """AttentionSm90 keyword arguments per problem class, from perf/attention_tuning.py on an
     H100 (perf/RESULTS.md): D = 128 -> 128 x 128 tiles with softmax/MMA overlap; D = 64 ->
     192 x 128 on three consumer warpgroups (the softmax's exp2 is the bottleneck there; a
@@ -71,14 +84,16 @@ def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
     ``TALL_TILE_MIN_SEQ`` query rows and keys; causal only with ``TALL_TURNS``): 192 x 128
     tiles, three consumer warpgroups with the overlap, one CTA per SM, taking turns with
     ``TALL_TURNS`` (H100, B8 H32 S4096: 2.39-2.40 ms without turns, 2.263 with, against 2.44-
-    2.49 for the 64-row tiles; ``TALL_TILE_MIN_SEQ``)."""
+    2.49 for the 64-row tiles; ``TALL_TILE_MIN_SEQ``). ``cluster_splits`` (a short-query
+    split-KV launch, ``CLUSTER_COMBINE``): its splits combined in a cluster."""
     if colsum:
         if head_dim == 64:
             return dict(block_m=192, colsum=True, group=group, colsum_method="mma_sync")
         return dict(hopper_config(head_dim, False), colsum=True, group=group, colsum_stages=8,
                     colsum_writers=2)
     if short_query:  # one query tile per head: no tile order to choose
-        return dict(overlap=True, block_m=64) if head_dim == 128 else dict(block_m=64)
+        cfg = dict(overlap=True, block_m=64) if head_dim == 128 else dict(block_m=64)
+        return dict(cfg, cluster_splits=cluster_splits) if cluster_splits > 1 else cfg
     if persistent:
         if head_dim == 64 and tall:
             return dict(block_m=192, overlap=True, persistent=True,

@@ -307,10 +307,13 @@ class SplitKeyBlocks(DenseKeyBlocks):
         return self.base._needs_mask(tile.m_block, n, tile.s_q, tile.s_kv)
 
 
-def split_of_batch(split_kv: bool, batch, q_batch, mLSE):
+def split_of_batch(split_kv: bool, batch, q_batch, mLSE, cluster_splits=None):
     """(split, batch, n_splits) of a CTA's grid batch coordinate (trace time, inline): a
     split-KV launch runs ``split * B + batch`` (``q_batch`` = B) and its lse holds all
-    n_splits x B entries; any other launch is split 0 of 1."""
+    n_splits x B entries; with ``cluster_splits`` n (the splits of a batch entry are one
+    cluster along z) it runs ``batch * n + split``; any other launch is split 0 of 1."""
+    if cluster_splits is not None:
+        return batch % cluster_splits, batch // cluster_splits, cluster_splits
     if split_kv:
         return batch // q_batch, batch % q_batch, mLSE.shape[0] // q_batch
     return Int32(0), batch, Int32(1)

@@ -34,6 +34,7 @@ from .block_info import (
     key_block_tile,
     split_of_batch,
 )
+from .cluster_combine import ClusterCombine
 from .column_sums import ColumnSumsSm90, NoColumnSums
 from .kv_block_loader import TmaBlockKVLoader
 from .kv_loader import GatherKVLoader, TmaKVLoader, _sdhb
@@ -177,7 +178,8 @@ class AttentionSm90(PersistentSchedule, ConsumerMainloops):
                  block_sparse: bool = False, mask=None, split_kv: bool = False,
                  persistent: bool = False, longest_first: bool = False,
                  tile_order: bool = False, ctas_per_sm: int = 1,
-                 async_store: bool | None = None, skip_hidden: bool = True):
+                 async_store: bool | None = None, skip_hidden: bool = True,
+                 cluster_splits: int = 1):
         self.head_dim, self.causal, self.stages, self.colsum = head_dim, causal, stages, colsum
         # overlap: the softmax of S(n) runs while O += P(n + 1) V(n + 1) is on the tensor cores
         # (intra-warpgroup pipelining)
@@ -193,6 +195,7 @@ class AttentionSm90(PersistentSchedule, ConsumerMainloops):
         self._init_warps(ctas_per_sm)
         self._init_variant(causal, colsum, pingpong, overlap, gather, group, accumulate,
                            block_sparse, mask, split_kv, gather_entry_keys)
+        self._init_cluster_combine(cluster_splits, persistent)
         self._init_schedule(causal, colsum, gather, gather_entry_keys, persistent, pingpong,
                             longest_first, tile_order)
         self._init_memory(head_dim, stages, gather, gather_hoist, gather_addresses,
@@ -334,6 +337,25 @@ class AttentionSm90(PersistentSchedule, ConsumerMainloops):
                 raise ValueError("split_kv applies to plain (dense or causal) attention")
             self.key_blocks = SplitKeyBlocks(self.key_blocks)
 
+    def _init_cluster_combine(self, cluster_splits, persistent):
+        """``cluster_splits`` n > 1 (with ``split_kv``): the n key ranges of a tile are one
+        cluster's CTAs, which combine their partials through DSMEM into O and lse
+        (cluster_combine.py) instead of writing them for the op's combine kernel."""
+        self.cluster_combine = None
+        if cluster_splits == 1:
+            return
+        if not self.split_kv or persistent:
+            raise ValueError(f"cluster_splits {cluster_splits} applies to the split_kv kernel "
+                             f"(one CTA per tile and range)")
+        self.cluster_combine = ClusterCombine(cluster_splits, self.block_m, self.head_dim,
+                                              128 * self.consumer_wgs)
+        # the partials are staged in the K ring, free once the key loop is done
+        k_ring = 2 * self.stages * self.block_n * self.head_dim
+        if self.cluster_combine.smem_bytes() > k_ring:
+            raise ValueError(f"cluster_splits: the staged {self.block_m} x {self.head_dim} "
+                             f"fp32 partial needs {self.cluster_combine.smem_bytes()} bytes, "
+                             f"more than the K ring's {k_ring}")
+
     def _init_schedule(self, causal, colsum, gather, gather_entry_keys, persistent, pingpong,
                        longest_first, tile_order):
         """The order the tiles run in: persistent, longest first or a device tile order."""
@@ -467,6 +489,7 @@ class AttentionSm90(PersistentSchedule, ConsumerMainloops):
         sF_layout = sm90_utils.make_smem_layout_b(LayoutEnum.ROW_MAJOR, (BN, 8, 64), BFloat16,
                                                   self.consumer_wgs)
         mma_sums = self.colsum and self.colsum_method == "mma"
+        combine = self.cluster_combine
         col_size = cute.cosize(sP_layout) if mma_sums else 1
 
         @cute.struct
@@ -487,9 +510,14 @@ class AttentionSm90(PersistentSchedule, ConsumerMainloops):
                 Int32, self.kv_loader.ring_words(self.stages) if self.gather else 1], 16]
 
         self.storage_cls = SharedStorage
-        # split_kv: O and lse have n_splits * B batch entries, one CTA per (split, batch)
+        # split_kv: O and lse have n_splits * B batch entries, one CTA per (split, batch);
+        # cluster_splits: O and lse have B, the n splits of a batch entry one cluster along z
         grid = (cute.ceil_div(mQ.shape[2], BM), mQ.shape[1],
                 mO.shape[0] if cutlass.const_expr(self.split_kv) else mQ.shape[0])
+        cluster = (1, 1, 1)
+        if cutlass.const_expr(combine is not None):
+            grid = (grid[0], grid[1], mQ.shape[0] * combine.splits)
+            cluster = (1, 1, combine.splits)
         if cutlass.const_expr(self.persistent):
             grid = (num_ctas, 1, 1)
         self.kernel(qk_mma, pv_mma, col_mma, tma_q, tQ, tma_k, tK, tma_v, tV, tma_o, tO, mLSE,
@@ -498,8 +526,8 @@ class AttentionSm90(PersistentSchedule, ConsumerMainloops):
                     scale * Float32(LOG2E), sQ_layout, sK_layout, sV_layout, sP_layout,
                     sF_layout, out_scale, mFullIndices, mFullCounts, mDocIds,
                     mQ.shape[0] if cutlass.const_expr(self.split_kv) else None,
-                    mTileOrder).launch(
-            grid=grid, block=(self.threads, 1, 1), stream=stream,
+                    mTileOrder, mO if cutlass.const_expr(combine is not None) else None).launch(
+            grid=grid, block=(self.threads, 1, 1), stream=stream, cluster=cluster,
             **({"min_blocks_per_mp": 2, "preferred_smem_carveout": 100}
                if cutlass.const_expr(self.ctas_per_sm == 2) else {}))
 
@@ -514,7 +542,7 @@ class AttentionSm90(PersistentSchedule, ConsumerMainloops):
                sQ_layout: cute.ComposedLayout, sK_layout: cute.ComposedLayout,
                sV_layout: cute.ComposedLayout, sP_layout: cute.ComposedLayout,
                sF_layout: cute.ComposedLayout, out_scale, mFullIndices, mFullCounts, mDocIds,
-               q_batch, mTileOrder):
+               q_batch, mTileOrder, mO):
         """Shared state for every role, then the role's method: the producer warpgroup's
         ``load`` (and the column-sum writers), or the consumers' ``mma``."""
         BN = self.block_n
@@ -525,7 +553,9 @@ class AttentionSm90(PersistentSchedule, ConsumerMainloops):
         if cutlass.const_expr(self.tile_order):
             m_block, head, batch = ordered_tile(mTileOrder, m_block, head, batch)
         out_batch = batch
-        split, batch, n_splits = split_of_batch(self.split_kv, batch, q_batch, mLSE)
+        split, batch, n_splits = split_of_batch(
+            self.split_kv, batch, q_batch, mLSE,
+            self.cluster_combine.splits if cutlass.const_expr(self.cluster_combine) else None)
         kv_head = head // q_per_kv
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         wg = warp // 4
@@ -572,6 +602,17 @@ class AttentionSm90(PersistentSchedule, ConsumerMainloops):
                 self.mma(qk_mma, pv_mma, col_mma, sQ, sK, sV, storage, sP_layout, sF_layout,
                          sCol, pipes, blocks, tile, tma_o, tO, mLSE, mPrevLSE, s_q, scale_log2,
                          tidx, warp, out_scale)
+            if cutlass.const_expr(self.cluster_combine is not None):
+                # every role: the cluster's ranges have staged their partials (release /
+                # acquire), the consumers merge their rows, and no CTA leaves (freeing the
+                # shared memory its peers read) before all have
+                cute.arch.cluster_arrive()
+                cute.arch.cluster_wait()
+                if wg != PRODUCER_WARPGROUP:
+                    self.cluster_combine.combine(storage.sK.data_ptr(), mO, mLSE, batch, head,
+                                                 m_block, s_q, tidx - 128)
+                cute.arch.cluster_arrive()
+                cute.arch.cluster_wait()
 
     def _producer_registers(self):
         if cutlass.const_expr(self.registers is not None):
@@ -781,7 +822,7 @@ class AttentionSm90(PersistentSchedule, ConsumerMainloops):
         else:
             k_state, v_state = self._mainloop_sequential(mc, col, k_state, v_state)
 
-        if cutlass.const_expr(self.split_kv):
+        if cutlass.const_expr(self.split_kv and self.cluster_combine is None):
             # the combine kernel (a programmatic dependent) may launch: its CTAs wait in
             # griddepcontrol.wait for this grid's writes, so its launch overlaps our tail
             cute.arch.griddepcontrol_launch_dependents()
@@ -789,8 +830,15 @@ class AttentionSm90(PersistentSchedule, ConsumerMainloops):
         softmax_finish(acc_O, row_max, row_sum, lse, scale_log2)
         if cutlass.const_expr(self.accumulate):
             acc_O.store(acc_O.load() * Float32(out_scale))  # the reduce-add store adds it
-        self.epilogue(acc_O, lse, thr_pv, pv_mma, sQ, tma_o, tO, mLSE, s_q, tile.out_batch,
-                      tile.head, tile.m_block, ctid, warp, q_stage)
+        if cutlass.const_expr(self.cluster_combine is not None):
+            # the partial stays in the K ring for the cluster's combine (kernel), once every
+            # consumer's last Q K^T has read it
+            cute.arch.barrier(barrier_id=int(NamedBarrier.EPILOGUE),
+                              number_of_threads=128 * self.consumer_wgs)
+            self.cluster_combine.stage(acc_O, lse, thr_pv, pv_mma, storage.sK.data_ptr(), ctid)
+        else:
+            self.epilogue(acc_O, lse, thr_pv, pv_mma, sQ, tma_o, tO, mLSE, s_q,
+                          tile.out_batch, tile.head, tile.m_block, ctid, warp, q_stage)
         if cutlass.const_expr(carried):
             if cutlass.const_expr(not self.async_store):
                 # the store warp has waited for the TMA store to read O out of Q's stage

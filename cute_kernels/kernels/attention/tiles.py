@@ -1,6 +1,7 @@
 """Tile facts of the Hopper attention kernel that the op layer needs before any kernel is
 loaded, so they live apart from the DSL code (this module imports nothing): the default
-tile, the longest-first chunk, and whether a column-sum query group spans two CTAs."""
+tile, the longest-first chunk, the most splits a cluster combines, and whether a column-sum
+query group spans two CTAs."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ HOPPER_DEFAULT_TILE = (128, 128)
 #: device-side tile orders): about one wave of one-CTA-per-SM tiles, so the heads a chunk
 #: reads keep their K/V in L2 while its longest tiles go first
 LONGEST_FIRST_CHUNK_TILES = 128
+#: the most split-KV ranges one cluster combines through DSMEM (``cluster_splits``): the
+#: portable cluster size
+MAX_CLUSTER_SPLITS = 8
 
 
 def colsum_spans_ctas(group: int, block_m: int | None) -> bool:

@@ -5,7 +5,8 @@ packing and one mma.sync m16n8k16 on raw fragment registers, which let a kernel 
 on data already in registers in an accumulator layout (e.g. P after the softmax) without a
 round trip through shared memory. Inter-CTA: an acquire load and nanosleep, to poll a counter
 that other CTAs advance (the GEMM's wave drift limiter); a reduction without return (many
-CTAs raising one maximum).
+CTAs raising one maximum); loads from a cluster peer's shared memory (the split-KV cluster
+combine).
 """
 
 from __future__ import annotations
@@ -110,3 +111,30 @@ def red_add_v4_16x2(gmem_address, words, dtype_suffix: str, *, loc=None, ip=None
         f"red.global.add.noftz.v4.{dtype_suffix}x2 [$0], {{$1, $2, $3, $4}};", "l,r,r,r,r",
         has_side_effects=True, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT,
         loc=loc, ip=ip)
+
+
+_DSMEM_ADDRESS = "{ .reg .b32 peer; mapa.shared::cluster.u32 peer, $%d, $%d; "
+
+
+@dsl_user_op
+def ld_dsmem_f32(smem_address, rank, *, loc=None, ip=None) -> Float32:
+    """The fp32 at this CTA's shared-memory address ``smem_address`` (an Int32 from
+    ``ptr.toint()``) in the shared memory of cluster CTA ``rank`` (``mapa`` then
+    ``ld.shared::cluster``). Kept in program order against barriers (side effects)."""
+    return Float32(llvm.inline_asm(
+        T.f32(), [_i32(smem_address), _i32(rank)],
+        _DSMEM_ADDRESS % (1, 2) + "ld.shared::cluster.f32 $0, [peer]; }", "=f,r,r",
+        has_side_effects=True, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT,
+        loc=loc, ip=ip))
+
+
+@dsl_user_op
+def ld_dsmem_v4_f32(smem_address, rank, *, loc=None, ip=None) -> list:
+    """Four fp32 at 16-byte aligned ``smem_address`` in cluster CTA ``rank``'s shared memory
+    (one ``ld.shared::cluster.v4.f32``), as :func:`ld_dsmem_f32`."""
+    result = llvm.inline_asm(
+        llvm.StructType.get_literal([T.f32()] * 4), [_i32(smem_address), _i32(rank)],
+        _DSMEM_ADDRESS % (4, 5) + "ld.shared::cluster.v4.f32 {$0, $1, $2, $3}, [peer]; }",
+        "=f,=f,=f,=f,r,r", has_side_effects=True, is_align_stack=False,
+        asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip)
+    return [Float32(llvm.extractvalue(T.f32(), result, [i], loc=loc, ip=ip)) for i in range(4)]
