@@ -607,6 +607,26 @@ if [ "$PART" = cluster-final ]; then  # the default splits with the cluster rout
     echo "--- $f"; grep -A 16 "^ours:" "$f"; grep -A 13 "combine kernel (ms" "$f"
   done
 fi
+if [ "$PART" = cluster-h100 ]; then  # the cluster route on another GPU: capacity, tests, speed
+  step clh-capacity 60 python -c "import torch; from cute_kernels.runtime.arch import \
+cluster_capacity as c; d = torch.device('cuda'); print('clusters held at once:', \
+{n: c(d, n) for n in (2, 4, 8)})"
+  step clh-tests 200 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
+    -k "cluster or split or num_splits or decode or gqa"
+  DEC="python perf/decode.py --batch 1,4 --s-q 1,8 --s-kv 4096,8192,16384,65536 --splits 8,16 \
+--joint 8"
+  step clh-graphs 200 $DEC --graphs --out "$OUT/clhg"
+  step clh-eager 160 $DEC --out "$OUT/clhe"
+  grep "clusters held" "$OUT/clh-capacity.log"; tail -2 "$OUT/clh-tests.log"
+  for f in "$OUT"/clh-graphs.log "$OUT"/clh-eager.log; do
+    echo "--- $f"; grep -A 12 "^ours:" "$f"; grep -A 9 "combine kernel (ms" "$f"
+  done
+fi
+if [ "$PART" = attention-all ]; then  # every attention-family GPU test
+  step aa-tests 560 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
+    tests/test_dispatch_gpu.py
+  tail -3 "$OUT/aa-tests.log"
+fi
 if [ "$PART" = perf ]; then  # the issue's bars, side by side (perf/RESULTS.md)
   step ampere-d128 200 python perf/attention.py --path ampere --d 128 \
     --s 2048,4096,8192,16384 --no-flex --out "$OUT"
