@@ -157,6 +157,8 @@ def _cmd_attention_schedule(args) -> int:
                         ("S_KV", args.s_kv), ("--sms", args.sms)):
         if value < 1:
             raise CLIError(f"{name} must be >= 1, got {value}")
+    if args.hbm_gbps is not None and not args.hbm_gbps > 0:
+        raise CLIError(f"--hbm-gbps must be > 0, got {args.hbm_gbps}")
     if args.h % args.h_kv:
         raise CLIError(f"H ({args.h}) must be a multiple of H_KV ({args.h_kv})")
     if args.d not in HEAD_DIMS:
@@ -166,7 +168,8 @@ def _cmd_attention_schedule(args) -> int:
     splits = args.splits
     if splits is None:  # attention's num_splits=None
         splits = default_splits(args.b, args.h, args.s_q, args.d, args.h_kv, args.s_kv,
-                                args.causal, args.sms, args.path == "hopper")
+                                args.causal, args.sms, args.path == "hopper",
+                                hbm=args.hbm_gbps)
     route = attention_route(args.b, args.h, args.h_kv, args.s_q, args.s_kv, args.d,
                             args.causal, splits, args.path == "hopper")
     print(f"attention B{args.b} H{args.h} H_kv{args.h_kv} S_q{args.s_q} S_kv{args.s_kv} "
@@ -340,6 +343,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--splits", type=int, default=None,
                    help="num_splits (default: the op's choice for --sms SMs)")
     p.add_argument("--sms", type=int, default=132, help="SM count (default: 132, an H100/H200)")
+    p.add_argument("--hbm-gbps", type=float, default=None,
+                   help="the GPU's peak memory GB/s for the split choice (H100 3352, H200 "
+                        "4915; default: unknown)")
     p.add_argument("--path", choices=["hopper", "ampere"], default="hopper")
     p.set_defaults(func=_cmd_attention_schedule)
 

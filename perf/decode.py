@@ -86,12 +86,12 @@ def op_splits(b: int, s_q: int, s_kv: int, causal: bool, sms: int, on_gpu: bool)
 
     if not on_gpu:
         return default_splits(b, H, s_q, D, H_KV, s_kv, causal, sms, True)
-    from cute_kernels.runtime.arch import HOPPER, cluster_capacity, device_target
+    from cute_kernels.runtime.arch import HOPPER, cluster_capacity, device_target, hbm_gbps
 
     device = torch.device(DEVICE, torch.cuda.current_device())
     return default_splits(b, H, s_q, D, H_KV, s_kv, causal, sms,
                           lambda: device_target(device)[0] == HOPPER,
-                          lambda n: cluster_capacity(device, n))
+                          lambda n: cluster_capacity(device, n), hbm_gbps(device))
 
 
 def split_candidates(s_kv: int, splits=SPLITS) -> list[int]:

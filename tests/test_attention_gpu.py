@@ -343,14 +343,21 @@ def test_cluster_combine_falls_back_where_clusters_do_not_fit(monkeypatch):
 @pytest.mark.skipif(not HOPPER, reason="the cluster combine is the sm_90 path's")
 def test_default_splits_take_clusters_up_to_their_keys(monkeypatch):
     """``num_splits=None`` on B1 decoding: up to ``CLUSTER_SPLITS_MAX_KEYS`` keys 8 splits
-    combined in clusters, past it the heuristic's through the combine kernel."""
+    combined in clusters; past it too where their 64 CTAs stream as fast as this GPU's
+    memory (an H100), else the heuristic's splits through the combine kernel (an H200)."""
+    from cute_kernels.runtime.arch import hbm_gbps
+    from cute_kernels.tuning import attention as tuning
+
     made = _spy_plans(monkeypatch)
     q, k, v = qkv(1, 32, 8, 1, 12000, 128)
     check(*ck.attention(q, k, v, return_lse=True), q, k, v, False)
     assert made[-1].splits == 8 and made[-1].cluster
     q, k, v = qkv(1, 32, 8, 1, 40000, 128)
     check(*ck.attention(q, k, v, return_lse=True), q, k, v, False)
-    assert made[-1].splits > 1 and not made[-1].cluster
+    hbm = hbm_gbps(q.device)
+    assert 1000 < hbm < 20000  # GB/s: an HBM GPU's
+    saturates = 64 * tuning.CLUSTER_CTA_GBPS >= tuning.CLUSTER_HBM_SHARE * hbm
+    assert made[-1].cluster == saturates and (made[-1].splits == 8) == saturates
 
 
 def test_cluster_capacity_reads_the_gpu():

@@ -235,6 +235,18 @@ def test_decode_route_combines_splits_in_clusters(monkeypatch):
     assert not route().cluster
 
 
+@pytest.mark.parametrize("s_kv, hbm, want", [(16384, None, 8), (65536, None, 16),
+                                             (65536, 3352.0, 8), (65536, 4915.0, 16),
+                                             (2048, 3352.0, 1)])
+def test_default_splits_prefer_clusters_where_they_keep_up(s_kv, hbm, want):
+    """``num_splits=None`` on B1 H32 H_kv 8 decoding (132 SMs): 8 splits combined in clusters
+    up to 16k keys, and past it where 64 CTAs saturate the memory (an H100's 3.35 TB/s, not an
+    H200's 4.9), else the heuristic's 16; no split below 4k keys."""
+    from cute_kernels.ops.attention import default_splits
+
+    assert default_splits(1, 32, 1, 128, 8, s_kv, False, 132, True, None, hbm) == want
+
+
 def test_num_splits_is_checked():
     import cute_kernels as ck
 

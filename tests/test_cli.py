@@ -236,6 +236,13 @@ def test_attention_schedule_command(capsys):
     assert main(["attention-schedule", "1", "32", "8", "1", "16384", "128"]) == 0
     out = capsys.readouterr().out  # fewer keys: 8 splits, each tile's a cluster
     assert "split-KV 8 ways" in out and "DSMEM" in out and "holds them all at once" in out
+    for hbm, ways in (("3352", "8 ways"), ("4915", "16 ways")):  # 64k keys: H100 / H200
+        assert main(["attention-schedule", "1", "32", "8", "1", "65536", "128", "--hbm-gbps",
+                     hbm]) == 0
+        assert f"split-KV {ways}" in capsys.readouterr().out
+    assert main(["attention-schedule", "1", "32", "8", "1", "65536", "128", "--hbm-gbps",
+                 "0"]) == 2
+    assert "--hbm-gbps must be > 0" in capsys.readouterr().err
     assert main(["attention-schedule", "8", "32", "32", "4096", "4096", "64"]) == 0
     line = capsys.readouterr().out
     assert "192 x 128 tiles, 3 consumer warpgroups" in line and "persistent" in line

@@ -31,6 +31,7 @@ from ..runtime.arch import (
     cluster_capacity,
     device_target,
     forced_path,
+    hbm_gbps,
     sm_count,
     target_has_pdl,
 )
@@ -774,19 +775,25 @@ def _auto_splits(q: torch.Tensor, k: torch.Tensor, causal: bool) -> int:
         return 1
     return default_splits(*q.shape, k.shape[1], k.shape[2], causal, sm_count(q.device),
                           lambda: device_target(q.device)[0] == HOPPER,
-                          lambda size: cluster_capacity(q.device, size))
+                          lambda size: cluster_capacity(q.device, size), hbm_gbps(q.device))
 
 
 def default_splits(b: int, h: int, s_q: int, d: int, h_kv: int, s_kv: int, causal: bool,
-                   sms: int, hopper, cluster_capacity=None) -> int:
+                   sms: int, hopper, cluster_capacity=None, hbm: float | None = None) -> int:
     """``num_splits=None``'s split count (``hopper`` and ``cluster_capacity`` as
-    :func:`attention_route` takes them): ``auto_splits``, except that up to
-    ``CLUSTER_SPLITS_MAX_KEYS`` keys a count above 8 drops to 8 where those combine in
-    clusters."""
-    from .attention_splits import auto_splits
+    :func:`attention_route` takes them; ``hbm``: the GPU's peak GB/s, None unknown):
+    ``auto_splits``, except that a count above 8 drops to 8 combined in clusters (where
+    those fit) up to ``CLUSTER_SPLITS_MAX_KEYS`` keys, or at any length where their CTAs
+    stream as fast as the memory (``tuning.attention.CLUSTER_CTA_GBPS``)."""
+    from .attention_splits import auto_splits, query_tiles
 
     n = auto_splits(b, h_kv, s_q, s_kv, sms, q_per_kv=h // h_kv, causal=causal)
-    if n > MAX_CLUSTER_SPLITS and s_kv <= attention_tuning.CLUSTER_SPLITS_MAX_KEYS:
+    if n <= MAX_CLUSTER_SPLITS:
+        return n
+    ctas = MAX_CLUSTER_SPLITS * query_tiles(b, h_kv, s_q, h // h_kv, causal, SHORT_QUERY_ROWS)
+    saturates = (hbm is not None and ctas * attention_tuning.CLUSTER_CTA_GBPS
+                 >= attention_tuning.CLUSTER_HBM_SHARE * hbm)
+    if s_kv <= attention_tuning.CLUSTER_SPLITS_MAX_KEYS or saturates:
         capped = attention_route(b, h, h_kv, s_q, s_kv, d, causal, MAX_CLUSTER_SPLITS, hopper,
                                  cluster_capacity)
         if capped.cluster:

@@ -187,6 +187,33 @@ def cluster_capacity(device, cluster_size: int) -> int:
     return min(_CLUSTER_CAPACITY[key], sm_count(device) // cluster_size)
 
 
+_HBM_GBPS: dict[int, float] = {}
+
+
+def hbm_gbps(device) -> float:
+    """CUDA ``device``'s peak memory bandwidth in GB/s (memory clock x bus width x 2, from
+    the driver's attributes), read once."""
+    import torch
+
+    index = torch.cuda.current_device() if device.index is None else device.index
+    if index not in _HBM_GBPS:
+        from cuda.bindings import driver
+
+        def attribute(name):
+            err, dev = driver.cuDeviceGet(index)
+            err2, value = driver.cuDeviceGetAttribute(getattr(driver.CUdevice_attribute, name),
+                                                      dev)
+            if err != driver.CUresult.CUDA_SUCCESS or err2 != driver.CUresult.CUDA_SUCCESS:
+                raise RuntimeError(f"cuDeviceGetAttribute({name}) failed: {err}, {err2}")
+            return value
+
+        driver.cuInit(0)
+        khz = attribute("CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE")
+        bits = attribute("CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH")
+        _HBM_GBPS[index] = khz * 1e3 * 2 * bits / 8 / 1e9
+    return _HBM_GBPS[index]
+
+
 def sm_count(device) -> int:
     """The SMs a persistent kernel on ``device`` sizes its grid by: every SM, or inside a
     region of a ``cute_kernels.SmPartition`` (:func:`sm_budget`) that region's share."""

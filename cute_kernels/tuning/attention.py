@@ -42,6 +42,14 @@ CLUSTER_COMBINE = True
 #: CUDA graphs, B1 H32 H_kv8 S_q1, ms, 8 in clusters / 16 through the kernel: S_kv 16k 0.0256
 #: / 0.0270, 64k 0.0805 / 0.0715, 128k 0.153 / 0.132; perf/RESULTS.md "Decode attention")
 CLUSTER_SPLITS_MAX_KEYS = 16384
+#: ... and at any key count where those 8 splits' CTAs already stream as fast as the GPU's
+#: memory: ``CLUSTER_CTA_GBPS`` per clustered CTA (H200, B1 S_kv 64k: 268 MB in 80.5 us on 64
+#: CTAs) times the CTAs, against ``CLUSTER_HBM_SHARE`` of the peak bandwidth
+#: (``runtime.arch.hbm_gbps``). The H100's 3.35 TB/s qualifies (CUDA graphs, B1 S_q 1 S_kv
+#: 64k: 0.096 ms in clusters against 0.100 for 16 splits, cuDNN 0.096), the H200's 4.8 does
+#: not (0.081 against 0.070).
+CLUSTER_CTA_GBPS = 52.0
+CLUSTER_HBM_SHARE = 0.85
 
 
 def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
