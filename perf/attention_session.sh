@@ -622,6 +622,17 @@ cluster_capacity as c; d = torch.device('cuda'); print('clusters held at once:',
     echo "--- $f"; grep -A 12 "^ours:" "$f"; grep -A 9 "combine kernel (ms" "$f"
   done
 fi
+if [ "$PART" = cluster-h100b ]; then  # the default past 16k keys on a GPU the clusters saturate
+  step clhb-tests 200 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
+    -k "cluster or num_splits"
+  DEC="python perf/decode.py --batch 1 --s-q 1,8 --s-kv 32768,65536,131072 --splits 8,16"
+  step clhb-graphs 200 $DEC --graphs --out "$OUT/clhbg"
+  step clhb-eager 160 $DEC --out "$OUT/clhbe"
+  tail -2 "$OUT/clhb-tests.log"
+  for f in "$OUT"/clhb-graphs.log "$OUT"/clhb-eager.log; do
+    echo "--- $f"; grep -A 9 "^ours:" "$f"
+  done
+fi
 if [ "$PART" = attention-all ]; then  # every attention-family GPU test
   step aa-tests 560 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
     tests/test_dispatch_gpu.py
