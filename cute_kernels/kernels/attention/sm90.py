@@ -165,6 +165,15 @@ class AttentionSm90(PersistentSchedule, ConsumerMainloops):
     Split-KV variant (``split_kv``, decoding; GPU tests pass on an H100): the grid's z is
     split x B + batch; ``SplitKeyBlocks`` gives each CTA one range of the tile's key blocks,
     and O and lse (n_splits x B batch entries) hold the partials the op combines.
+    ``cluster_splits`` n (2-8, with ``split_kv``; GPU tests, memcheck and racecheck pass on an
+    H100 and an H200): z is batch x n + split and the n splits of a tile are one (1, 1, n)
+    cluster that combines them itself (``ClusterCombine``, cluster_combine.py): after its key
+    loop each consumer stages its fp32 O and lse in the K ring (once every consumer has
+    passed a named barrier), every role of every CTA meets at a cluster barrier, the
+    consumers of CTA r merge rows r, r + n, ... from the peers' shared memory into O and lse
+    (B batch entries), and a second cluster barrier keeps the staging alive until all have
+    read it. Shared memory as the plain kernel's (the staging, block_m x (D + 8) x 4 + block_m
+    x 4 B, must fit the K ring: 34.8 of 64 KiB for the 64-row decode tile).
     """
 
     def __init__(self, head_dim: int, causal: bool, stages: int = 2, colsum: bool = False,
