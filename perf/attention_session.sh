@@ -633,6 +633,22 @@ if [ "$PART" = cluster-h100b ]; then  # the default past 16k keys on a GPU the c
     echo "--- $f"; grep -A 9 "^ours:" "$f"
   done
 fi
+if [ "$PART" = cluster16 ]; then  # 16 splits in 16-CTA clusters, two CTAs per SM
+  T="python perf/decode_tiles.py --graphs --block-m 64 --two-per-sm --splits 8,16 --batch 1 \
+--s-q 1 --s-kv 16384,32768,65536,131072"
+  step c16-cluster 200 $T --cluster
+  step c16-joint 150 $T
+  for f in "$OUT"/c16-*.log; do echo "--- $f"; grep "^B1" "$f" | head -4; done
+fi
+if [ "$PART" = cluster-recheck ]; then  # after each role meets the cluster in its own branch
+  step clr-tests 240 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
+    -k "split or decode or num_splits or gqa or repeat_calls or cluster"
+  probe clr-memcheck memcheck 1 9000 16 4 128 0 splits 8
+  probe clr-racecheck racecheck 7 3000 4 4 64 1 splits 3
+  step clr-graphs 150 python perf/decode.py --graphs --batch 1 --s-q 1 \
+    --s-kv 4096,8192,16384,65536 --splits 8,16
+  tail -2 "$OUT/clr-tests.log"; grep -A 8 "^ours:" "$OUT/clr-graphs.log"
+fi
 if [ "$PART" = attention-all ]; then  # every attention-family GPU test
   step aa-tests 560 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
     tests/test_dispatch_gpu.py

@@ -12,7 +12,8 @@ HOPPER_DEFAULT_TILE = (128, 128)
 #: reads keep their K/V in L2 while its longest tiles go first
 LONGEST_FIRST_CHUNK_TILES = 128
 #: the most split-KV ranges one cluster combines through DSMEM (``cluster_splits``): the
-#: portable cluster size
+#: portable cluster size (16-CTA clusters of 64 x 64 tiles two per SM measured slower than
+#: the combine kernel, perf/RESULTS.md "Decode attention")
 MAX_CLUSTER_SPLITS = 8
 
 
