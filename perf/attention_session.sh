@@ -649,6 +649,15 @@ if [ "$PART" = cluster-recheck ]; then  # after each role meets the cluster in i
     --s-kv 4096,8192,16384,65536 --splits 8,16
   tail -2 "$OUT/clr-tests.log"; grep -A 8 "^ours:" "$OUT/clr-graphs.log"
 fi
+if [ "$PART" = capacity ]; then  # the cluster capacity query without the DSL: cost, tests
+  step cap-time 60 python -c "import time, torch; torch.zeros(1, device='cuda'); \
+from cute_kernels.runtime.arch import cluster_capacity as c, hbm_gbps as h; \
+d = torch.device('cuda', 0); t = time.perf_counter(); r = {n: c(d, n) for n in (2, 4, 8)}; \
+print('capacity', r, f'{(time.perf_counter() - t) * 1e3:.1f} ms', 'hbm GB/s', round(h(d)))"
+  step cap-tests 240 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
+    -k "cluster or split or num_splits"
+  cat "$OUT/cap-time.log" | grep capacity; tail -2 "$OUT/cap-tests.log"
+fi
 if [ "$PART" = attention-all ]; then  # every attention-family GPU test
   step aa-tests 560 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
     tests/test_dispatch_gpu.py

@@ -361,15 +361,20 @@ def test_default_splits_take_clusters_up_to_their_keys(monkeypatch):
 
 
 def test_cluster_capacity_reads_the_gpu():
-    """The driver's count of clusters held at once: at least one GPC's worth, at most the SMs
-    over the cluster size, and no more for bigger clusters."""
+    """The driver's count of clusters held at once: at least one, at most the SMs over the
+    cluster size, no more for bigger clusters, and what the DSL's own query
+    (``HardwareInfo``, which compiles a kernel for it) says."""
+    from cutlass.utils import HardwareInfo
+
     from cute_kernels.runtime.arch import cluster_capacity
 
-    device = torch.device("cuda")
+    device = torch.device("cuda", torch.cuda.current_device())
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     counts = [cluster_capacity(device, n) for n in (2, 4, 8)]
     assert all(1 <= c <= sms // n for c, n in zip(counts, (2, 4, 8)))
     assert counts[0] >= counts[1] >= counts[2]
+    dsl = HardwareInfo(device.index)
+    assert counts == [min(dsl.get_max_active_clusters(n), sms // n) for n in (2, 4, 8)]
 
 
 @pytest.mark.parametrize("kernel_combine", [True, False])

@@ -163,6 +163,28 @@ def device_sm_count(device) -> int:
     return _SM_COUNT[index]
 
 
+def _device_index(device) -> int:
+    import torch
+
+    return torch.cuda.current_device() if device.index is None else device.index
+
+
+def _driver(call, *args):
+    """A CUDA driver call (cuda-python) that must succeed: its result(s)."""
+    from cuda.bindings import driver
+
+    err, *out = call(*args)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"{call.__name__} failed: {err}")
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+#: an empty sm_90 kernel for the driver's cluster occupancy query (PTX, JIT-loaded in ms)
+_EMPTY_KERNEL_PTX = b""".version 7.8
+.target sm_90
+.address_size 64
+.visible .entry cute_kernels_cluster_probe() { ret; }
+"""
 _CLUSTER_CAPACITY: dict[tuple, int] = {}
 
 
@@ -170,20 +192,45 @@ def cluster_capacity(device, cluster_size: int) -> int:
     """How many clusters of ``cluster_size`` CTAs, one CTA per SM (a CTA that takes most of
     an SM's shared memory), CUDA ``device`` (a torch.device) runs at once: a cluster lives in
     one GPC, so this is the sum over GPCs of their SMs // cluster_size, not SMs //
-    cluster_size (the driver's occupancy query, ``cuOccupancyMaxActiveClusters``, through the
-    DSL's ``HardwareInfo``; read once per device and size; it compiles an empty kernel the
-    first time). Inside an ``SmPartition`` region: the region's SMs // cluster_size at
-    most."""
-    key = (device.index, cluster_size)
+    cluster_size. The driver's occupancy query (``cuOccupancyMaxActiveClusters``) on an empty
+    kernel that asks for all the shared memory a CTA may have; read once per device and size.
+    Inside an ``SmPartition`` region: the region's SMs // cluster_size at most."""
+    index = _device_index(device)
+    key = (index, cluster_size)
     if key not in _CLUSTER_CAPACITY:
         import torch
-        from cutlass.utils import HardwareInfo
+        from cuda.bindings import driver
 
-        index = torch.cuda.current_device() if device.index is None else device.index
         with torch.cuda.device(index):
             # the query runs on the driver's current context: make torch create it first
             torch.zeros(1, device=torch.device("cuda", index))
-            _CLUSTER_CAPACITY[key] = HardwareInfo(index).get_max_active_clusters(cluster_size)
+            module = _driver(driver.cuModuleLoadData, _EMPTY_KERNEL_PTX)
+            try:
+                kernel = _driver(driver.cuModuleGetFunction, module,
+                                 b"cute_kernels_cluster_probe")
+                smem = _driver(driver.cuDeviceGetAttribute, driver.CUdevice_attribute
+                               .CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                               _driver(driver.cuDeviceGet, index))
+                attribute = driver.CUfunction_attribute
+                _driver(driver.cuFuncSetAttribute, kernel,
+                        attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
+                _driver(driver.cuFuncSetAttribute, kernel,
+                        attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
+                value = driver.CUlaunchAttributeValue()
+                value.clusterDim.x, value.clusterDim.y, value.clusterDim.z = cluster_size, 1, 1
+                dims = driver.CUlaunchAttribute()
+                dims.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+                dims.value = value
+                config = driver.CUlaunchConfig()
+                config.gridDimX, config.gridDimY, config.gridDimZ = cluster_size, 1, 1
+                config.blockDimX, config.blockDimY, config.blockDimZ = 128, 1, 1
+                config.sharedMemBytes = smem
+                config.numAttrs = 1
+                config.attrs = [dims]
+                _CLUSTER_CAPACITY[key] = _driver(driver.cuOccupancyMaxActiveClusters, kernel,
+                                                 config)
+            finally:
+                _driver(driver.cuModuleUnload, module)
     return min(_CLUSTER_CAPACITY[key], sm_count(device) // cluster_size)
 
 
@@ -193,21 +240,17 @@ _HBM_GBPS: dict[int, float] = {}
 def hbm_gbps(device) -> float:
     """CUDA ``device``'s peak memory bandwidth in GB/s (memory clock x bus width x 2, from
     the driver's attributes), read once."""
-    import torch
-
-    index = torch.cuda.current_device() if device.index is None else device.index
+    index = _device_index(device)
     if index not in _HBM_GBPS:
         from cuda.bindings import driver
 
-        def attribute(name):
-            err, dev = driver.cuDeviceGet(index)
-            err2, value = driver.cuDeviceGetAttribute(getattr(driver.CUdevice_attribute, name),
-                                                      dev)
-            if err != driver.CUresult.CUDA_SUCCESS or err2 != driver.CUresult.CUDA_SUCCESS:
-                raise RuntimeError(f"cuDeviceGetAttribute({name}) failed: {err}, {err2}")
-            return value
+        _driver(driver.cuInit, 0)
+        dev = _driver(driver.cuDeviceGet, index)
 
-        driver.cuInit(0)
+        def attribute(name):
+            return _driver(driver.cuDeviceGetAttribute,
+                           getattr(driver.CUdevice_attribute, name), dev)
+
         khz = attribute("CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE")
         bits = attribute("CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH")
         _HBM_GBPS[index] = khz * 1e3 * 2 * bits / 8 / 1e9
