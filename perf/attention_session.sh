@@ -658,6 +658,11 @@ print('capacity', r, f'{(time.perf_counter() - t) * 1e3:.1f} ms', 'hbm GB/s', ro
     -k "cluster or split or num_splits"
   cat "$OUT/cap-time.log" | grep capacity; tail -2 "$OUT/cap-tests.log"
 fi
+if [ "$PART" = key-tiles ]; then  # the decode tile's keys per block: 128 against 64-192
+  step kt-graphs 240 python perf/decode_tiles.py --graphs --cluster --block-m 64 \
+    --key-tiles 192x2,160x2,64x4 --splits 8,16 --batch 1 --s-q 1 --s-kv 16384,65536
+  grep "^B1" "$OUT/kt-graphs.log" | head -2; grep -A 6 "^decode tiles" "$OUT/kt-graphs.log"
+fi
 if [ "$PART" = attention-all ]; then  # every attention-family GPU test
   step aa-tests 560 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
     tests/test_dispatch_gpu.py
