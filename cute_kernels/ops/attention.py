@@ -442,7 +442,7 @@ def split_ranges(num_splits: int, s_kv: int) -> int:
 def attention_route(b: int, h: int, h_kv: int, s_q: int, s_kv: int, d: int, causal: bool,
                     num_splits: int, hopper, cluster_capacity=None) -> AttentionRoute:
     """The route of an (already validated) attention problem with ``num_splits`` resolved
-    (``attention``'s None: ``ops.attention_splits.auto_splits``). ``hopper``: whether the
+    (``attention``'s None: :func:`default_splits`). ``hopper``: whether the
     sm_90 path runs it, a bool or a callable asked only where the answer matters (the
     persistent schedule, the cluster combine; ``make_plan``'s device query).
     ``cluster_capacity(n)``: how many clusters of n CTAs (one per SM) the GPU holds at once;
@@ -725,10 +725,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
             strides), not overlapping q, k or v, to write o into.
         num_splits: split-KV (flash-decoding): each query tile's keys are cut into this
             many ranges run by separate CTAs and combined in float32 (for decoding: few
-            query rows, long keys). 1: no split. None (default): chosen from the shapes and
-            the GPU's SM count (``ops.attention_splits.auto_splits``: no split below 4,096
-            keys or once the query tiles fill the SMs; timings per n in perf/RESULTS.md
-            "Decode attention").
+            query rows, long keys; on Hopper 2-8 ranges of a decode tile combine inside the
+            split kernel, one thread-block cluster per tile, where the GPU holds all the
+            clusters at once). 1: no split. None (default): chosen from the shapes and the
+            GPU (``default_splits``: no split below 4,096 keys or once the query tiles fill
+            the SMs; timings per n in perf/RESULTS.md "Decode attention").
 
     Returns:
         o (B, H, S_q, D) in q's dtype and memory layout (``out`` itself when given); with
