@@ -663,6 +663,11 @@ if [ "$PART" = key-tiles ]; then  # the decode tile's keys per block: 128 agains
     --key-tiles 192x2,160x2,64x4 --splits 8,16 --batch 1 --s-q 1 --s-kv 16384,65536
   grep "^B1" "$OUT/kt-graphs.log" | head -2; grep -A 6 "^decode tiles" "$OUT/kt-graphs.log"
 fi
+if [ "$PART" = sequential ]; then  # the decode tile without the softmax / MMA overlap
+  step seq-graphs 200 python perf/decode_tiles.py --graphs --cluster --block-m 64 --sequential \
+    --splits 8,16 --batch 1 --s-q 1 --s-kv 16384,65536
+  grep "^B1" "$OUT/seq-graphs.log" | head -2
+fi
 if [ "$PART" = attention-all ]; then  # every attention-family GPU test
   step aa-tests 560 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
     tests/test_dispatch_gpu.py

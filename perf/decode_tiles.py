@@ -42,9 +42,9 @@ from cute_kernels.ops.attention import _attention
 
 
 def ours(b: int, s_q: int, block_m: int, n: int, stages: int = 2, two_per_sm: bool = False,
-         block_n: int = 128, cluster: bool = False):
+         block_n: int = 128, cluster: bool = False, overlap: bool = True):
     rows = (H // H_KV) * s_q
-    config = dict(overlap=True, block_m=block_m, stages=stages, block_n=block_n)
+    config = dict(overlap=overlap, block_m=block_m, stages=stages, block_n=block_n)
     if cluster and 2 <= n <= MAX_CLUSTER_SPLITS:  # the splits combined in a cluster
         config.update(cluster_splits=n)
     if two_per_sm:  # 64 x 64 tiles, two CTAs per SM (the short causal tiles)
@@ -57,9 +57,11 @@ def ours(b: int, s_q: int, block_m: int, n: int, stages: int = 2, two_per_sm: bo
     return run
 
 
-def vname(m: int, stages: int, two: bool = False, bn: int = 128, n: int | None = None) -> str:
+def vname(m: int, stages: int, two: bool = False, bn: int = 128, overlap: bool = True,
+          n: int | None = None) -> str:
     return (f"M{m}" + ("x64c2" if two else "") + (f"N{bn}" if bn != 128 and not two else "")
-            + (f"s{stages}" if stages != 2 else "") + (f" n={n}" if n else ""))
+            + (f"s{stages}" if stages != 2 else "") + ("" if overlap else "seq")
+            + (f" n={n}" if n else ""))
 
 
 def main() -> None:
@@ -80,15 +82,19 @@ def main() -> None:
     ap.add_argument("--key-tiles", default="",
                     help="also 64-row tiles with these keys per block and stages, e.g. "
                          "192x2,64x4")
+    ap.add_argument("--sequential", action="store_true",
+                    help="also the 64-row tile without the softmax / MMA overlap")
     ap.add_argument("--graphs", action="store_true")
     ap.add_argument("--rounds", type=int, default=10)
     args = ap.parse_args()
-    variants = [(m, st, False, 128) for m in args.block_m for st in args.stages
+    variants = [(m, st, False, 128, True) for m in args.block_m for st in args.stages
                 if st == 2 or m == 64]
     if args.two_per_sm:
-        variants += [(64, st, True, 64) for st in args.stages]
-    variants += [(64, int(st), False, int(bn))
+        variants += [(64, st, True, 64, True) for st in args.stages]
+    variants += [(64, int(st), False, int(bn), True)
                  for bn, st in (t.split("x") for t in args.key_tiles.split(",") if t)]
+    if args.sequential:
+        variants += [(64, 2, False, 128, False)]
     rows = []
     for s_q in args.s_q:
         for s_kv in args.s_kv:
@@ -101,9 +107,9 @@ def main() -> None:
                 ref = reference(*sets[0], False)
                 fns = sdpa_contenders(False, s_q, s_kv)
                 splits = [n for n in args.splits if n == 1 or n <= s_kv // 512]
-                fns.update({vname(m, st, two, bn, n): ours(b, s_q, m, n, st, two, bn,
-                                                           args.cluster and m == 64)
-                            for m, st, two, bn in variants for n in splits})
+                fns.update({vname(m, st, two, bn, ov, n): ours(b, s_q, m, n, st, two, bn,
+                                                               args.cluster and m == 64, ov)
+                            for m, st, two, bn, ov in variants for n in splits})
                 for name in list(fns):
                     try:
                         err = relative_error(fns[name](sets[0]), ref)
