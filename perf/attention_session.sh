@@ -668,6 +668,13 @@ if [ "$PART" = sequential ]; then  # the decode tile without the softmax / MMA o
     --splits 8,16 --batch 1 --s-q 1 --s-kv 16384,65536
   grep "^B1" "$OUT/seq-graphs.log" | head -2
 fi
+if [ "$PART" = final-h100 ]; then  # the final code's cluster tests and B1 decode on an H100
+  step fh-tests 200 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
+    -k "cluster or num_splits"
+  step fh-graphs 150 python perf/decode.py --graphs --batch 1 --s-q 1 \
+    --s-kv 4096,16384,65536,131072 --splits 8,16 --out "$OUT/fh"
+  tail -2 "$OUT/fh-tests.log"; grep -A 8 "^ours:" "$OUT/fh-graphs.log"
+fi
 if [ "$PART" = attention-all ]; then  # every attention-family GPU test
   step aa-tests 560 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
     tests/test_dispatch_gpu.py
