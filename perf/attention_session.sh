@@ -675,6 +675,15 @@ if [ "$PART" = final-h100 ]; then  # the final code's cluster tests and B1 decod
     --s-kv 4096,16384,65536,131072 --splits 8,16 --out "$OUT/fh"
   tail -2 "$OUT/fh-tests.log"; grep -A 8 "^ours:" "$OUT/fh-graphs.log"
 fi
+if [ "$PART" = meet-ab ]; then  # cluster meetings at kernel level (.before) / per role branch
+  for side in before after before after; do
+    tree=.; [ "$side" = before ] && tree=.before
+    ( cd "$tree" && PYTHONPATH="$PWD" CUTE_KERNELS_CACHE_DIR="/tmp/ck-$side" timeout 90 \
+      python perf/decode.py --graphs --batch 1 --s-q 1 --s-kv 4096,16384 --splits 8 \
+      --out "$OUT/$side" ) > "$OUT/meet-$side.log" 2>&1
+    echo "$side: $(grep -A 5 '^ours:' "$OUT/meet-$side.log" | grep 'B1' | tr -s ' ' | cut -c1-60)"
+  done
+fi
 if [ "$PART" = attention-all ]; then  # every attention-family GPU test
   step aa-tests 560 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
     tests/test_dispatch_gpu.py
