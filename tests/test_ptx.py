@@ -496,9 +496,8 @@ def test_split_kernel_lets_the_combine_launch_early():
 @pytest.mark.parametrize("head_dim, splits", [(128, 8), (64, 3)])
 def test_cluster_combine_ptx(head_dim, splits):
     """The split kernel that combines its cluster's partials: two cluster barriers (staged,
-    then read) in each role's branch, the peers' lse and 16-byte O chunks read through
-    ld.shared::cluster, o and lse stored straight to global, no combine launch to signal,
-    no spills."""
+    then read), the peers' lse and 16-byte O chunks read through ld.shared::cluster, o and
+    lse stored straight to global, no combine launch to signal, no spills."""
     import torch
 
     from cute_kernels.ops.attention import make_build
@@ -507,8 +506,7 @@ def test_cluster_combine_ptx(head_dim, splits):
     ptx = compile_ptx(make_build("hopper", torch.bfloat16, head_dim, False, split_kv=True,
                                  short_query=True, cluster_splits=splits), "sm_90a")
     assert ptx.count(".entry") == 1
-    # each role meets the cluster twice, in its own branch
-    assert ptx.count("barrier.cluster.arrive") == 4 and ptx.count("barrier.cluster.wait") == 4
+    assert ptx.count("barrier.cluster.arrive") == 2 and ptx.count("barrier.cluster.wait") == 2
     assert ptx.count("ld.shared::cluster.v4.f32") == splits  # one per peer, unrolled
     assert ptx.count("ld.shared::cluster.f32") == splits  # the peers' lse of a row
     assert "griddepcontrol" not in ptx
@@ -516,16 +514,22 @@ def test_cluster_combine_ptx(head_dim, splits):
 
 
 def test_cluster_splits_rules():
-    """``cluster_splits`` needs the split-KV kernel, 2-8 splits, and K and V rings that hold
-    the staged fp32 partial."""
+    """``cluster_splits`` needs the split-KV kernel, 2-8 splits, no register reallocation
+    (the merge runs where both roles' budgets meet) and a K ring that holds the staged fp32
+    partial."""
     from cute_kernels.kernels.attention.sm90 import AttentionSm90
 
     with pytest.raises(ValueError, match="split_kv"):
         AttentionSm90(128, False, block_m=64, cluster_splits=4)
     with pytest.raises(ValueError, match="2 to 8"):
         AttentionSm90(128, False, block_m=64, split_kv=True, cluster_splits=9)
-    with pytest.raises(ValueError, match="K and V rings"):
-        AttentionSm90(128, False, block_m=128, block_n=64, split_kv=True, cluster_splits=2)
+    with pytest.raises(ValueError, match="reallocate no registers"):
+        AttentionSm90(128, False, block_m=128, split_kv=True, cluster_splits=2)
+    with pytest.raises(ValueError, match="reallocate no registers"):
+        AttentionSm90(128, False, block_m=64, block_n=64, ctas_per_sm=2, split_kv=True,
+                      cluster_splits=8)
+    with pytest.raises(ValueError, match="K ring"):
+        AttentionSm90(128, False, block_m=64, block_n=32, split_kv=True, cluster_splits=2)
     assert AttentionSm90(64, False, block_m=64, split_kv=True, cluster_splits=8).cluster_combine
 
 

@@ -16,10 +16,9 @@ n remote loads per row and lane, where the combine kernel costs a dependent laun
 and start after the split kernel (perf/RESULTS.md "Decode attention").
 
 Roles in the combine: the consumer threads, ``lanes = D / 4`` per row (16 bytes of fp32
-each), ``threads / lanes`` rows at a time. Shared memory: the kernel's K ring (and the V ring
-after it, for narrow key tiles), free once the key loop is done, holds O as (block_m, D + 8)
-fp32 (the pad puts the 8 rows of a warp's fragment store on different banks), then block_m
-lse words.
+each), ``threads / lanes`` rows at a time. Shared memory: the kernel's K ring, free once the
+key loop is done, holds O as (block_m, D + 8) fp32 (the pad puts the 8 rows of a warp's
+fragment store on different banks), then block_m lse words.
 """
 
 from __future__ import annotations

@@ -173,7 +173,7 @@ class AttentionSm90(PersistentSchedule, ConsumerMainloops):
     consumers of CTA r merge rows r, r + n, ... from the peers' shared memory into O and lse
     (B batch entries), and a second cluster barrier keeps the staging alive until all have
     read it. Shared memory as the plain kernel's (the staging, block_m x (D + 8) x 4 + block_m
-    x 4 B, must fit the K and V rings: 34.8 of 128 KiB for the 64-row decode tile).
+    x 4 B, must fit the K ring: 34.8 of 64 KiB for the 64-row decode tile).
     """
 
     def __init__(self, head_dim: int, causal: bool, stages: int = 2, colsum: bool = False,
@@ -356,15 +356,20 @@ class AttentionSm90(PersistentSchedule, ConsumerMainloops):
         if not self.split_kv or persistent:
             raise ValueError(f"cluster_splits {cluster_splits} applies to the split_kv kernel "
                              f"(one CTA per tile and range)")
+        # the merge runs after the roles rejoin, where ptxas budgets registers for both roles:
+        # with setmaxnreg (several consumer warpgroups, two CTAs per SM) it would spill there
+        # (180 bytes at 64 x 64 two per SM, perf/RESULTS.md "Decode attention")
+        if self.registers is not None:
+            raise ValueError("cluster_splits applies to kernels that reallocate no registers "
+                             "(one consumer warpgroup, one CTA per SM: block_m 64)")
         self.cluster_combine = ClusterCombine(cluster_splits, self.block_m, self.head_dim,
                                               128 * self.consumer_wgs)
-        # the partials are staged in the K ring and the V ring, free once the key loop is
-        # done: SharedStorage lays them out back to back (1 KiB aligned, whole KiB each)
-        kv_rings = 4 * self.stages * self.block_n * self.head_dim
-        if self.cluster_combine.smem_bytes() > kv_rings:
+        # the partials are staged in the K ring, free once the key loop is done
+        k_ring = 2 * self.stages * self.block_n * self.head_dim
+        if self.cluster_combine.smem_bytes() > k_ring:
             raise ValueError(f"cluster_splits: the staged {self.block_m} x {self.head_dim} "
                              f"fp32 partial needs {self.cluster_combine.smem_bytes()} bytes, "
-                             f"more than the K and V rings' {kv_rings}")
+                             f"more than the K ring's {k_ring}")
 
     def _init_schedule(self, causal, colsum, gather, gather_entry_keys, persistent, pingpong,
                        longest_first, tile_order):
@@ -607,28 +612,22 @@ class AttentionSm90(PersistentSchedule, ConsumerMainloops):
                     if warp >= 1 and warp <= self.colsum_writers:
                         self.sums.write(col_pipe, sCol, mColsum, blocks, s_kv, batch, head,
                                         m_block, tidx % 32, warp - 1)
-                self._cluster_meet()
             else:
                 self._consumer_registers()
                 self.mma(qk_mma, pv_mma, col_mma, sQ, sK, sV, storage, sP_layout, sF_layout,
                          sCol, pipes, blocks, tile, tma_o, tO, mLSE, mPrevLSE, s_q, scale_log2,
                          tidx, warp, out_scale)
-                self._cluster_meet(lambda: self.cluster_combine.combine(
-                    storage.sK.data_ptr(), mO, mLSE, batch, head, m_block, s_q, tidx - 128))
-
-    def _cluster_meet(self, merge=None):
-        """``cluster_splits``: every role of every CTA meets twice: once the cluster's ranges
-        have staged their partials (release / acquire), then, after the consumers' ``merge``,
-        so that no CTA leaves (freeing the shared memory its peers read) before all have.
-        Each role calls it in its own branch, so the merge is compiled under the consumers'
-        register budget."""
-        if cutlass.const_expr(self.cluster_combine is not None):
-            cute.arch.cluster_arrive()
-            cute.arch.cluster_wait()
-            if cutlass.const_expr(merge is not None):
-                merge()
-            cute.arch.cluster_arrive()
-            cute.arch.cluster_wait()
+            if cutlass.const_expr(self.cluster_combine is not None):
+                # every role: the cluster's ranges have staged their partials (release /
+                # acquire), the consumers merge their rows, and no CTA leaves (freeing the
+                # shared memory its peers read) before all have
+                cute.arch.cluster_arrive()
+                cute.arch.cluster_wait()
+                if wg != PRODUCER_WARPGROUP:
+                    self.cluster_combine.combine(storage.sK.data_ptr(), mO, mLSE, batch, head,
+                                                 m_block, s_q, tidx - 128)
+                cute.arch.cluster_arrive()
+                cute.arch.cluster_wait()
 
     def _producer_registers(self):
         if cutlass.const_expr(self.registers is not None):
