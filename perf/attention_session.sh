@@ -19,6 +19,11 @@ short_causal() {  # label-prefix configs: the short causal D = 128 shapes, one s
     step "$1-c${shape//,/-}" 120 $TUNE --causal --shape $shape,128 --configs "$2"
   done
 }
+capacity() {  # label seconds: how many clusters of 2, 4 and 8 CTAs the GPU holds at once
+  step "$1" "$2" python -c "import torch; from cute_kernels.runtime.arch import \
+cluster_capacity as c; d = torch.device('cuda'); print('clusters held at once:', \
+{n: c(d, n) for n in (2, 4, 8)})"
+}
 # the Ampere kernel's tile / warp configurations (AttentionSm80 keyword arguments)
 AMP="[dict(), dict(warps=4), dict(block_n=32, warps=4), dict(block_m=64, warps=4), \
 dict(block_m=256, block_n=32, warps=8), dict(block_m=64, block_n=128, warps=4)]"
@@ -566,9 +571,7 @@ if [ "$PART" = async-san ]; then  # its sanitizers, and the op's short causal ta
     --out "$OUT"
 fi
 if [ "$PART" = cluster-perf ]; then  # split-KV combined in clusters against the combine kernel
-  step cl-capacity 120 python -c "import torch; from cute_kernels.runtime.arch import \
-cluster_capacity as c; d = torch.device('cuda'); print('clusters held at once:', \
-{n: c(d, n) for n in (2, 3, 4, 5, 6, 7, 8)})"
+  capacity cl-capacity 120
   DEC="python perf/decode.py --batch 1,4 --s-q 1,8 --s-kv 4096,65536 --splits 4,8,16 --joint 4,8"
   step cl-smoke 100 python perf/attention_probe.py hopper 1 9000 16 4 128 0 splits 8
   if grep -q "^ok" "$OUT/cl-smoke.log"; then
@@ -581,9 +584,7 @@ cluster_capacity as c; d = torch.device('cuda'); print('clusters held at once:',
   done
 fi
 if [ "$PART" = cluster-checks ]; then  # its GPU tests and sanitizers; 3 K/V stages at 64 CTAs
-  step clc-capacity 60 python -c "import torch; from cute_kernels.runtime.arch import \
-cluster_capacity as c; d = torch.device('cuda'); print('clusters held at once:', \
-{n: c(d, n) for n in (2, 4, 8)})"
+  capacity clc-capacity 60
   step clc-tiles 150 python perf/decode_tiles.py --graphs --cluster --block-m 64 --stages 2,3 \
     --splits 8,16 --batch 1 --s-q 1 --s-kv 16384,65536,131072
   step clc-tests 330 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
@@ -608,9 +609,7 @@ if [ "$PART" = cluster-final ]; then  # the default splits with the cluster rout
   done
 fi
 if [ "$PART" = cluster-h100 ]; then  # the cluster route on another GPU: capacity, tests, speed
-  step clh-capacity 60 python -c "import torch; from cute_kernels.runtime.arch import \
-cluster_capacity as c; d = torch.device('cuda'); print('clusters held at once:', \
-{n: c(d, n) for n in (2, 4, 8)})"
+  capacity clh-capacity 60
   step clh-tests 200 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
     -k "cluster or split or num_splits or decode or gqa"
   DEC="python perf/decode.py --batch 1,4 --s-q 1,8 --s-kv 4096,8192,16384,65536 --splits 8,16 \

@@ -231,6 +231,10 @@ def test_decode_route_combines_splits_in_clusters(monkeypatch):
     assert not route(hopper=False).cluster
     assert not route(s_q=200).cluster  # 200 query rows a head: 128-row tiles
     assert "cluster_splits" not in route(splits=1).hopper_config(128)
+    from cute_kernels.tuning.attention import hopper_config
+
+    with pytest.raises(ValueError, match="short-query split-KV"):
+        hopper_config(128, False, split_kv=True, cluster_splits=4)  # 128-row tiles
     monkeypatch.setattr(tuning, "CLUSTER_COMBINE", False)
     assert not route().cluster
 

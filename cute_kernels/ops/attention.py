@@ -53,6 +53,7 @@ from ..tuning.attention import (
     ampere_config,
     hopper_config,
 )
+from .attention_splits import auto_splits, query_tiles
 from .dispatch import KernelOp, plain_eager
 
 IN_DTYPES = (torch.bfloat16, torch.float16)
@@ -447,7 +448,7 @@ def attention_route(b: int, h: int, h_kv: int, s_q: int, s_kv: int, d: int, caus
     persistent schedule, the cluster combine; ``make_plan``'s device query).
     ``cluster_capacity(n)``: how many clusters of n CTAs (one per SM) the GPU holds at once;
     None (no GPU at hand: the CLI) takes them to fit."""
-    pack = None
+    pack, asked_causal = None, causal
     if packs_query_heads(h, h_kv, s_q, causal):
         pack, causal = (b, h_kv, (h // h_kv) * s_q, d), False
     n = split_ranges(num_splits, s_kv)
@@ -467,7 +468,7 @@ def attention_route(b: int, h: int, h_kv: int, s_q: int, s_kv: int, d: int, caus
     # the clusters fit at once (a cluster left for a second wave would double the time)
     cluster = False
     if attention_tuning.CLUSTER_COMBINE and short and 2 <= n <= MAX_CLUSTER_SPLITS:
-        tiles = -(-(pack[2] if pack else s_q) // SHORT_QUERY_ROWS) * (h_kv if pack else h) * b
+        tiles = query_tiles(b, h_kv, s_q, h // h_kv, asked_causal, SHORT_QUERY_ROWS)
         cluster = ((hopper() if callable(hopper) else bool(hopper))
                    and (cluster_capacity is None or tiles <= cluster_capacity(n)))
     return AttentionRoute(pack, bool(causal), n, short, persistent, tall, cluster)
@@ -786,8 +787,6 @@ def default_splits(b: int, h: int, s_q: int, d: int, h_kv: int, s_kv: int, causa
     ``auto_splits``, except that a count above 8 drops to 8 combined in clusters (where
     those fit) up to ``CLUSTER_SPLITS_MAX_KEYS`` keys, or at any length where their CTAs
     stream as fast as the memory (``tuning.attention.CLUSTER_CTA_GBPS``)."""
-    from .attention_splits import auto_splits, query_tiles
-
     n = auto_splits(b, h_kv, s_q, s_kv, sms, q_per_kv=h // h_kv, causal=causal)
     if n <= MAX_CLUSTER_SPLITS:
         return n

@@ -129,6 +129,13 @@ def select_path(major: int, minor: int) -> str:
     )
 
 
+def _device_index(device) -> int:
+    """The CUDA index of a torch device (None: the current device)."""
+    import torch
+
+    return torch.cuda.current_device() if device.index is None else device.index
+
+
 _CAPABILITY: dict[int, tuple[int, int]] = {}
 
 
@@ -136,7 +143,7 @@ def device_target(device) -> tuple[str, str]:
     """(path, compile target) for a torch CUDA device."""
     import torch
 
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    index = _device_index(device)
     if index not in _CAPABILITY:
         _CAPABILITY[index] = torch.cuda.get_device_capability(index)
     major, minor = _CAPABILITY[index]
@@ -161,12 +168,6 @@ def device_sm_count(device) -> int:
 
         _SM_COUNT[index] = torch.cuda.get_device_properties(device).multi_processor_count
     return _SM_COUNT[index]
-
-
-def _device_index(device) -> int:
-    import torch
-
-    return torch.cuda.current_device() if device.index is None else device.index
 
 
 def _driver(call, *args):

@@ -94,6 +94,9 @@ def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
     ``TALL_TURNS`` (H100, B8 H32 S4096: 2.39-2.40 ms without turns, 2.263 with, against 2.44-
     2.49 for the 64-row tiles; ``TALL_TILE_MIN_SEQ``). ``cluster_splits`` (a short-query
     split-KV launch, ``CLUSTER_COMBINE``): its splits combined in a cluster."""
+    if cluster_splits > 1 and not (split_kv and short_query):
+        raise ValueError(f"cluster_splits {cluster_splits} is the short-query split-KV "
+                         f"launch's (64-row decode tiles)")
     if colsum:
         if head_dim == 64:
             return dict(block_m=192, colsum=True, group=group, colsum_method="mma_sync")
