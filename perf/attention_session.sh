@@ -683,6 +683,51 @@ if [ "$PART" = meet-ab ]; then  # cluster meetings at kernel level (.before) / p
     echo "$side: $(grep -A 5 '^ours:' "$OUT/meet-$side.log" | grep 'B1' | tr -s ' ' | cut -c1-60)"
   done
 fi
+if [ "$PART" = swap1 ]; then  # the swap-AB decode kernel: its tests, then against the 64-row tile
+  step sw-tests 240 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
+    -k swap_ab
+  step sw-graphs 320 python perf/decode_tiles.py --graphs --cluster --block-m 64 \
+    --swap-ab 128x3,128x2,64x6 --splits 8,16 --batch 1 --s-q 1,8 \
+    --s-kv 4096,16384,65536,131072
+  tail -3 "$OUT/sw-tests.log"; grep -A 14 "^decode tiles" "$OUT/sw-graphs.log"
+fi
+if [ "$PART" = swap2 ]; then  # the swap-AB route: decode-family GPU tests, sanitizers
+  step sw2-tests 330 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
+    -k "swap_ab or split or decode or num_splits or gqa or repeat_calls or cluster"
+  probe sw2-memcheck memcheck 1 9000 16 4 128 0 splits 8
+  probe sw2-racecheck racecheck 1 9000 16 4 128 0 splits 8
+  probe sw2-memcheck-causal memcheck 7 3000 4 4 64 1 splits 3
+  probe sw2-racecheck-causal racecheck 7 3000 4 4 64 1 splits 3
+  probe sw2-memcheck-combine memcheck 2 5000 16 2 128 0 splits 16
+  tail -3 "$OUT/sw2-tests.log"
+  for f in "$OUT"/sw2-*check*.log; do echo "$f: $(grep -c "^ok" "$f") ok, $(grep -i \
+    "ERROR SUMMARY\|RACECHECK SUMMARY" "$f")"; done
+fi
+if [ "$PART" = swap3 ]; then  # the op's decode default against SDPA; B4 / B16 tile A/B
+  step sw3-graphs 300 python perf/decode.py --graphs --batch 1,4 --s-q 1 \
+    --s-kv 4096,16384,65536,131072 --splits 8,16 --out "$OUT/sw3"
+  step sw3-tiles 260 python perf/decode_tiles.py --graphs --cluster --block-m 64 \
+    --swap-ab 128x2 --splits 4,8,16 --batch 4,16 --s-q 1 --s-kv 4096,65536
+  grep -A 12 "^ours:" "$OUT/sw3-graphs.log"; grep -A 8 "^decode tiles" "$OUT/sw3-tiles.log"
+fi
+if [ "$PART" = swap4 ]; then  # B16 on the swap-AB tile against the 64-row tile; eager decode
+  step sw4-test 120 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
+    -k "default_splits_take"
+  step sw4-tiles 200 python perf/decode_tiles.py --graphs --block-m 64 --swap-ab 128x2 \
+    --splits 1,2,4 --batch 16 --s-q 1 --s-kv 4096,16384,65536
+  step sw4-eager 240 python perf/decode.py --quick --splits 8,16 --out "$OUT/sw4"
+  tail -2 "$OUT/sw4-test.log"; grep -A 7 "^decode tiles" "$OUT/sw4-tiles.log"
+  grep -A 12 "^ours:" "$OUT/sw4-eager.log"
+fi
+if [ "$PART" = swap-h100 ]; then  # the swap-AB route on another GPU: tests, decode in graphs
+  capacity swh-capacity 60
+  step swh-tests 240 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
+    -k "swap_ab or cluster or num_splits or default_splits"
+  step swh-graphs 330 python perf/decode.py --graphs --batch 1,4,16 --s-q 1 \
+    --s-kv 4096,16384,65536,131072 --splits 1,8,16 --out "$OUT/swh"
+  grep "clusters held" "$OUT/swh-capacity.log"; tail -2 "$OUT/swh-tests.log"
+  grep -A 16 "^ours:" "$OUT/swh-graphs.log"
+fi
 if [ "$PART" = attention-all ]; then  # every attention-family GPU test
   step aa-tests 560 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
     tests/test_dispatch_gpu.py

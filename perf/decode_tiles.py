@@ -42,9 +42,11 @@ from cute_kernels.ops.attention import _attention
 
 
 def ours(b: int, s_q: int, block_m: int, n: int, stages: int = 2, two_per_sm: bool = False,
-         block_n: int = 128, cluster: bool = False, overlap: bool = True):
+         block_n: int = 128, cluster: bool = False, overlap: bool = True, swap: bool = False):
     rows = (H // H_KV) * s_q
     config = dict(overlap=overlap, block_m=block_m, stages=stages, block_n=block_n)
+    if swap:  # the swap-AB decode kernel (DecodeSm90) on tiles of the packed rows
+        config = dict(decode_rows=-(-rows // 8) * 8, stages=stages, block_n=block_n)
     if cluster and 2 <= n <= MAX_CLUSTER_SPLITS:  # the splits combined in a cluster
         config.update(cluster_splits=n)
     if two_per_sm:  # 64 x 64 tiles, two CTAs per SM (the short causal tiles)
@@ -58,8 +60,9 @@ def ours(b: int, s_q: int, block_m: int, n: int, stages: int = 2, two_per_sm: bo
 
 
 def vname(m: int, stages: int, two: bool = False, bn: int = 128, overlap: bool = True,
-          n: int | None = None) -> str:
-    return (f"M{m}" + ("x64c2" if two else "") + (f"N{bn}" if bn != 128 and not two else "")
+          swap: bool = False, n: int | None = None) -> str:
+    return (("swapAB" if swap else f"M{m}") + ("x64c2" if two else "")
+            + (f"N{bn}" if bn != 128 and not two else "")
             + (f"s{stages}" if stages != 2 else "") + ("" if overlap else "seq")
             + (f" n={n}" if n else ""))
 
@@ -84,17 +87,22 @@ def main() -> None:
                          "192x2,64x4")
     ap.add_argument("--sequential", action="store_true",
                     help="also the 64-row tile without the softmax / MMA overlap")
+    ap.add_argument("--swap-ab", default="",
+                    help="also the swap-AB decode kernel (DecodeSm90) with these keys per "
+                         "block and stages, e.g. 128x3,64x6 (clustered with --cluster)")
     ap.add_argument("--graphs", action="store_true")
     ap.add_argument("--rounds", type=int, default=10)
     args = ap.parse_args()
-    variants = [(m, st, False, 128, True) for m in args.block_m for st in args.stages
+    variants = [(m, st, False, 128, True, False) for m in args.block_m for st in args.stages
                 if st == 2 or m == 64]
     if args.two_per_sm:
-        variants += [(64, st, True, 64, True) for st in args.stages]
-    variants += [(64, int(st), False, int(bn), True)
+        variants += [(64, st, True, 64, True, False) for st in args.stages]
+    variants += [(64, int(st), False, int(bn), True, False)
                  for bn, st in (t.split("x") for t in args.key_tiles.split(",") if t)]
     if args.sequential:
-        variants += [(64, 2, False, 128, False)]
+        variants += [(64, 2, False, 128, False, False)]
+    variants += [(64, int(st), False, int(bn), True, True)
+                 for bn, st in (t.split("x") for t in args.swap_ab.split(",") if t)]
     rows = []
     for s_q in args.s_q:
         for s_kv in args.s_kv:
@@ -107,9 +115,9 @@ def main() -> None:
                 ref = reference(*sets[0], False)
                 fns = sdpa_contenders(False, s_q, s_kv)
                 splits = [n for n in args.splits if n == 1 or n <= s_kv // 512]
-                fns.update({vname(m, st, two, bn, ov, n): ours(b, s_q, m, n, st, two, bn,
-                                                               args.cluster and m == 64, ov)
-                            for m, st, two, bn, ov in variants for n in splits})
+                fns.update({vname(m, st, two, bn, ov, sw, n): ours(
+                    b, s_q, m, n, st, two, bn, args.cluster and m == 64, ov, sw)
+                    for m, st, two, bn, ov, sw in variants for n in splits})
                 for name in list(fns):
                     try:
                         err = relative_error(fns[name](sets[0]), ref)

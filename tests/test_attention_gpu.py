@@ -327,6 +327,57 @@ def test_cluster_combine_matches_reference(b, h, h_kv, s_q, s_kv, d, causal, spl
     check(o, lse, q, k, v, causal)
 
 
+@pytest.mark.skipif(not HOPPER, reason="the swap-AB decode kernel is the sm_90 path's")
+@pytest.mark.parametrize("b, h, h_kv, s_q, s_kv, d, causal, splits, cluster, rows", [
+    (1, 32, 8, 1, 4097, 128, False, 8, True, 8),  # GQA packed: 4 of 8 rows, a residue block
+    (3, 8, 2, 8, 9000, 64, False, 5, False, 32),  # D = 64, 32 packed rows, the combine kernel
+    (2, 4, 4, 7, 3000, 128, True, 3, True, 8),  # unpacked (MHA) causal, 7 of 8 rows
+    (1, 2, 2, 40, 300, 128, True, 3, True, 40),  # causal rows whose last range sees few keys
+    (1, 2, 2, 20, 500, 128, True, 1, False, 8),  # three query tiles per head, unsplit
+    (2, 16, 2, 1, 129, 128, False, 2, True, 8),  # a range of one key
+    (1, 8, 8, 1, 1, 64, False, 1, False, 8),  # one key
+    (2, 8, 1, 8, 5000, 128, False, 4, True, 64)])  # 64 packed rows, 2 stages
+def test_swap_ab_decode_matches_reference(b, h, h_kv, s_q, s_kv, d, causal, splits, cluster,
+                                          rows):
+    """The swap-AB decode kernel (``DecodeSm90``: keys as the MMA's M, query rows as N),
+    forced by ``config`` on the problem as given or, for GQA, with the query heads of a KV
+    head packed into its tile as the op packs them: o and lse against the float32 reference,
+    written into a poisoned ``out``."""
+    from cute_kernels.tuning.attention import decode_config
+
+    torch.manual_seed(int.from_bytes(os.urandom(4), "little") % 2**31)
+    q, k, v = qkv(b, h, h_kv, s_q, s_kv, d)
+    packed = h_kv < h
+    shape = (b, h_kv, (h // h_kv) * s_q, d) if packed else q.shape
+    q_run = q.contiguous().view(shape) if packed else q
+    config = decode_config(d, rows, splits if cluster else 1)
+    assert config["decode_rows"] in (8, 16, 32, 64) and config["decode_rows"] >= rows
+    out = torch.full(shape, float("nan"), device="cuda", dtype=q.dtype)
+    o, lse = _attention(q_run, k, v, causal, None, splits, out, config)
+    assert o is out
+    check(o.view(b, h, s_q, d), lse.view(b, h, s_q), q, k, v, causal)
+
+
+@pytest.mark.skipif(not HOPPER, reason="the swap-AB decode kernel is the sm_90 path's")
+@pytest.mark.parametrize("b, h, h_kv, s_q, s_kv, d, causal, splits, rows", [
+    (1, 32, 8, 1, 4097, 128, False, None, 8),  # the default split count, clustered
+    (2, 8, 8, 3, 2000, 64, True, 1, 8),  # unpacked causal, unsplit
+    (1, 16, 2, 2, 5000, 128, False, 16, 16),  # 16 splits: the combine kernel
+    (4, 32, 8, 1, 9000, 128, False, None, 8),  # B4: the default splits, however they combine
+    (1, 12, 2, 2, 3000, 64, False, 2, 16)])  # 12 packed rows on a 16-row tile, D = 64
+def test_swap_ab_decode_route(b, h, h_kv, s_q, s_kv, d, causal, splits, rows, monkeypatch):
+    """The op's decode route on the swap-AB kernel (``DECODE_SWAP_AB``, at most
+    ``DECODE_SWAP_AB_MAX_ROWS`` query rows a tile): o and lse against the float32 reference,
+    written into a poisoned ``out``; the tile's rows asserted, so a change of route fails."""
+    torch.manual_seed(int.from_bytes(os.urandom(4), "little") % 2**31)
+    made = _spy_plans(monkeypatch)
+    q, k, v = qkv(b, h, h_kv, s_q, s_kv, d)
+    out = torch.full_like(q, float("nan"))
+    o, lse = ck.attention(q, k, v, causal=causal, out=out, return_lse=True, num_splits=splits)
+    assert o is out and len(made) == 1 and made[0].decode_rows == rows
+    check(o, lse, q, k, v, causal)
+
+
 @pytest.mark.skipif(not HOPPER, reason="the cluster combine is the sm_90 path's")
 def test_cluster_combine_falls_back_where_clusters_do_not_fit(monkeypatch):
     """More clusters than the GPU holds at once (``cluster_capacity``, patched to 3): the op
@@ -341,12 +392,18 @@ def test_cluster_combine_falls_back_where_clusters_do_not_fit(monkeypatch):
 
 
 @pytest.mark.skipif(not HOPPER, reason="the cluster combine is the sm_90 path's")
-def test_default_splits_take_clusters_up_to_their_keys(monkeypatch):
+@pytest.mark.parametrize("swap", [True, False])
+def test_default_splits_take_clusters_up_to_their_keys(swap, monkeypatch):
     """``num_splits=None`` on B1 decoding: up to ``CLUSTER_SPLITS_MAX_KEYS`` keys 8 splits
     combined in clusters; past it too where their 64 CTAs stream as fast as this GPU's
-    memory (an H100), else the heuristic's splits through the combine kernel (an H200)."""
+    memory, else the heuristic's splits through the combine kernel. The 64-row tile's CTAs
+    (``DECODE_SWAP_AB`` off) keep up with an H100's memory, not an H200's; the swap-AB
+    decode tile's with both."""
     from cute_kernels.runtime.arch import hbm_gbps
     from cute_kernels.tuning import attention as tuning
+
+    monkeypatch.setattr(tuning, "DECODE_SWAP_AB", swap)
+    per_cta = tuning.DECODE_CTA_GBPS if swap else tuning.CLUSTER_CTA_GBPS
 
     made = _spy_plans(monkeypatch)
     q, k, v = qkv(1, 32, 8, 1, 12000, 128)
@@ -356,8 +413,9 @@ def test_default_splits_take_clusters_up_to_their_keys(monkeypatch):
     check(*ck.attention(q, k, v, return_lse=True), q, k, v, False)
     hbm = hbm_gbps(q.device)
     assert 1000 < hbm < 20000  # GB/s: an HBM GPU's
-    saturates = 64 * tuning.CLUSTER_CTA_GBPS >= tuning.CLUSTER_HBM_SHARE * hbm
+    saturates = 64 * per_cta >= tuning.CLUSTER_HBM_SHARE * hbm
     assert made[-1].cluster == saturates and (made[-1].splits == 8) == saturates
+    assert made[-1].decode_rows == (8 if swap else 0)
 
 
 def test_cluster_capacity_reads_the_gpu():

@@ -239,16 +239,45 @@ def test_decode_route_combines_splits_in_clusters(monkeypatch):
     assert not route().cluster
 
 
-@pytest.mark.parametrize("s_kv, hbm, want", [(16384, None, 8), (65536, None, 16),
-                                             (65536, 3352.0, 8), (65536, 4915.0, 16),
-                                             (2048, 3352.0, 1)])
-def test_default_splits_prefer_clusters_where_they_keep_up(s_kv, hbm, want):
+@pytest.mark.parametrize("swap, s_kv, hbm, want", [
+    (False, 16384, None, 8), (False, 65536, None, 16), (False, 65536, 3352.0, 8),
+    (False, 65536, 4915.0, 16), (False, 2048, 3352.0, 1),
+    (True, 65536, 4915.0, 8), (True, 65536, 6000.0, 16), (True, 16384, 6000.0, 8)])
+def test_default_splits_prefer_clusters_where_they_keep_up(swap, s_kv, hbm, want,
+                                                           monkeypatch):
     """``num_splits=None`` on B1 H32 H_kv 8 decoding (132 SMs): 8 splits combined in clusters
-    up to 16k keys, and past it where 64 CTAs saturate the memory (an H100's 3.35 TB/s, not an
-    H200's 4.9), else the heuristic's 16; no split below 4k keys."""
+    up to 16k keys, and past it where 64 CTAs saturate the memory, else the heuristic's 16; no
+    split below 4k keys. The 64-row tile's CTAs saturate an H100's 3.35 TB/s, not an H200's
+    4.9; the swap-AB decode tile's (``DECODE_SWAP_AB``) the H200's too."""
     from cute_kernels.ops.attention import default_splits
+    from cute_kernels.tuning import attention as tuning
 
+    monkeypatch.setattr(tuning, "DECODE_SWAP_AB", swap)
     assert default_splits(1, 32, 1, 128, 8, s_kv, False, 132, True, None, hbm) == want
+
+
+def test_decode_route_takes_the_swap_ab_tile(monkeypatch):
+    """Hopper tiles of at most ``DECODE_SWAP_AB_MAX_ROWS`` query rows run the swap-AB decode
+    kernel on the next power-of-two rows (GQA packed: H / H_kv x S_q rows; unpacked causal:
+    S_q), said by ``describe`` and in the kernel's configuration; not with more rows, on the
+    Ampere path or with the switch off."""
+    from cute_kernels.ops.attention import attention_route
+    from cute_kernels.tuning import attention as tuning
+
+    def route(s_q=1, h=32, h_kv=8, causal=False, hopper=True, splits=8):
+        return attention_route(1, h, h_kv, s_q, 65536, 128, causal, splits, hopper, None)
+
+    assert route().decode_rows == 8 and route(s_q=4).decode_rows == 16
+    assert route(s_q=5, h=4, h_kv=4, causal=True).decode_rows == 8  # unpacked, causal
+    cfg = route().hopper_config(128)
+    assert cfg["decode_rows"] == 8 and cfg["cluster_splits"] == 8 and "block_m" not in cfg
+    assert "swap-AB" in route().describe(128) and "through DSMEM" in route().describe(128)
+    assert "cluster_splits" not in route(splits=1).hopper_config(128)
+    assert route(s_q=8).decode_rows == 0  # 32 packed rows: the 64-row tile
+    assert route(hopper=False).decode_rows == 0
+    assert "swap-AB" not in route(hopper=False).describe(128, "ampere")
+    monkeypatch.setattr(tuning, "DECODE_SWAP_AB", False)
+    assert route().decode_rows == 0 and route().hopper_config(128)["block_m"] == 64
 
 
 def test_num_splits_is_checked():
@@ -318,17 +347,26 @@ def test_packing_rule():
 def test_plans_take_the_64_row_tile_for_at_most_64_query_rows(monkeypatch, h, h_kv, s_q, causal,
                                                                short):
     """make_plan keys (and builds) the Hopper kernel's 64-row tile where a tile holds at most
-    64 query rows after GQA packing; the Ampere path shares one kernel (a Hopper-only key)."""
+    64 query rows after GQA packing (the swap-AB decode tile off, or too many rows for it);
+    the Ampere path shares one kernel (a Hopper-only key)."""
     from cute_kernels.ops import attention as att
+    from cute_kernels.tuning import attention as tuning
 
     seen = []
     monkeypatch.setattr(att, "kernel_for",
                         lambda device, key, make, hopper_key=(): seen.append(hopper_key))
+    monkeypatch.setattr(att, "device_target", lambda device: ("hopper", "sm_90a"))
     q = torch.empty(2, h, s_q, 128, dtype=torch.bfloat16)
     # keys past PERSISTENT_MAX_KEYS: the one-CTA-per-tile launch's key where not short
     k = torch.empty(2, h_kv, att.PERSISTENT_MAX_KEYS + 808, 128, dtype=torch.bfloat16)
+    rows = (h // h_kv if att.packs_query_heads(h, h_kv, s_q, causal) else 1) * s_q
+    swap = rows <= tuning.DECODE_SWAP_AB_MAX_ROWS
     att.make_plan(q, k, causal, 0.1, 1)
-    assert seen == [("short_query",) if short else ()]
+    assert seen[-1] == ((("short_query", "decode", tuning.decode_rows(rows)) if swap
+                         else ("short_query",)) if short else ())
+    monkeypatch.setattr(tuning, "DECODE_SWAP_AB", False)
+    att.make_plan(q, k, causal, 0.1, 1)
+    assert seen[-1] == (("short_query",) if short else ())
     assert att.hopper_config(128, causal, short_query=True)["block_m"] == 64
 
 

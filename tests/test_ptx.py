@@ -513,6 +513,53 @@ def test_cluster_combine_ptx(head_dim, splits):
     _assert_no_spills(ptx, "sm_90a")
 
 
+@pytest.mark.parametrize("head_dim, rows, causal, splits, cluster", [
+    (128, 8, False, 8, True), (64, 16, True, 3, False), (128, 8, True, 1, False),
+    (128, 64, False, 4, True)])
+def test_swap_ab_decode_ptx(head_dim, rows, causal, splits, cluster):
+    """The swap-AB decode kernel: per key block (block_n / 64) x (D / 16) wgmmas m64nRk16 for
+    S^T and (D / 64) x (block_n / 16) for O^T, both on shared-memory operands (no register A),
+    two named barriers of the consumer warpgroup per block (+ one for the final sums), the
+    cluster's combine or the combine kernel's dependent launch, no spills, no serialized
+    wgmma."""
+    import torch
+
+    from cute_kernels.ops.attention import make_build
+    from cute_kernels.runtime.compile import compile_ptx
+
+    ptx = compile_ptx(make_build("hopper", torch.bfloat16, head_dim, causal,
+                                 split_kv=splits > 1, short_query=True,
+                                 cluster_splits=splits if cluster else 1, decode_rows=rows),
+                      "sm_90a")
+    wgmma = f"wgmma.mma_async.sync.aligned.m64n{rows}k16.f32.bf16.bf16"
+    assert ptx.count(wgmma) == 2 * (128 // 64) * (head_dim // 16)  # S^T and O^T, unrolled
+    assert ptx.count("wgmma.mma_async") == ptx.count(wgmma)
+    assert ptx.count("bar.sync \t11, 128;") == 3  # the maxima, P^T, the final sums
+    assert ptx.count("barrier.cluster.arrive") == (2 if cluster else 0)
+    assert ("griddepcontrol.launch_dependents" in ptx) == (splits > 1 and not cluster)
+    _assert_no_spills(ptx, "sm_90a")
+
+
+def test_swap_ab_decode_rules():
+    """``DecodeSm90``: rows a power of two 8-64, keys per block a multiple of 64, a cluster
+    only for a split launch, and the K/V rings within a CTA's shared memory."""
+    from cute_kernels.kernels.attention.decode_sm90 import DecodeSm90
+
+    for kwargs, match in ((dict(rows=24), "rows must be one of"),
+                          (dict(rows=128), "rows must be one of"),
+                          (dict(block_n=96), "block_n must be"),
+                          (dict(stages=1), "stages must be"),
+                          (dict(cluster_splits=4), "split_kv"),
+                          (dict(block_n=256, stages=2), "shared memory"),
+                          (dict(split_kv=True, cluster_splits=9), "2 to 8")):
+        with pytest.raises(ValueError, match=match):
+            DecodeSm90(128, False, **kwargs)
+    with pytest.raises(ValueError, match="head_dim"):
+        DecodeSm90(96, False)
+    assert DecodeSm90(128, True, rows=64, split_kv=True, cluster_splits=8).smem_bytes() < (
+        227 * 1024)
+
+
 def test_cluster_splits_rules():
     """``cluster_splits`` needs the split-KV kernel, 2-8 splits, no register reallocation
     (the merge runs where both roles' budgets meet) and a K ring that holds the staged fp32

@@ -51,6 +51,7 @@ from ..tuning.attention import (
     TALL_TILE_MIN_SEQ,
     TALL_TURNS,
     ampere_config,
+    decode_rows,
     hopper_config,
 )
 from .attention_splits import auto_splits, query_tiles
@@ -187,7 +188,8 @@ def _hopper_colsum_atomic(head_dim: int, group: int, config_key: tuple) -> bool:
 def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = False,
                group: int = 192, config: dict | None = None, split_kv: bool = False,
                short_query: bool = False, persistent: bool = False,
-               combine_pdl: bool | None = None, tall: bool = False, cluster_splits: int = 1):
+               combine_pdl: bool | None = None, tall: bool = False, cluster_splits: int = 1,
+               decode_rows: int = 0):
     """The attention kernel of ``path`` against symbolic (B, H, S, D) tensors (unit-stride head
     dim, other strides multiples of 8 elements), a compact fp32 lse and, for the column-sum
     variant, compact fp32 prev_lse (B, H, S_q) and colsum (B, H, G, S_kv). ``config``
@@ -198,7 +200,9 @@ def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = Fal
     ``combine_pdl`` (with ``split_kv``; None: not): the split launch and the combine kernel's
     in one host function (``SplitKVAttention``), the combine a programmatic dependent launch
     when True. ``cluster_splits`` n > 1 (Hopper, with ``split_kv`` and ``short_query``): the n
-    splits of a tile are one cluster that combines them (o and lse have B batch entries)."""
+    splits of a tile are one cluster that combines them (o and lse have B batch entries).
+    ``decode_rows`` R > 0 (Hopper, with ``short_query``): the swap-AB decode kernel on tiles
+    of R query rows."""
     import cutlass
 
     from ..runtime.bridge import fake_bhsd, fake_compact
@@ -212,11 +216,9 @@ def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = Fal
         return fake_compact(torch.float32, rank)
 
     if path == "hopper":
-        from ..kernels.attention.sm90 import AttentionSm90
-
         cfg = (hopper_config(head_dim, causal, colsum, group, split_kv, short_query, persistent,
-                             tall, cluster_splits) if config is None else config)
-        kernel = AttentionSm90(head_dim, causal, **cfg, **({"split_kv": True} if split_kv else {}))
+                             tall, cluster_splits, decode_rows) if config is None else config)
+        kernel = hopper_kernel(head_dim, causal, cfg, split_kv)
     else:
         from ..kernels.attention.sm80 import AttentionSm80
 
@@ -239,6 +241,21 @@ def make_build(path: str, dtype, head_dim: int, causal: bool, colsum: bool = Fal
         out_scale=None, **schedule_args(kernel)))
 
 
+def hopper_kernel(head_dim: int, causal: bool, cfg: dict, split_kv: bool):
+    """The Hopper attention kernel of configuration ``cfg``: the swap-AB decode kernel where
+    it names ``decode_rows`` (``DecodeSm90``, query rows as the MMA's N), else
+    ``AttentionSm90``."""
+    split = {"split_kv": True} if split_kv else {}
+    if "decode_rows" in cfg:
+        from ..kernels.attention.decode_sm90 import DecodeSm90
+
+        rest = {k: v for k, v in cfg.items() if k != "decode_rows"}
+        return DecodeSm90(head_dim, causal, rows=cfg["decode_rows"], **rest, **split)
+    from ..kernels.attention.sm90 import AttentionSm90
+
+    return AttentionSm90(head_dim, causal, **cfg, **split)
+
+
 def schedule_args(kernel) -> dict:
     """The fake arguments of a persistent Hopper kernel's schedule (the tile order and the
     CTA count); none for the one-CTA-per-tile kernels."""
@@ -254,7 +271,8 @@ def schedule_args(kernel) -> dict:
 
 #: The attention kernel classes, as ``"module:Class"`` (the column-sparse op calls them too).
 ATTENTION_KERNELS = ("cute_kernels.kernels.attention.sm90:AttentionSm90",
-                     "cute_kernels.kernels.attention.sm80:AttentionSm80")
+                     "cute_kernels.kernels.attention.sm80:AttentionSm80",
+                     "cute_kernels.kernels.attention.decode_sm90:DecodeSm90")
 
 
 SPLIT_KV_KERNEL = "cute_kernels.kernels.attention.split_kv:SplitKVAttention"
@@ -340,6 +358,7 @@ class AttentionPlan(NamedTuple):
     ctas: int | None = None
     joint: bool = False  # the kernel is the split launch and the combine's (SplitKVAttention)
     cluster: bool = False  # the split kernel combines in clusters: no workspace, o and lse direct
+    decode_rows: int = 0  # > 0: the swap-AB decode kernel, tiles of that many query rows
 
     def run(self, q, k, v, o):
         """(o, lse) for q, k, v of the plan's metadata, o written into ``o`` (checked)."""
@@ -391,17 +410,23 @@ class AttentionRoute(NamedTuple):
     tall: bool  # D = 64, long sequences: 192-row persistent tiles (``TALL_TURNS``)
     # the splits of a tile combine in one cluster through DSMEM (``CLUSTER_COMBINE``)
     cluster: bool = False
+    # > 0: the swap-AB decode kernel's tile of that many query rows (``DECODE_SWAP_AB``)
+    decode_rows: int = 0
 
     def hopper_config(self, head_dim: int) -> dict:
-        """``AttentionSm90``'s keyword arguments on this route."""
+        """The Hopper kernel's keyword arguments on this route (``hopper_kernel``)."""
         return hopper_config(head_dim, self.causal, split_kv=self.splits > 1,
                              short_query=self.short, persistent=self.persistent, tall=self.tall,
-                             cluster_splits=self.splits if self.cluster else 1)
+                             cluster_splits=self.splits if self.cluster else 1,
+                             decode_rows=self.decode_rows)
 
     def describe(self, head_dim: int, path: str = "hopper") -> str:
         """One line for logs and the CLI."""
         parts = []
-        if path == "hopper":
+        if path == "hopper" and self.decode_rows:
+            parts.append(f"Hopper swap-AB decode tiles ({self.decode_rows} query rows as the "
+                         f"MMA's N, 128 keys as its M), one consumer warpgroup, one CTA per tile")
+        elif path == "hopper":
             cfg = self.hopper_config(head_dim)
             bm = cfg.get("block_m") or HOPPER_DEFAULT_TILE[0]
             bn = cfg.get("block_n") or HOPPER_DEFAULT_TILE[1]
@@ -471,7 +496,13 @@ def attention_route(b: int, h: int, h_kv: int, s_q: int, s_kv: int, d: int, caus
         tiles = query_tiles(b, h_kv, s_q, h // h_kv, asked_causal, SHORT_QUERY_ROWS)
         cluster = ((hopper() if callable(hopper) else bool(hopper))
                    and (cluster_capacity is None or tiles <= cluster_capacity(n)))
-    return AttentionRoute(pack, bool(causal), n, short, persistent, tall, cluster)
+    # a few query rows (decoding): the swap-AB kernel, rows as the MMA's N (one tile per
+    # head, as the 64-row tile: the same clusters)
+    rows = pack[2] if pack else s_q
+    swap = (attention_tuning.DECODE_SWAP_AB and rows <= attention_tuning.DECODE_SWAP_AB_MAX_ROWS
+            and (hopper() if callable(hopper) else bool(hopper)))
+    return AttentionRoute(pack, bool(causal), n, short, persistent, tall, cluster,
+                          decode_rows(rows) if swap else 0)
 
 
 def make_plan(q, k, causal: bool, scale: float, num_splits: int,
@@ -495,7 +526,7 @@ def make_plan(q, k, causal: bool, scale: float, num_splits: int,
             raise ValueError(f"config cluster_splits {cluster_splits} must equal the launch's "
                              f"splits ({n}: num_splits, at most one per 128 keys)")
         route = AttentionRoute(None, bool(causal), n, False, False, False, cluster_splits > 1)
-    pack, causal, n, short, persistent, tall, cluster = route
+    pack, causal, n, short, persistent, tall, cluster, rows = route
     # split-KV with the combine kernel: both launches from one host call (SplitKVAttention);
     # in a cluster (Hopper only, so the key names the path's build) the split kernel combines
     joint, pdl = n > 1 and SPLIT_COMBINE_KERNEL_ON and not cluster, SPLIT_COMBINE_PDL
@@ -504,10 +535,10 @@ def make_plan(q, k, causal: bool, scale: float, num_splits: int,
     kernel = kernel_for(q.device, key, lambda path, target: make_build(
         path, q.dtype, d, bool(causal), config=config, split_kv=n > 1, short_query=short,
         persistent=persistent, combine_pdl=(pdl and target_has_pdl(target)) if joint else None,
-        tall=tall, cluster_splits=n if cluster else 1),
+        tall=tall, cluster_splits=n if cluster else 1, decode_rows=rows),
         hopper_key=_config_key(config) + (("short_query",) if short else ())
         + (("persistent",) if persistent else ()) + (("tall",) if tall else ())
-        + (("cluster", n) if cluster else ()))
+        + (("cluster", n) if cluster else ()) + (("decode", rows) if rows else ()))
     cfg = config if config is not None else route.hopper_config(d)
     order, ctas = None, None
     if cfg.get("persistent") and n == 1 and hopper():
@@ -516,7 +547,7 @@ def make_plan(q, k, causal: bool, scale: float, num_splits: int,
             (cfg.get("block_m") or HOPPER_DEFAULT_TILE[0],
              cfg.get("block_n") or HOPPER_DEFAULT_TILE[1]), cfg.get("ctas_per_sm", 1),
             q.device)
-    return AttentionPlan(kernel, float(scale), pack, n, order, ctas, joint, cluster)
+    return AttentionPlan(kernel, float(scale), pack, n, order, ctas, joint, cluster, rows)
 
 
 #: Plans of eager calls by the call's metadata (:func:`_plan_key`): ``attention`` runs a hit
@@ -786,19 +817,22 @@ def default_splits(b: int, h: int, s_q: int, d: int, h_kv: int, s_kv: int, causa
     :func:`attention_route` takes them; ``hbm``: the GPU's peak GB/s, None unknown):
     ``auto_splits``, except that a count above 8 drops to 8 combined in clusters (where
     those fit) up to ``CLUSTER_SPLITS_MAX_KEYS`` keys, or at any length where their CTAs
-    stream as fast as the memory (``tuning.attention.CLUSTER_CTA_GBPS``)."""
+    stream as fast as the memory (``tuning.attention.CLUSTER_CTA_GBPS``, or
+    ``DECODE_CTA_GBPS`` on the swap-AB decode tile)."""
     n = auto_splits(b, h_kv, s_q, s_kv, sms, q_per_kv=h // h_kv, causal=causal)
     if n <= MAX_CLUSTER_SPLITS:
         return n
+    capped = attention_route(b, h, h_kv, s_q, s_kv, d, causal, MAX_CLUSTER_SPLITS, hopper,
+                             cluster_capacity)
+    if not capped.cluster:
+        return n
+    # the swap-AB decode tile streams faster per CTA than the 64-row tile
+    per_cta = (attention_tuning.DECODE_CTA_GBPS if capped.decode_rows
+               else attention_tuning.CLUSTER_CTA_GBPS)
     ctas = MAX_CLUSTER_SPLITS * query_tiles(b, h_kv, s_q, h // h_kv, causal, SHORT_QUERY_ROWS)
-    saturates = (hbm is not None and ctas * attention_tuning.CLUSTER_CTA_GBPS
-                 >= attention_tuning.CLUSTER_HBM_SHARE * hbm)
-    if s_kv <= attention_tuning.CLUSTER_SPLITS_MAX_KEYS or saturates:
-        capped = attention_route(b, h, h_kv, s_q, s_kv, d, causal, MAX_CLUSTER_SPLITS, hopper,
-                                 cluster_capacity)
-        if capped.cluster:
-            return MAX_CLUSTER_SPLITS
-    return n
+    saturates = hbm is not None and ctas * per_cta >= attention_tuning.CLUSTER_HBM_SHARE * hbm
+    return (MAX_CLUSTER_SPLITS if s_kv <= attention_tuning.CLUSTER_SPLITS_MAX_KEYS or saturates
+            else n)
 
 
 def attention_colsum(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

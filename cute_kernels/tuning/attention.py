@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..kernels.attention.tiles import DECODE_ROWS
+
 #: Query rows (after GQA packing) up to which the Hopper path runs 64-row tiles
 #: (``short_query``; perf/RESULTS.md "64-row tiles and cached plans")
 SHORT_QUERY_ROWS = 64
@@ -50,12 +52,26 @@ CLUSTER_SPLITS_MAX_KEYS = 16384
 #: not (0.081 against 0.070).
 CLUSTER_CTA_GBPS = 52.0
 CLUSTER_HBM_SHARE = 0.85
+#: Whether Hopper tiles of at most ``DECODE_SWAP_AB_MAX_ROWS`` query rows (after GQA
+#: packing: decoding) run the swap-AB decode kernel (``DecodeSm90``: keys as the MMA's M, the
+#: rows as its N, kernels/attention/decode_sm90.py) instead of ``AttentionSm90``'s 64-row
+#: tile, whose per-block work on 56-60 padding rows bound the clustered CTAs (H200, CUDA
+#: graphs, B1 H32 H_kv8 S_q 1 (4 rows), ms, swap-AB / 64-row tile, best of 8 clustered and 16
+#: splits: S_kv 4k 0.0107 / 0.0126, 16k 0.0213 / 0.0255, 64k 0.0641 / 0.0702, 128k 0.1222 /
+#: 0.1278; perf/RESULTS.md "Swap-AB decode tiles")
+DECODE_SWAP_AB = True
+#: ... up to this many rows: at S_q 8 (32 rows) the 64-row tile measured as fast or faster
+#: (16k 0.0259 against 0.0275 ms, 64k 0.0702 / 0.0708, 128k 0.1287 / 0.1302)
+DECODE_SWAP_AB_MAX_ROWS = 16
+#: GB/s one clustered swap-AB CTA streams (H200, B1 S_kv 128k: 537 MB in 122.2 us on 64
+#: CTAs, already 0.91 of the HBM's peak: a floor), for ``CLUSTER_HBM_SHARE``'s rule
+DECODE_CTA_GBPS = 68.6
 
 
 def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
                   group: int = 192, split_kv: bool = False, short_query: bool = False,
                   persistent: bool = False, tall: bool = False,
-                  cluster_splits: int = 1) -> dict:
+                  cluster_splits: int = 1, decode_rows: int = 0) -> dict:
     """AttentionSm90 keyword arguments per problem class, from perf/attention_tuning.py on an
     H100 (perf/RESULTS.md): D = 128 -> 128 x 128 tiles with softmax/MMA overlap; D = 64 ->
     192 x 128 on three consumer warpgroups (the softmax's exp2 is the bottleneck there; a
@@ -97,6 +113,10 @@ def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
     if cluster_splits > 1 and not (split_kv and short_query):
         raise ValueError(f"cluster_splits {cluster_splits} is the short-query split-KV "
                          f"launch's (64-row decode tiles)")
+    if decode_rows:
+        if not short_query:
+            raise ValueError(f"decode_rows {decode_rows} is the short-query launch's")
+        return decode_config(head_dim, decode_rows, cluster_splits)
     if colsum:
         if head_dim == 64:
             return dict(block_m=192, colsum=True, group=group, colsum_method="mma_sync")
@@ -123,6 +143,24 @@ def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
         return dict(overlap=True, longest_first=True) if causal and not split_kv else dict(
             overlap=True)
     return dict() if causal else dict(block_m=192)
+
+
+def decode_rows(rows: int) -> int:
+    """The swap-AB decode tile's rows for ``rows`` query rows: the next of ``DECODE_ROWS``."""
+    fitting = [r for r in DECODE_ROWS if r >= rows]
+    if not fitting:
+        raise ValueError(f"a swap-AB decode tile holds at most {DECODE_ROWS[-1]} query rows, "
+                         f"got {rows}")
+    return fitting[0]
+
+
+def decode_config(head_dim: int, rows: int, cluster_splits: int = 1) -> dict:
+    """``DecodeSm90`` keyword arguments (with ``decode_rows``) for a tile of ``rows`` query
+    rows: 128-key blocks, two K/V stages (H200, B1 S_q 1, ms, two / three stages: S_kv 4k
+    0.0107 / 0.0110, 64k 0.0641 / 0.0650, 128k 0.1222 / 0.1240; 64-key blocks, 6 stages:
+    0.0117, 0.0696, 0.1283)."""
+    cfg = dict(decode_rows=decode_rows(rows), block_n=128, stages=2)
+    return dict(cfg, cluster_splits=cluster_splits) if cluster_splits > 1 else cfg
 
 
 def ampere_config(head_dim: int) -> dict:

@@ -68,6 +68,17 @@ class ClusterCombine:
         o_ptr = cute.recast_ptr(smem_ptr, dtype=Float32)
         return o_ptr, o_ptr + self.o_words()
 
+    def staging(self, smem_ptr, transposed: bool = False):
+        """(O, lse) staging tensors at ``smem_ptr`` for a kernel that writes them itself: O
+        as (block_m, D) fp32, or (``transposed``: a swap-AB kernel's O^T accumulator) the
+        same memory as (D, block_m); lse as (block_m,)."""
+        o_ptr, lse_ptr = self._pointers(smem_ptr)
+        layout = self._o_layout()
+        if transposed:
+            layout = cute.select(layout, mode=[1, 0])
+        return (cute.make_tensor(o_ptr, layout),
+                cute.make_tensor(lse_ptr, cute.make_layout(self.block_m)))
+
     @cute.jit
     def stage(self, acc_O: cute.Tensor, lse: cute.Tensor, thr_pv, pv_mma, smem_ptr, ctid):
         """This CTA's normalised O fragment and its rows' lse into its shared memory at

@@ -23,6 +23,7 @@ class NamedBarrier(enum.IntEnum):
     COLSUM_OPERANDS = 5  # 5, 6, 7: consumer c's column-sum operands (P, f) are in smem
     GATHER_INDICES = 8  # the producer warpgroup: a key tile's row indices are in smem
     O_READY = 9  # 9, 10: the O tile in Q's stage s is in smem (consumers -> async store warp)
+    DECODE_COLUMNS = 11  # the swap-AB decode consumers: column maxima / sums exchanged
 
 
 class Pipelines:

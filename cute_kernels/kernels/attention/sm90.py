@@ -4,13 +4,14 @@ Tensors as in sm80.py: q (B, H, S_q, D), k/v (B, H_kv, S_kv, D), o like q, lse (
 fp32; unit-stride head dim. Causal masks bottom-right aligned.
 
 The kernel reads as its roles: ``kernel`` sets up what every role shares and dispatches;
-``load`` is the producer, ``mma`` (with ``_mainloop_sequential`` or
-``_mainloop_overlapped``, the mixin ``ConsumerMainloops`` in mainloop.py) and ``epilogue``
-the consumers. Three seams: which key blocks a query tile visits (``self.key_blocks``,
-block_info.py), how K and V reach shared memory (``self.kv_loader``, kv_loader.py), and the
-column sums (``self.sums``, column_sums.py). The persistent schedule's walk is the mixin
-``PersistentSchedule`` (persistent.py); the warp roles and the state they hand each other
-are in roles.py.
+``load`` is the producer (the mixin ``ProducerLoads``, producer.py), ``mma`` (with
+``_mainloop_sequential`` or ``_mainloop_overlapped``, the mixin ``ConsumerMainloops`` in
+mainloop.py) and ``epilogue`` the consumers. Three seams: which key blocks a query tile
+visits (``self.key_blocks``, block_info.py), how K and V reach shared memory
+(``self.kv_loader``, kv_loader.py), and the column sums (``self.sums``, column_sums.py).
+The persistent schedule's walk is the mixin ``PersistentSchedule`` (persistent.py); the warp
+roles and the state they hand each other are in roles.py. Decoding's few query rows also
+run on ``DecodeSm90`` (decode_sm90.py), the same producer with the MMA's operands swapped.
 """
 
 from __future__ import annotations
@@ -46,13 +47,13 @@ from .online_softmax import (
     store_lse,
 )
 from .persistent import PersistentSchedule, o_ready
+from .producer import ProducerLoads
 from .roles import (
     PRODUCER_WARPGROUP,
     STORE_WARP,
     TMA_WARP,
     ConsumerTile,
     NamedBarrier,
-    Pipelines,
     TileCoord,
 )
 from .tiles import HOPPER_DEFAULT_TILE, LONGEST_FIRST_CHUNK_TILES, colsum_spans_ctas
@@ -64,7 +65,7 @@ REGISTERS = {1: None, 2: (40, 232), 3: (32, 160)}  # None: no reallocation
 TWO_CTA_REGISTERS = (40, 208)
 #: shared memory one CTA may take at two CTAs per SM (228 KiB less 1 KiB reserved per CTA)
 TWO_CTA_SMEM = 113 * 1024
-class AttentionSm90(PersistentSchedule, ConsumerMainloops):
+class AttentionSm90(PersistentSchedule, ConsumerMainloops, ProducerLoads):
     """Warp-specialized flash attention, one CTA per (query block, head, batch), or one per SM
     walking the tiles (``persistent``).
 
@@ -659,127 +660,6 @@ class AttentionSm90(PersistentSchedule, ConsumerMainloops):
                                     (mIndices, mCounts, mFullIndices, mFullCounts, mDocIds),
                                     batch, head, split, n_splits)
         return blocks, rows
-
-    @cute.jit
-    def _pipelines(self, storage, dtype, sQ_layout, sK_layout, sV_layout):
-        """Q (one stage, TMA), K and V (``stages`` each, made by the K/V loader) and, for
-        column sums, the consumers -> writer ring; barriers carved from ``storage.mbar`` in
-        that order (2 per stage)."""
-        consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.consumer_wgs * 4)
-        producer = pipeline.CooperativeGroup(pipeline.Agent.Thread)
-        bar = storage.mbar.data_ptr()
-        # async_store: the store warp alone frees a Q stage (after its TMA store read O)
-        q_consumers = (pipeline.CooperativeGroup(pipeline.Agent.Thread, 1) if self.async_store
-                       else consumers)
-        q_pipe = pipeline.PipelineTmaAsync.create(
-            barrier_storage=bar, num_stages=self.q_stages, producer_group=producer,
-            consumer_group=q_consumers,
-            tx_count=cute.size_in_bytes(dtype, cute.slice_(sQ_layout, (None, None, 0))),
-            cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)))
-        # the loader decides how a K/V stage completes (TMA transaction bytes here)
-        k_pipe, v_pipe = self.kv_loader.make_pipelines(bar + 2 * self.q_stages, self.stages,
-                                                       self.consumer_wgs, dtype, sK_layout,
-                                                       sV_layout)
-        col_pipe = None
-        if cutlass.const_expr(self.colsum):
-            # consumer threads -> the column-sum writer warp; every thread arrives (its own
-            # smem writes or reads are then ordered by its own arrive/wait pair)
-            col_pipe = pipeline.PipelineAsync.create(
-                barrier_storage=bar + 2 * self.q_stages + 4 * self.stages,
-                num_stages=self.colsum_stages,
-                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
-                                                         128 * self.consumer_wgs),
-                consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
-                                                         32 * self.colsum_writers))
-        return Pipelines(q_pipe, k_pipe, v_pipe, col_pipe)
-
-    @cute.jit
-    def load(self, tma_q, tQ, tma_k, tK, tma_v, tV, sQ, sK, sV, pipes, blocks, tile, rows=None,
-             s_kv=None):
-        """Producer (one warp): TMA of Q once, then per visited key block its K and V tiles
-        through the K/V loader (``rows``: the gather's list, for TMA block loads)."""
-        gK, gV = self.kv_loader.tiles(tK, tV)
-        kv = self._tma_partition(tma_k, tma_v, gK, gV, sK, sV, blocks, rows, s_kv)
-        self._load_q(tma_q, tQ, sQ, pipes.q_pipe, tile)
-        self._load_kv(kv, pipes, blocks, tile)
-
-    def _tma_partition(self, tma_k, tma_v, gK, gV, sK, sV, blocks, rows, s_kv):
-        """A TMA loader's views; a block loader's also hold the tile's list (``rows``, of
-        ``blocks.s_kv`` packed key positions)."""
-        if rows is None:
-            return self.kv_loader.partition(tma_k, tma_v, gK, gV, sK, sV)
-        return self.kv_loader.partition(tma_k, tma_v, gK, gV, sK, sV, rows, blocks.s_kv, s_kv)
-
-    @cute.jit
-    def load_gathered(self, tma_q, tQ, mK, mV, sQ, sK, sV, storage, pipes, blocks, tile, rows,
-                      s_kv, tidx, warp):
-        """Producer (the whole warpgroup) for the gather loader: warp 0 brings Q by TMA, then
-        every thread copies its share of each visited key block's K and V rows."""
-        if warp == TMA_WARP:
-            self._load_q(tma_q, tQ, sQ, pipes.q_pipe, tile)
-        sIdx = self.kv_loader.ring(storage.sIdx.data_ptr(), self.stages)
-        kv = self.kv_loader.partition(tidx, mK, mV, sK, sV, sIdx, rows, blocks.s_kv, s_kv)
-        self._load_kv(kv, pipes, blocks, tile)
-
-    @cute.jit
-    def _load_q(self, tma_q, tQ, sQ, q_pipe, tile, q_state=None):
-        """The query tile by TMA: into the one stage, or (``q_state``, persistent) into the
-        state's stage, returning the advanced state."""
-        carried = q_state is not None
-        if cutlass.const_expr(not carried):
-            q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
-        self._issue_q(tma_q, tQ, sQ, q_pipe, tile, q_state)
-        if cutlass.const_expr(carried):
-            q_state.advance()
-        return q_state
-
-    @cute.jit
-    def _issue_q(self, tma_q, tQ, sQ, q_pipe, tile, q_state):
-        """The query tile's TMA into ``q_state``'s stage (the state is not advanced)."""
-        gQ = cute.local_tile(tQ, (self.block_m, self.head_dim), (None, None, None, None))
-        tQsQ, tQgQ = cpasync.tma_partition(tma_q, 0, cute.make_layout(1),
-                                           cute.group_modes(sQ, 0, 2),
-                                           cute.group_modes(gQ, 0, 2))
-        q_pipe.producer_acquire(q_state)
-        cute.copy(tma_q, tQgQ[(None, tile.m_block, 0, tile.head, tile.batch)],
-                  tQsQ[(None, q_state.index)],
-                  tma_bar_ptr=q_pipe.producer_get_barrier(q_state))
-        q_pipe.producer_commit(q_state)
-
-    @cute.jit
-    def _load_kv(self, kv, pipes, blocks, tile):
-        """K and V of every visited key block through the loader, then the pipelines'
-        tails."""
-        k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
-        v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
-        k_state, v_state = self._load_kv_blocks(kv, pipes, blocks, tile, k_state, v_state)
-        pipes.k_pipe.producer_tail(k_state)
-        pipes.v_pipe.producer_tail(v_state)
-
-    @cute.jit
-    def _load_kv_blocks(self, kv, pipes, blocks, tile, k_state, v_state):
-        """K and V of the tile's visited key blocks from the given pipeline states (returned
-        advanced). With the gather loader's ``gather_prefetch``, each block's key rows are
-        fetched while the block before it is copied (``load_k`` takes this block's and returns
-        the next)."""
-        k_pipe, v_pipe = pipes.k_pipe, pipes.v_pipe
-        prefetch = self.gather and self.gather_prefetch and self.kv_loader.row_prefetch
-        row = cutlass.Int32(0)
-        if cutlass.const_expr(prefetch):
-            if blocks.n_blocks > 0:
-                row = self.kv_loader.fetch_row(kv, self.key_blocks.block(blocks, 0))
-        for step in cutlass.range(blocks.n_blocks, unroll=1):
-            n = self.key_blocks.block(blocks, step)
-            if cutlass.const_expr(prefetch):
-                n_next = self.key_blocks.block(blocks, cutlass.min(step + 1, blocks.n_blocks - 1))
-                row = self.kv_loader.load_k(kv, k_pipe, k_state, n, tile.kv_head, tile.batch,
-                                            row, n_next)
-            else:
-                self.kv_loader.load_k(kv, k_pipe, k_state, n, tile.kv_head, tile.batch)
-            k_state.advance()
-            self.kv_loader.load_v(kv, v_pipe, v_state, n, tile.kv_head, tile.batch)
-            v_state.advance()
-        return k_state, v_state
 
     @cute.jit
     def mma(self, qk_mma, pv_mma, col_mma, sQ, sK, sV, storage, sP_layout, sF_layout, sCol,

@@ -1,7 +1,7 @@
 """Tile facts of the Hopper attention kernel that the op layer needs before any kernel is
 loaded, so they live apart from the DSL code (this module imports nothing): the default
-tile, the longest-first chunk, the most splits a cluster combines, and whether a column-sum
-query group spans two CTAs."""
+tile, the longest-first chunk, the most splits a cluster combines, the swap-AB decode tile's
+row counts, and whether a column-sum query group spans two CTAs."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ LONGEST_FIRST_CHUNK_TILES = 128
 #: portable cluster size (16-CTA clusters of 64 x 64 tiles two per SM measured slower than
 #: the combine kernel, perf/RESULTS.md "Decode attention")
 MAX_CLUSTER_SPLITS = 8
+#: query rows a swap-AB decode tile may have (``DecodeSm90``: the rows are the MMA's N)
+DECODE_ROWS = (8, 16, 32, 64)
 
 
 def colsum_spans_ctas(group: int, block_m: int | None) -> bool:
