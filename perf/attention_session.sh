@@ -728,6 +728,19 @@ if [ "$PART" = swap-h100 ]; then  # the swap-AB route on another GPU: tests, dec
   grep "clusters held" "$OUT/swh-capacity.log"; tail -2 "$OUT/swh-tests.log"
   grep -A 16 "^ours:" "$OUT/swh-graphs.log"
 fi
+if [ "$PART" = swap-stages ]; then  # HBM-bound decode (B4, B16): deeper or finer K/V rings
+  step sws-tiles 400 python perf/decode_tiles.py --graphs --block-m 64 \
+    --swap-ab 128x2,128x3,64x4 --splits 1,4 --batch 4,16 --s-q 1 --s-kv 65536,131072
+  grep -A 8 "^decode tiles" "$OUT/sws-tiles.log"
+fi
+if [ "$PART" = swap5 ]; then  # the swap-AB kernel's softmax / MMA overlap: tests, A/B
+  step sw5-tests 240 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
+    -k "swap_ab"
+  step sw5-graphs 330 python perf/decode_tiles.py --graphs --cluster --block-m 64 \
+    --swap-ab 128x2,128x2seq --splits 8,16 --batch 1 --s-q 1,8 \
+    --s-kv 4096,16384,65536,131072
+  tail -2 "$OUT/sw5-tests.log"; grep -A 14 "^decode tiles" "$OUT/sw5-graphs.log"
+fi
 if [ "$PART" = attention-all ]; then  # every attention-family GPU test
   step aa-tests 560 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
     tests/test_dispatch_gpu.py

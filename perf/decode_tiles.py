@@ -39,6 +39,7 @@ from decode import (  # perf/ is the script's directory
 from cute_kernels.bench import bench_interleaved, format_table, input_sets_needed
 from cute_kernels.kernels.attention.tiles import MAX_CLUSTER_SPLITS
 from cute_kernels.ops.attention import _attention
+from cute_kernels.tuning.attention import decode_rows
 
 
 def ours(b: int, s_q: int, block_m: int, n: int, stages: int = 2, two_per_sm: bool = False,
@@ -46,7 +47,7 @@ def ours(b: int, s_q: int, block_m: int, n: int, stages: int = 2, two_per_sm: bo
     rows = (H // H_KV) * s_q
     config = dict(overlap=overlap, block_m=block_m, stages=stages, block_n=block_n)
     if swap:  # the swap-AB decode kernel (DecodeSm90) on tiles of the packed rows
-        config = dict(decode_rows=-(-rows // 8) * 8, stages=stages, block_n=block_n)
+        config = dict(decode_rows=decode_rows(rows), stages=stages, block_n=block_n)
     if cluster and 2 <= n <= MAX_CLUSTER_SPLITS:  # the splits combined in a cluster
         config.update(cluster_splits=n)
     if two_per_sm:  # 64 x 64 tiles, two CTAs per SM (the short causal tiles)

@@ -518,18 +518,19 @@ def test_cluster_combine_ptx(head_dim, splits):
     (128, 64, False, 4, True)])
 def test_swap_ab_decode_ptx(head_dim, rows, causal, splits, cluster):
     """The swap-AB decode kernel: per key block (block_n / 64) x (D / 16) wgmmas m64nRk16 for
-    S^T and (D / 64) x (block_n / 16) for O^T, both on shared-memory operands (no register A),
-    two named barriers of the consumer warpgroup per block (+ one for the final sums), the
-    cluster's combine or the combine kernel's dependent launch, no spills, no serialized
+    S^T and (D / 64) x (block_n / 16) for O^T, both on shared-memory operands (no register
+    A), two named barriers of the consumer warpgroup per block and one for the final sums,
+    the cluster's combine or the combine kernel's dependent launch, no spills, no serialized
     wgmma."""
     import torch
 
     from cute_kernels.ops.attention import make_build
     from cute_kernels.runtime.compile import compile_ptx
+    from cute_kernels.tuning.attention import decode_config
 
     ptx = compile_ptx(make_build("hopper", torch.bfloat16, head_dim, causal,
-                                 split_kv=splits > 1, short_query=True,
-                                 cluster_splits=splits if cluster else 1, decode_rows=rows),
+                                 split_kv=splits > 1,
+                                 config=decode_config(head_dim, rows, splits if cluster else 1)),
                       "sm_90a")
     wgmma = f"wgmma.mma_async.sync.aligned.m64n{rows}k16.f32.bf16.bf16"
     assert ptx.count(wgmma) == 2 * (128 // 64) * (head_dim // 16)  # S^T and O^T, unrolled

@@ -46,6 +46,16 @@ from .tiles import DECODE_ROWS
 COLUMN_LANE_STRIDES = (16, 8, 4)
 
 
+class DecodeTile:
+    """One consumer thread's state in ``DecodeSm90``'s loop: the MMAs, their smem fragments
+    (K, Q, V, P^T) and accumulators (S^T, O^T), P^T in registers and its smem stages, the
+    running column max and partial sum, the reduction buffer, the score coordinates, the
+    K/V pipelines, the tile's key-block view and the scale."""
+
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+
 class DecodeSm90(ProducerLoads):
     """Swap-AB flash attention for tiles of at most 64 query rows (decoding), one CTA per
     (query tile, head, batch entry[, split]).
@@ -117,9 +127,12 @@ class DecodeSm90(ProducerLoads):
         dtype = mQ.element_type
         R, BN, D = self.block_m, self.block_n, self.head_dim
         # S^T = K Q^T: keys as M (block_n / 64 atoms down the warpgroup's M), rows as N
-        qk_mma = sm90_utils.make_trivial_tiled_mma(
+        # S^T = K Q^T: keys as M (block_n / 64 atoms down the warpgroup's M), rows as N; its
+        # first k-step's copy overwrites S^T (no zero fill for ptxas to order against the
+        # wgmmas, no accumulate flag rebound inside the loop)
+        qk_mma, qk_first = (sm90_utils.make_trivial_tiled_mma(
             dtype, dtype, OperandMajorMode.K, OperandMajorMode.K, Float32, (1, 1, 1),
-            tiler_mn=(64, R))
+            tiler_mn=(64, R)) for _ in range(2))
         # O^T += V^T P^T: head dims as M (V read D-contiguous: MN-major), P^T N-major
         pv_mma = sm90_utils.make_trivial_tiled_mma(
             dtype, dtype, OperandMajorMode.MN, OperandMajorMode.MN, Float32, (1, 1, 1),
@@ -154,14 +167,15 @@ class DecodeSm90(ProducerLoads):
         if cutlass.const_expr(combine is not None):
             grid = (grid[0], grid[1], mQ.shape[0] * combine.splits)
             cluster = (1, 1, combine.splits)
-        self.kernel(qk_mma, pv_mma, tma_q, tQ, tma_k, tK, tma_v, tV, mO, mLSE, mQ.shape[2],
-                    mK.shape[2], mQ.shape[1] // mK.shape[1], scale * Float32(LOG2E),
+        self.kernel(qk_mma, qk_first, pv_mma, tma_q, tQ, tma_k, tK, tma_v, tV, mO, mLSE,
+                    mQ.shape[2], mK.shape[2], mQ.shape[1] // mK.shape[1], scale * Float32(LOG2E),
                     sQ_layout, sK_layout, sV_layout, sP_layout,
                     mQ.shape[0] if cutlass.const_expr(self.split_kv) else None).launch(
             grid=grid, block=(self.threads, 1, 1), stream=stream, cluster=cluster)
 
     @cute.kernel
-    def kernel(self, qk_mma: cute.TiledMma, pv_mma: cute.TiledMma, tma_q: cute.CopyAtom,
+    def kernel(self, qk_mma: cute.TiledMma, qk_first: cute.TiledMma, pv_mma: cute.TiledMma,
+               tma_q: cute.CopyAtom,
                tQ: cute.Tensor, tma_k: cute.CopyAtom, tK: cute.Tensor, tma_v: cute.CopyAtom,
                tV: cute.Tensor, mO: cute.Tensor, mLSE: cute.Tensor, s_q: Int32, s_kv: Int32,
                q_per_kv: Int32, scale_log2: Float32, sQ_layout: cute.ComposedLayout,
@@ -191,8 +205,8 @@ class DecodeSm90(ProducerLoads):
             if warp == TMA_WARP:
                 self.load(tma_q, tQ, tma_k, tK, tma_v, tV, sQ, sK, sV, pipes, blocks, tile)
         else:
-            self.mma(qk_mma, pv_mma, sQ, sK, sV, storage, sP_layout, pipes, blocks, tile, mO,
-                     mLSE, s_q, scale_log2, tidx - 128)
+            self.mma(qk_mma, qk_first, pv_mma, sQ, sK, sV, storage, sP_layout, pipes, blocks,
+                     tile, mO, mLSE, s_q, scale_log2, tidx - 128)
         if cutlass.const_expr(self.cluster_combine is not None):
             # as AttentionSm90's: every role meets the cluster once the partials are staged,
             # the consumers merge their rows, and no CTA frees its staging before all read it
@@ -205,78 +219,102 @@ class DecodeSm90(ProducerLoads):
             cute.arch.cluster_wait()
 
     @cute.jit
-    def mma(self, qk_mma, pv_mma, sQ, sK, sV, storage, sP_layout, pipes, blocks, tile, mO,
+    def mma(self, qk_mma, qk_first, pv_mma, sQ, sK, sV, storage, sP_layout, pipes, blocks, tile, mO,
             mLSE, s_q, scale_log2, ctid):
-        """The consumer warpgroup: per visited key block S^T, the column softmax, P^T to
-        smem and O^T += V^T P^T, all retired before the next block; then the epilogue."""
+        """The consumer warpgroup: fragments and the running softmax state, the key-block
+        loop, then the epilogue."""
         R, BN, D = self.block_m, self.block_n, self.head_dim
         thr_qk = qk_mma.get_slice(ctid)
         thr_pv = pv_mma.get_slice(ctid)
         sP = storage.sP.get_tensor(sP_layout.outer, swizzle=sP_layout.inner)
-        tSrK = qk_mma.make_fragment_A(thr_qk.partition_A(sK))
-        tSrQ = qk_mma.make_fragment_B(thr_qk.partition_B(sQ))
-        tOrV = pv_mma.make_fragment_A(thr_pv.partition_A(sV))
-        tOrP = pv_mma.make_fragment_B(thr_pv.partition_B(sP))
-        # P^T's stage as (keys, rows), partitioned like the S^T accumulator it is stored from
-        tPsP = thr_qk.partition_C(cute.make_tensor(
-            sP.iterator, cute.select(sP.layout, mode=[1, 0, 2]))[None, None, 0])
-        sRed = cute.make_tensor(storage.sRed.data_ptr(), cute.make_layout((R, 4), stride=(1, R)))
         acc_S = cute.make_rmem_tensor(qk_mma.partition_shape_C((BN, R)), Float32)
         acc_O = cute.make_rmem_tensor(pv_mma.partition_shape_C((D, R)), Float32)
         acc_O.fill(0.0)
-        rP = cute.make_rmem_tensor_like(acc_S, sQ.element_type)
         pv_mma.set(warpgroup.Field.ACCUMULATE, True)
+        qk_mma.set(warpgroup.Field.ACCUMULATE, True)
+        qk_first.set(warpgroup.Field.ACCUMULATE, False)
         cols = cute.size(acc_mn_view(acc_S), mode=[1])
-        col_max = cute.make_rmem_tensor(cols, Float32)
-        col_sum = cute.make_rmem_tensor(cols, Float32)
-        col_max.fill(-Float32.inf)
-        col_sum.fill(0.0)
-        # each thread's (key, row) coordinates within a block, for the masks
-        tScS = thr_qk.partition_C(cute.make_identity_tensor((BN, R)))
-        warp_c, lane = ctid // 32, ctid % 32
-
+        dt = DecodeTile(
+            qk_mma=qk_mma, qk_first=qk_first, pv_mma=pv_mma,
+            tSrK=qk_mma.make_fragment_A(thr_qk.partition_A(sK)),
+            tSrQ=qk_mma.make_fragment_B(thr_qk.partition_B(sQ)),
+            tOrV=pv_mma.make_fragment_A(thr_pv.partition_A(sV)),
+            tOrP=pv_mma.make_fragment_B(thr_pv.partition_B(sP)),
+            # P^T as (keys, rows), partitioned like the S^T accumulator it is stored from
+            tPsP=thr_qk.partition_C(cute.make_tensor(
+                sP.iterator, cute.select(sP.layout, mode=[1, 0, 2]))[None, None, 0]),
+            acc_S=acc_S, acc_O=acc_O, rP=cute.make_rmem_tensor_like(acc_S, sQ.element_type),
+            col_max=cute.make_rmem_tensor(cols, Float32),
+            col_sum=cute.make_rmem_tensor(cols, Float32),
+            sRed=cute.make_tensor(storage.sRed.data_ptr(),
+                                  cute.make_layout((R, 4), stride=(1, R))),
+            # each thread's (key, row) coordinates within a block, for the masks
+            tScS=thr_qk.partition_C(cute.make_identity_tensor((BN, R))),
+            k_pipe=pipes.k_pipe, v_pipe=pipes.v_pipe, blocks=blocks, scale_log2=scale_log2,
+            warp_c=ctid // 32, lane=ctid % 32)
+        dt.col_max.fill(-Float32.inf)
+        dt.col_sum.fill(0.0)
         q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
-        k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
-        v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
-        k_pipe, v_pipe = pipes.k_pipe, pipes.v_pipe
         pipes.q_pipe.consumer_wait(q_state)
-        for step in cutlass.range(blocks.n_blocks, unroll=1):
-            n = self.key_blocks.block(blocks, step)
-            k_pipe.consumer_wait(k_state)
-            warpgroup.fence()
-            # S^T overwritten by the first k-step (no zero fill for ptxas to order against
-            # the wgmmas), accumulated by the rest
-            qk_mma.set(warpgroup.Field.ACCUMULATE, False)
-            for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
-                cute.gemm(qk_mma, acc_S, tSrK[(None, None, kb, k_state.index)],
-                          tSrQ[(None, None, kb, 0)], acc_S)
-                qk_mma.set(warpgroup.Field.ACCUMULATE, True)
-            warpgroup.commit_group()
-            warpgroup.wait_group(0)
-            k_pipe.consumer_release(k_state)
-            k_state.advance()
-            if self.key_blocks.needs_mask(blocks, n, step):
-                self._mask(acc_S, tScS, n, blocks)
-            self._softmax(acc_S, acc_O, col_max, col_sum, sRed, tScS, scale_log2, warp_c, lane)
-            rP.store(acc_S.load().to(rP.element_type))
-            cute.autovec_copy(rP, tPsP)
-            # P^T visible to the wgmma (async proxy) and every warp's part of it written
-            cute.arch.fence_proxy("async.shared", space="cta")
-            cute.arch.barrier(barrier_id=int(NamedBarrier.DECODE_COLUMNS), number_of_threads=128)
-            v_pipe.consumer_wait(v_state)
-            warpgroup.fence()
-            for kb in cutlass.range_constexpr(cute.size(tOrP, mode=[2])):
-                cute.gemm(pv_mma, acc_O, tOrV[(None, None, kb, v_state.index)],
-                          tOrP[(None, None, kb, 0)], acc_O)
-            warpgroup.commit_group()
-            warpgroup.wait_group(0)
-            v_pipe.consumer_release(v_state)
-            v_state.advance()
+        self._key_loop(dt)
         if cutlass.const_expr(self.split_kv and self.cluster_combine is None):
             # the combine kernel (a programmatic dependent) may launch: it waits for our writes
             cute.arch.griddepcontrol_launch_dependents()
-        lse = self._finish(acc_O, col_max, col_sum, sRed, tScS, scale_log2, warp_c, lane)
-        self._epilogue(acc_O, lse, thr_pv, tScS, storage, mO, mLSE, tile, s_q, ctid)
+        lse = self._finish(dt)
+        self._epilogue(acc_O, lse, thr_pv, dt.tScS, storage, mO, mLSE, tile, s_q, ctid)
+
+    @cute.jit
+    def _key_loop(self, dt):
+        """Per key block: S^T, the softmax, P^T to smem, O^T += V^T P^T, each retired before
+        the next. (Issuing S^T(n) beside P V(n - 1), as ``AttentionSm90``'s overlap does,
+        measured 3-6% slower here: the V stage held a block longer halves the bytes the
+        producer keeps in flight, and these CTAs are bound by those, not by their MMAs;
+        perf/RESULTS.md "Swap-AB decode tiles".)"""
+        k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
+        v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
+        k_pipe, v_pipe, blocks = dt.k_pipe, dt.v_pipe, dt.blocks
+        for step in cutlass.range(blocks.n_blocks, unroll=1):
+            n = self.key_blocks.block(blocks, step)
+            self._issue_qk(dt, k_state)
+            warpgroup.wait_group(0)
+            k_pipe.consumer_release(k_state)
+            k_state.advance()
+            self._softmax(dt, n, step)
+            self._store_p(dt)
+            self._issue_pv(dt, v_state)
+            warpgroup.wait_group(0)
+            v_pipe.consumer_release(v_state)
+            v_state.advance()
+
+    @cute.jit
+    def _issue_qk(self, dt, k_state):
+        """Issue S^T = K Q^T for K stage ``k_state`` (one commit group)."""
+        dt.k_pipe.consumer_wait(k_state)
+        warpgroup.fence()
+        for kb in cutlass.range_constexpr(cute.size(dt.tSrQ, mode=[2])):
+            cute.gemm(dt.qk_first if kb == 0 else dt.qk_mma, dt.acc_S,
+                      dt.tSrK[(None, None, kb, k_state.index)], dt.tSrQ[(None, None, kb, 0)],
+                      dt.acc_S)
+        warpgroup.commit_group()
+
+    @cute.jit
+    def _issue_pv(self, dt, v_state):
+        """Issue O^T += V^T P^T for V stage ``v_state`` (one commit group)."""
+        dt.v_pipe.consumer_wait(v_state)
+        warpgroup.fence()
+        for kb in cutlass.range_constexpr(cute.size(dt.tOrP, mode=[2])):
+            cute.gemm(dt.pv_mma, dt.acc_O, dt.tOrV[(None, None, kb, v_state.index)],
+                      dt.tOrP[(None, None, kb, 0)], dt.acc_O)
+        warpgroup.commit_group()
+
+    @cute.jit
+    def _store_p(self, dt):
+        """P^T (bf16) into shared memory, visible to the wgmmas (async proxy) once every warp
+        has passed the barrier."""
+        dt.rP.store(dt.acc_S.load().to(dt.rP.element_type))
+        cute.autovec_copy(dt.rP, dt.tPsP)
+        cute.arch.fence_proxy("async.shared", space="cta")
+        cute.arch.barrier(barrier_id=int(NamedBarrier.DECODE_COLUMNS), number_of_threads=128)
 
     @cute.jit
     def _mask(self, acc_S, tScS, n, blocks):
@@ -293,16 +331,20 @@ class DecodeSm90(ProducerLoads):
                                              -Float32.inf, s_mn[r, c])
 
     @cute.jit
-    def _softmax(self, acc_S, acc_O, col_max, col_sum, sRed, tScS, scale_log2, warp_c, lane):
-        """Fold one block of S^T into each query row's running max and (per-thread partial)
-        sum: the block's column maxima over all 128 threads, O^T's columns rescaled, S^T
-        turned into unnormalised probabilities. A row with every score -inf so far keeps max
-        -inf and gets nothing (exp2(-inf) = 0, never inf - inf)."""
-        s_mn, o_mn, c_mn = acc_mn_view(acc_S), acc_mn_view(acc_O), acc_mn_view(tScS)
+    def _softmax(self, dt, n, step):
+        """Fold key block ``n`` (visit ``step``; masked where the key-block iterator says so)
+        of S^T into each query row's running max and (per-thread partial) sum: the block's
+        column maxima over all 128 threads, O^T's columns rescaled, S^T turned into
+        unnormalised probabilities. A row with every score -inf so far keeps max -inf and
+        gets nothing (exp2(-inf) = 0, never inf - inf)."""
+        if self.key_blocks.needs_mask(dt.blocks, n, step):
+            self._mask(dt.acc_S, dt.tScS, n, dt.blocks)
+        s_mn, o_mn = acc_mn_view(dt.acc_S), acc_mn_view(dt.acc_O)
+        col_max, col_sum, scale_log2 = dt.col_max, dt.col_sum, dt.scale_log2
         block_max = cute.make_rmem_tensor(cute.size(col_max), Float32)
         for c in cutlass.range_constexpr(cute.size(col_max)):
             block_max[c] = s_mn[None, c].load().reduce(cute.ReductionOp.MAX, -Float32.inf, 0)
-        self._exchange(block_max, sRed, c_mn, True, warp_c, lane)
+        self._exchange(dt, block_max, True)
         for c in cutlass.range_constexpr(cute.size(col_max)):
             m_new = cute.arch.fmax(block_max[c], col_max[c])
             m_safe = Float32(0.0) if m_new == -Float32.inf else m_new
@@ -315,11 +357,12 @@ class DecodeSm90(ProducerLoads):
             s_mn[None, c] = p
 
     @cute.jit
-    def _exchange(self, values, sRed, c_mn, is_max: cutlass.Constexpr, warp_c, lane):
+    def _exchange(self, dt, values, is_max: cutlass.Constexpr):
         """``values[c]`` (one per column of this thread) reduced (max, or sum) over the
         warpgroup's 128 threads: shuffles across the 8 lanes of a warp that hold the column,
         then the 4 warps' results through ``sRed`` (lanes 0-3 hold every column between
         them) and one named barrier. The caller's next barrier orders ``sRed``'s reuse."""
+        sRed, c_mn = dt.sRed, acc_mn_view(dt.tScS)
         for c in cutlass.range_constexpr(cute.size(values)):
             for stride in cutlass.range_constexpr(len(COLUMN_LANE_STRIDES)):
                 other = cute.arch.shuffle_sync_bfly(values[c],
@@ -328,9 +371,9 @@ class DecodeSm90(ProducerLoads):
                     values[c] = cute.arch.fmax(values[c], other)
                 else:
                     values[c] = values[c] + other
-        if lane < 4:
+        if dt.lane < 4:
             for c in cutlass.range_constexpr(cute.size(values)):
-                sRed[c_mn[0, c][1], warp_c] = values[c]
+                sRed[c_mn[0, c][1], dt.warp_c] = values[c]
         cute.arch.barrier(barrier_id=int(NamedBarrier.DECODE_COLUMNS), number_of_threads=128)
         for c in cutlass.range_constexpr(cute.size(values)):
             row = c_mn[0, c][1]
@@ -341,11 +384,11 @@ class DecodeSm90(ProducerLoads):
                 values[c] = (sRed[row, 0] + sRed[row, 1]) + (sRed[row, 2] + sRed[row, 3])
 
     @cute.jit
-    def _finish(self, acc_O, col_max, col_sum, sRed, tScS, scale_log2, warp_c, lane):
+    def _finish(self, dt):
         """O^T's columns divided by their rows' sums; returns each column's lse (natural
         log; -inf and O = 0 for a row that saw no key)."""
-        o_mn = acc_mn_view(acc_O)
-        self._exchange(col_sum, sRed, acc_mn_view(tScS), False, warp_c, lane)
+        o_mn, col_max, col_sum = acc_mn_view(dt.acc_O), dt.col_max, dt.col_sum
+        self._exchange(dt, col_sum, False)
         lse = cute.make_rmem_tensor(cute.size(col_sum), Float32)
         for c in cutlass.range_constexpr(cute.size(col_sum)):
             total = col_sum[c]
@@ -353,7 +396,7 @@ class DecodeSm90(ProducerLoads):
             inv = Float32(0.0) if empty else cute.arch.rcp_approx(total)
             o_mn[None, c] = o_mn[None, c].load() * inv
             lse[c] = -Float32.inf if empty else (
-                col_max[c] * scale_log2 + cute.math.log2(total, fastmath=True)) * Float32(LN2)
+                col_max[c] * dt.scale_log2 + cute.math.log2(total, fastmath=True)) * Float32(LN2)
         return lse
 
     @cute.jit
