@@ -741,6 +741,23 @@ if [ "$PART" = swap5 ]; then  # the swap-AB kernel's softmax / MMA overlap: test
     --s-kv 4096,16384,65536,131072
   tail -2 "$OUT/sw5-tests.log"; grep -A 14 "^decode tiles" "$OUT/sw5-graphs.log"
 fi
+if [ "$PART" = swap-final-tests ]; then  # the final code: every attention GPU test, sanitizers
+  step swf-tests 500 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
+    tests/test_dispatch_gpu.py
+  probe swf-memcheck memcheck 1 9000 16 4 128 0 splits 8
+  probe swf-racecheck racecheck 1 9000 16 4 128 0 splits 8
+  probe swf-memcheck-causal memcheck 7 3000 4 4 64 1
+  probe swf-racecheck-combine racecheck 2 5000 16 2 128 0 splits 16
+  tail -3 "$OUT/swf-tests.log"
+  for f in "$OUT"/swf-*check*.log; do echo "$f: $(grep -c "^ok" "$f") ok, $(grep -i \
+    "ERROR SUMMARY\|RACECHECK SUMMARY" "$f")"; done
+fi
+if [ "$PART" = swap-final-perf ]; then  # the final code: the op's decode default against SDPA
+  step swp-graphs 330 python perf/decode.py --graphs --batch 1,4,16 --s-q 1,8 \
+    --s-kv 4096,16384,65536,131072 --splits 8,16 --out "$OUT/swp"
+  step swp-eager 200 python perf/decode.py --quick --splits 8,16 --out "$OUT/swp"
+  grep -A 30 "^ours:" "$OUT/swp-graphs.log"; grep -A 12 "^ours:" "$OUT/swp-eager.log"
+fi
 if [ "$PART" = attention-all ]; then  # every attention-family GPU test
   step aa-tests 560 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
     tests/test_dispatch_gpu.py

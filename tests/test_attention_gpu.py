@@ -336,9 +336,11 @@ def test_cluster_combine_matches_reference(b, h, h_kv, s_q, s_kv, d, causal, spl
     (1, 2, 2, 20, 500, 128, True, 1, False, 8),  # three query tiles per head, unsplit
     (2, 16, 2, 1, 129, 128, False, 2, True, 8),  # a range of one key
     (1, 8, 8, 1, 1, 64, False, 1, False, 8),  # one key
+    (1, 4, 4, 8, 3, 64, True, 1, False, 8),  # S_q > S_kv causal: rows that see no key
     (2, 8, 1, 8, 5000, 128, False, 4, True, 64)])  # 64 packed rows, 2 stages
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_swap_ab_decode_matches_reference(b, h, h_kv, s_q, s_kv, d, causal, splits, cluster,
-                                          rows):
+                                          rows, dtype):
     """The swap-AB decode kernel (``DecodeSm90``: keys as the MMA's M, query rows as N),
     forced by ``config`` on the problem as given or, for GQA, with the query heads of a KV
     head packed into its tile as the op packs them: o and lse against the float32 reference,
@@ -346,7 +348,7 @@ def test_swap_ab_decode_matches_reference(b, h, h_kv, s_q, s_kv, d, causal, spli
     from cute_kernels.tuning.attention import decode_config
 
     torch.manual_seed(int.from_bytes(os.urandom(4), "little") % 2**31)
-    q, k, v = qkv(b, h, h_kv, s_q, s_kv, d)
+    q, k, v = qkv(b, h, h_kv, s_q, s_kv, d, dtype)
     packed = h_kv < h
     shape = (b, h_kv, (h // h_kv) * s_q, d) if packed else q.shape
     q_run = q.contiguous().view(shape) if packed else q
@@ -368,10 +370,13 @@ def test_swap_ab_decode_matches_reference(b, h, h_kv, s_q, s_kv, d, causal, spli
 def test_swap_ab_decode_route(b, h, h_kv, s_q, s_kv, d, causal, splits, rows, monkeypatch):
     """The op's decode route on the swap-AB kernel (``DECODE_SWAP_AB``, at most
     ``DECODE_SWAP_AB_MAX_ROWS`` query rows a tile): o and lse against the float32 reference,
-    written into a poisoned ``out``; the tile's rows asserted, so a change of route fails."""
+    written into a poisoned ``out``; the tile's rows asserted, so a change of route fails.
+    K and V are (B, S, H, D) tensors seen through ``.transpose(1, 2)`` (a KV cache's
+    layout), q as ``qkv`` makes it."""
     torch.manual_seed(int.from_bytes(os.urandom(4), "little") % 2**31)
     made = _spy_plans(monkeypatch)
     q, k, v = qkv(b, h, h_kv, s_q, s_kv, d)
+    k, v = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (k, v))
     out = torch.full_like(q, float("nan"))
     o, lse = ck.attention(q, k, v, causal=causal, out=out, return_lse=True, num_splits=splits)
     assert o is out and len(made) == 1 and made[0].decode_rows == rows
