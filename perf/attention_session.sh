@@ -758,6 +758,15 @@ if [ "$PART" = swap-final-perf ]; then  # the final code: the op's decode defaul
   step swp-eager 200 python perf/decode.py --quick --splits 8,16 --out "$OUT/swp"
   grep -A 30 "^ours:" "$OUT/swp-graphs.log"; grep -A 12 "^ours:" "$OUT/swp-eager.log"
 fi
+if [ "$PART" = swap-final-h100 ]; then  # the final code on an H100: decode tests, graphs, eager
+  step swfh-tests 240 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
+    -k "swap_ab or split or decode or num_splits or gqa or repeat_calls or cluster"
+  step swfh-graphs 250 python perf/decode.py --graphs --batch 1,4,16 --s-q 1 \
+    --s-kv 4096,16384,65536,131072 --splits 8,16 --out "$OUT/swfh"
+  step swfh-eager 150 python perf/decode.py --quick --splits 8,16 --out "$OUT/swfh"
+  tail -2 "$OUT/swfh-tests.log"
+  grep -A 17 "^ours:" "$OUT/swfh-graphs.log"; grep -A 12 "^ours:" "$OUT/swfh-eager.log"
+fi
 if [ "$PART" = attention-all ]; then  # every attention-family GPU test
   step aa-tests 560 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
     tests/test_dispatch_gpu.py

@@ -109,7 +109,9 @@ def hopper_config(head_dim: int, causal: bool, colsum: bool = False,
     tiles, three consumer warpgroups with the overlap, one CTA per SM, taking turns with
     ``TALL_TURNS`` (H100, B8 H32 S4096: 2.39-2.40 ms without turns, 2.263 with, against 2.44-
     2.49 for the 64-row tiles; ``TALL_TILE_MIN_SEQ``). ``cluster_splits`` (a short-query
-    split-KV launch, ``CLUSTER_COMBINE``): its splits combined in a cluster."""
+    split-KV launch, ``CLUSTER_COMBINE``): its splits combined in a cluster. ``decode_rows``
+    (a short-query launch of at most ``DECODE_SWAP_AB_MAX_ROWS`` rows, ``DECODE_SWAP_AB``):
+    the swap-AB decode kernel's configuration (``decode_config``)."""
     if cluster_splits > 1 and not (split_kv and short_query):
         raise ValueError(f"cluster_splits {cluster_splits} is the short-query split-KV "
                          f"launch's (64-row decode tiles)")
