@@ -307,6 +307,16 @@ class SplitKeyBlocks(DenseKeyBlocks):
         return self.base._needs_mask(tile.m_block, n, tile.s_q, tile.s_kv)
 
 
+def split_launch(tiles, heads, q_batch, o_batch, split_kv: bool, cluster_splits=None):
+    """(grid, cluster) of a one-CTA-per-tile attention launch (trace time): z is the batch
+    entry; a split-KV launch's ``o_batch`` = n_splits x B entries (split x B + batch); with
+    ``cluster_splits`` n, batch x n + split in (1, 1, n) clusters. ``split_of_batch`` reads
+    z back."""
+    if cluster_splits is not None:
+        return (tiles, heads, q_batch * cluster_splits), (1, 1, cluster_splits)
+    return (tiles, heads, o_batch if split_kv else q_batch), (1, 1, 1)
+
+
 def split_of_batch(split_kv: bool, batch, q_batch, mLSE, cluster_splits=None):
     """(split, batch, n_splits) of a CTA's grid batch coordinate (trace time, inline): a
     split-KV launch runs ``split * B + batch`` (``q_batch`` = B) and its lse holds all

@@ -34,7 +34,13 @@ from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
 from ..common.constants import LN2, LOG2E, SM90_SMEM_BYTES
-from .block_info import SplitKeyBlocks, key_block_policy, key_block_tile, split_of_batch
+from .block_info import (
+    SplitKeyBlocks,
+    key_block_policy,
+    key_block_tile,
+    split_launch,
+    split_of_batch,
+)
 from .cluster_combine import ClusterCombine
 from .kv_loader import TmaKVLoader, _sdhb
 from .online_softmax import acc_mn_view
@@ -159,14 +165,9 @@ class DecodeSm90(ProducerLoads):
 
         self.storage_cls = SharedStorage
         combine = self.cluster_combine
-        # split_kv: O and lse have n_splits x B batch entries (z = split x B + batch);
-        # cluster_splits n: B entries, z = batch x n + split, the n splits one cluster
-        grid = (cute.ceil_div(mQ.shape[2], R), mQ.shape[1],
-                mO.shape[0] if cutlass.const_expr(self.split_kv) else mQ.shape[0])
-        cluster = (1, 1, 1)
-        if cutlass.const_expr(combine is not None):
-            grid = (grid[0], grid[1], mQ.shape[0] * combine.splits)
-            cluster = (1, 1, combine.splits)
+        grid, cluster = split_launch(cute.ceil_div(mQ.shape[2], R), mQ.shape[1], mQ.shape[0],
+                                     mO.shape[0], self.split_kv,
+                                     combine.splits if combine is not None else None)
         self.kernel(qk_mma, qk_first, pv_mma, tma_q, tQ, tma_k, tK, tma_v, tV, mO, mLSE,
                     mQ.shape[2], mK.shape[2], mQ.shape[1] // mK.shape[1], scale * Float32(LOG2E),
                     sQ_layout, sK_layout, sV_layout, sP_layout,

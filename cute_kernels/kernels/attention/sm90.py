@@ -33,6 +33,7 @@ from .block_info import (
     gather_key_tile,
     key_block_policy,
     key_block_tile,
+    split_launch,
     split_of_batch,
 )
 from .cluster_combine import ClusterCombine
@@ -528,12 +529,9 @@ class AttentionSm90(PersistentSchedule, ConsumerMainloops, ProducerLoads):
         self.storage_cls = SharedStorage
         # split_kv: O and lse have n_splits * B batch entries, one CTA per (split, batch);
         # cluster_splits: O and lse have B, the n splits of a batch entry one cluster along z
-        grid = (cute.ceil_div(mQ.shape[2], BM), mQ.shape[1],
-                mO.shape[0] if cutlass.const_expr(self.split_kv) else mQ.shape[0])
-        cluster = (1, 1, 1)
-        if cutlass.const_expr(combine is not None):
-            grid = (grid[0], grid[1], mQ.shape[0] * combine.splits)
-            cluster = (1, 1, combine.splits)
+        grid, cluster = split_launch(cute.ceil_div(mQ.shape[2], BM), mQ.shape[1], mQ.shape[0],
+                                     mO.shape[0], self.split_kv,
+                                     combine.splits if combine is not None else None)
         if cutlass.const_expr(self.persistent):
             grid = (num_ctas, 1, 1)
         self.kernel(qk_mma, pv_mma, col_mma, tma_q, tQ, tma_k, tK, tma_v, tV, tma_o, tO, mLSE,
