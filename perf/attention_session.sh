@@ -767,6 +767,13 @@ if [ "$PART" = swap-final-h100 ]; then  # the final code on an H100: decode test
   tail -2 "$OUT/swfh-tests.log"
   grep -A 17 "^ours:" "$OUT/swfh-graphs.log"; grep -A 12 "^ours:" "$OUT/swfh-eager.log"
 fi
+if [ "$PART" = swap-eager ]; then  # eager decode twice (its spread between runs), host time
+  step swe-eager1 150 python perf/decode.py --quick --splits 8,16 --out "$OUT/swe1"
+  step swe-eager2 150 python perf/decode.py --quick --splits 8,16 --out "$OUT/swe2"
+  step swe-host 120 python perf/host_profile.py --ops decode,decode_unsplit,sdpa_decode --top 3
+  for f in "$OUT"/swe-eager*.log; do echo "--- $f"; grep -A 12 "^ours:" "$f"; done
+  grep "us per call\|us/call\|host" "$OUT/swe-host.log" | head -8
+fi
 if [ "$PART" = attention-all ]; then  # every attention-family GPU test
   step aa-tests 560 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
     tests/test_dispatch_gpu.py
