@@ -772,7 +772,7 @@ if [ "$PART" = swap-eager ]; then  # eager decode twice (its spread between runs
   step swe-eager2 150 python perf/decode.py --quick --splits 8,16 --out "$OUT/swe2"
   step swe-host 120 python perf/host_profile.py --ops decode,decode_unsplit,sdpa_decode --top 3
   for f in "$OUT"/swe-eager*.log; do echo "--- $f"; grep -A 12 "^ours:" "$f"; done
-  grep "us per call\|us/call\|host" "$OUT/swe-host.log" | head -8
+  grep "^=== " "$OUT/swe-host.log"
 fi
 if [ "$PART" = attention-all ]; then  # every attention-family GPU test
   step aa-tests 560 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
