@@ -424,8 +424,10 @@ class AttentionRoute(NamedTuple):
         """One line for logs and the CLI."""
         parts = []
         if path == "hopper" and self.decode_rows:
+            keys = self.hopper_config(head_dim)["block_n"]
             parts.append(f"Hopper swap-AB decode tiles ({self.decode_rows} query rows as the "
-                         f"MMA's N, 128 keys as its M), one consumer warpgroup, one CTA per tile")
+                         f"MMA's N, {keys} keys as its M), one consumer warpgroup, one CTA per "
+                         f"tile")
         elif path == "hopper":
             cfg = self.hopper_config(head_dim)
             bm = cfg.get("block_m") or HOPPER_DEFAULT_TILE[0]

@@ -3,7 +3,7 @@
 A decode tile has few query rows (a KV head's packed GQA heads times S_q: 4 at S_q = 1 with
 H / H_kv = 4), but a WGMMA's M is 64 rows: on ``AttentionSm90``'s 64-row tile 60 of them are
 padding, and every key block costs a 64 x 128 x D Q K^T, a 64-row softmax and a 64 x D x 128
-P V. Transposed, the rows are the N of the MMA (8 to 64, a multiple of 8) and the keys its M:
+P V. Transposed, the rows are the N of the MMA (8, 16, 32 or 64) and the keys its M:
 
     S^T (keys, rows) = K (keys, D) . Q^T (D, rows)        A = K (K-major), B = Q (K-major)
     O^T (D, rows)   += V^T (D, keys) . P^T (keys, rows)    A = V (MN-major), B = P^T (smem)
@@ -54,7 +54,7 @@ COLUMN_LANE_STRIDES = (16, 8, 4)
 
 class DecodeTile:
     """One consumer thread's state in ``DecodeSm90``'s loop: the MMAs, their smem fragments
-    (K, Q, V, P^T) and accumulators (S^T, O^T), P^T in registers and its smem stages, the
+    (K, Q, V, P^T) and accumulators (S^T, O^T), P^T in registers and its smem view, the
     running column max and partial sum, the reduction buffer, the score coordinates, the
     K/V pipelines, the tile's key-block view and the scale."""
 
@@ -132,7 +132,6 @@ class DecodeSm90(ProducerLoads):
         list, accumulate and persistent ones must be None."""
         dtype = mQ.element_type
         R, BN, D = self.block_m, self.block_n, self.head_dim
-        # S^T = K Q^T: keys as M (block_n / 64 atoms down the warpgroup's M), rows as N
         # S^T = K Q^T: keys as M (block_n / 64 atoms down the warpgroup's M), rows as N; its
         # first k-step's copy overwrites S^T (no zero fill for ptxas to order against the
         # wgmmas, no accumulate flag rebound inside the loop)
@@ -176,9 +175,9 @@ class DecodeSm90(ProducerLoads):
 
     @cute.kernel
     def kernel(self, qk_mma: cute.TiledMma, qk_first: cute.TiledMma, pv_mma: cute.TiledMma,
-               tma_q: cute.CopyAtom,
-               tQ: cute.Tensor, tma_k: cute.CopyAtom, tK: cute.Tensor, tma_v: cute.CopyAtom,
-               tV: cute.Tensor, mO: cute.Tensor, mLSE: cute.Tensor, s_q: Int32, s_kv: Int32,
+               tma_q: cute.CopyAtom, tQ: cute.Tensor, tma_k: cute.CopyAtom, tK: cute.Tensor,
+               tma_v: cute.CopyAtom, tV: cute.Tensor, mO: cute.Tensor, mLSE: cute.Tensor,
+               s_q: Int32, s_kv: Int32,
                q_per_kv: Int32, scale_log2: Float32, sQ_layout: cute.ComposedLayout,
                sK_layout: cute.ComposedLayout, sV_layout: cute.ComposedLayout,
                sP_layout: cute.ComposedLayout, q_batch):
