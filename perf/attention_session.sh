@@ -774,6 +774,12 @@ if [ "$PART" = swap-eager ]; then  # eager decode twice (its spread between runs
   for f in "$OUT"/swe-eager*.log; do echo "--- $f"; grep -A 12 "^ours:" "$f"; done
   grep "^=== " "$OUT/swe-host.log"
 fi
+if [ "$PART" = producer-regress ]; then  # the kernels on AttentionSm90's producer mixin
+  step prr-tests 480 python -m pytest -q --tb=short -p no:logging -x \
+    tests/test_column_sparse_op_gpu.py tests/test_block_sparse_gpu.py \
+    tests/test_column_sparse_gpu.py
+  tail -3 "$OUT/prr-tests.log"
+fi
 if [ "$PART" = attention-all ]; then  # every attention-family GPU test
   step aa-tests 560 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
     tests/test_dispatch_gpu.py
