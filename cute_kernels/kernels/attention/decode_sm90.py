@@ -194,10 +194,7 @@ class DecodeSm90(ProducerLoads):
             for atom in (tma_q, tma_k, tma_v):
                 cpasync.prefetch_descriptor(atom)
         storage = cutlass.memory.SmemAllocator().allocate(self.storage_cls)
-        sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
-        sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
-        sV = storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
-        pipes = self._pipelines(storage, sQ.element_type, sQ_layout, sK_layout, sV_layout)
+        sQ, sK, sV, pipes = self._smem_tiles(storage, sQ_layout, sK_layout, sV_layout)
         tile = TileCoord(m_block, head, head // q_per_kv, batch, out_batch)
         blocks = key_block_tile(self.key_blocks, m_block, s_q, s_kv, (None,) * 5, batch, head,
                                 split, n_splits)

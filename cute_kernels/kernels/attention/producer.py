@@ -23,6 +23,16 @@ from .roles import TMA_WARP, Pipelines
 class ProducerLoads:
     """Pipelines and the producer's loads (a mixin; module docstring)."""
 
+    def _smem_tiles(self, storage, sQ_layout, sK_layout, sV_layout):
+        """(sQ, sK, sV, pipes): the Q, K and V stages of ``storage`` (a SharedStorage with
+        members ``sQ``, ``sK``, ``sV`` and ``mbar``) as swizzled tensors, and the CTA's
+        pipelines over them (``_pipelines``)."""
+        sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
+        sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
+        sV = storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
+        return sQ, sK, sV, self._pipelines(storage, sQ.element_type, sQ_layout, sK_layout,
+                                           sV_layout)
+
     @cute.jit
     def _pipelines(self, storage, dtype, sQ_layout, sK_layout, sV_layout):
         """Q (one stage, TMA), K and V (``stages`` each, made by the K/V loader) and, for

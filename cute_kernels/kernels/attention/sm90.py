@@ -579,10 +579,7 @@ class AttentionSm90(PersistentSchedule, ConsumerMainloops, ProducerLoads):
                     cpasync.prefetch_descriptor(atom)
 
         storage = cutlass.memory.SmemAllocator().allocate(self.storage_cls)
-        sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
-        sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
-        sV = storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
-        pipes = self._pipelines(storage, sQ.element_type, sQ_layout, sK_layout, sV_layout)
+        sQ, sK, sV, pipes = self._smem_tiles(storage, sQ_layout, sK_layout, sV_layout)
         col_pipe, sCol = pipes.col_pipe, None
         if cutlass.const_expr(self.colsum):
             sCol = cute.make_tensor(storage.sCol.data_ptr(), cute.make_layout(
