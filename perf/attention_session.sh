@@ -780,6 +780,11 @@ if [ "$PART" = producer-regress ]; then  # the kernels on AttentionSm90's produc
     tests/test_column_sparse_gpu.py
   tail -3 "$OUT/prr-tests.log"
 fi
+if [ "$PART" = split-recheck ]; then  # after split_launch / _smem_tiles: split-family tests
+  step srk-tests 300 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
+    -k "swap_ab or split or decode or num_splits or gqa or repeat_calls or cluster"
+  tail -2 "$OUT/srk-tests.log"
+fi
 if [ "$PART" = attention-all ]; then  # every attention-family GPU test
   step aa-tests 560 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
     tests/test_dispatch_gpu.py
