@@ -542,16 +542,17 @@ def test_swap_ab_decode_ptx(head_dim, rows, causal, splits, cluster):
 
 
 def test_swap_ab_decode_rules():
-    """``DecodeSm90``: rows a power of two 8-64, keys per block a multiple of 64, a cluster
-    only for a split launch, and the K/V rings within a CTA's shared memory."""
+    """``DecodeSm90``: rows a power of two 8-64, 64 or 128 keys per block, a cluster only for
+    a split launch, and the K/V rings within a CTA's shared memory."""
     from cute_kernels.kernels.attention.decode_sm90 import DecodeSm90
 
     for kwargs, match in ((dict(rows=24), "rows must be one of"),
                           (dict(rows=128), "rows must be one of"),
                           (dict(block_n=96), "block_n must be"),
+                          (dict(block_n=256), "block_n must be"),
                           (dict(stages=1), "stages must be"),
                           (dict(cluster_splits=4), "split_kv"),
-                          (dict(block_n=256, stages=2), "shared memory"),
+                          (dict(stages=4), "shared memory"),
                           (dict(split_kv=True, cluster_splits=9), "2 to 8")):
         with pytest.raises(ValueError, match=match):
             DecodeSm90(128, False, **kwargs)

@@ -73,7 +73,7 @@ class DecodeSm90(ProducerLoads):
     memory, then O^T += V^T P^T (WGMMA, both operands in shared memory); then the epilogue
     writes O and lse straight from registers (or stages them for the cluster's combine).
     ``rows``: the tile's query rows (``DECODE_ROWS``: 8, 16, 32 or 64), ``block_n``: keys per
-    block (a multiple of 64). No register reallocation (one consumer warpgroup).
+    block (64 or 128). No register reallocation (one consumer warpgroup).
     Shared memory (D = 128, 128-key blocks, 2 stages, 8 rows): K and V 2 x 32 KiB each, Q
     rows x D x 2 B, P^T rows x block_n x 2 B, 4 x rows fp32 of warp maxima: about 133 KiB.
     """
@@ -86,9 +86,10 @@ class DecodeSm90(ProducerLoads):
         # N-major P^T operand of 24 or 40 rows: powers of two only)
         if rows not in DECODE_ROWS:
             raise ValueError(f"rows must be one of {DECODE_ROWS} (the MMA's N), got {rows}")
-        if block_n % 64 or not 64 <= block_n <= 256:
-            raise ValueError(f"block_n must be 64, 128, 192 or 256 (keys are the MMA's M, 64 "
-                             f"per atom), got {block_n}")
+        # keys are the MMA's M, 64 per atom; the key tiles run on a GPU so far (the default
+        # 128 and 64, perf/RESULTS.md "Swap-AB decode tiles")
+        if block_n not in (64, 128):
+            raise ValueError(f"block_n must be 64 or 128, got {block_n}")
         if stages < 2:
             raise ValueError(f"stages must be >= 2, got {stages}")
         if cluster_splits != 1 and not split_kv:
