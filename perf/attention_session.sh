@@ -19,6 +19,10 @@ short_causal() {  # label-prefix configs: the short causal D = 128 shapes, one s
     step "$1-c${shape//,/-}" 120 $TUNE --causal --shape $shape,128 --configs "$2"
   done
 }
+sanitizer_summary() {  # log-prefix: each sanitizer log's ok count and summary line
+  for f in "$OUT"/"$1"*check*.log; do echo "$f: $(grep -c "^ok" "$f") ok, $(grep -i \
+    "ERROR SUMMARY\|RACECHECK SUMMARY" "$f")"; done
+}
 capacity() {  # label seconds: how many clusters of 2, 4 and 8 CTAs the GPU holds at once
   step "$1" "$2" python -c "import torch; from cute_kernels.runtime.arch import \
 cluster_capacity as c; d = torch.device('cuda'); print('clusters held at once:', \
@@ -700,8 +704,7 @@ if [ "$PART" = swap2 ]; then  # the swap-AB route: decode-family GPU tests, sani
   probe sw2-racecheck-causal racecheck 7 3000 4 4 64 1 splits 3
   probe sw2-memcheck-combine memcheck 2 5000 16 2 128 0 splits 16
   tail -3 "$OUT/sw2-tests.log"
-  for f in "$OUT"/sw2-*check*.log; do echo "$f: $(grep -c "^ok" "$f") ok, $(grep -i \
-    "ERROR SUMMARY\|RACECHECK SUMMARY" "$f")"; done
+  sanitizer_summary sw2-
 fi
 if [ "$PART" = swap3 ]; then  # the op's decode default against SDPA; B4 / B16 tile A/B
   step sw3-graphs 300 python perf/decode.py --graphs --batch 1,4 --s-q 1 \
@@ -749,8 +752,7 @@ if [ "$PART" = swap-final-tests ]; then  # the final code: every attention GPU t
   probe swf-memcheck-causal memcheck 7 3000 4 4 64 1
   probe swf-racecheck-combine racecheck 2 5000 16 2 128 0 splits 16
   tail -3 "$OUT/swf-tests.log"
-  for f in "$OUT"/swf-*check*.log; do echo "$f: $(grep -c "^ok" "$f") ok, $(grep -i \
-    "ERROR SUMMARY\|RACECHECK SUMMARY" "$f")"; done
+  sanitizer_summary swf-
 fi
 if [ "$PART" = swap-final-perf ]; then  # the final code: the op's decode default against SDPA
   step swp-graphs 330 python perf/decode.py --graphs --batch 1,4,16 --s-q 1,8 \
