@@ -776,6 +776,26 @@ if [ "$PART" = swap-eager ]; then  # eager decode twice (its spread between runs
   for f in "$OUT"/swe-eager*.log; do echo "--- $f"; grep -A 12 "^ours:" "$f"; done
   grep "^=== " "$OUT/swe-host.log"
 fi
+if [ "$PART" = host-ab ]; then  # host us per eager call: this tree against .before/ (an
+  # older checkout of cute_kernels/ carried beside it), alternating, three runs each
+  HOPS=decode,decode_unsplit,sdpa_decode,linear,linear_decode,matmul
+  for i in 1 2 3; do
+    step hab-new$i 150 python perf/host_profile.py --ops $HOPS --top 2
+    step hab-old$i 150 env PYTHONPATH=.before python perf/host_profile.py --ops $HOPS --top 2
+  done
+  [ "${HAB_EAGER:-1}" = 1 ] && step hab-eager 150 python perf/decode.py --quick --out "$OUT/hab"
+  grep -h "^cute_kernels" "$OUT"/hab-new1.log "$OUT"/hab-old1.log
+  for tree in new old; do  # us per call of each op, the three runs
+    echo "$tree: $(grep -h "^=== " "$OUT"/hab-$tree*.log | awk '{a[$2]=a[$2] " " $3} END \
+      {for (k in a) printf "%s%s; ", k, a[k]}')"
+  done
+  [ -f "$OUT/hab-eager.log" ] && grep -A 12 "^ours:" "$OUT/hab-eager.log"
+fi
+if [ "$PART" = host-tests ]; then  # after the plan's bound arguments: every attention route
+  step ht-tests 560 python -m pytest -q --tb=short -p no:logging -x tests/test_dispatch_gpu.py \
+    tests/test_attention_gpu.py
+  tail -3 "$OUT/ht-tests.log"
+fi
 if [ "$PART" = producer-regress ]; then  # the kernels on AttentionSm90's producer mixin
   step prr-tests 480 python -m pytest -q --tb=short -p no:logging -x \
     tests/test_column_sparse_op_gpu.py tests/test_block_sparse_gpu.py \

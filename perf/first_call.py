@@ -181,8 +181,9 @@ def host_us(fn, *, calls: int = 100, rounds: int = 50) -> float:
 
 def raw_launches(call):
     """The compiled kernel(s) ``call`` launches and their exact arguments, as one callable:
-    the bridge's resolved kernels are wrapped in recorders for one call (the GEMM plan cache,
-    which holds kernels too, is cleared around it)."""
+    the bridge's resolved kernels are wrapped in recorders for one call (the GEMM and
+    attention plan caches, which hold kernels too, are cleared around it)."""
+    from cute_kernels.ops import attention as attention_ops
     from cute_kernels.ops import gemm as gemm_ops
     from cute_kernels.runtime import bridge
 
@@ -198,13 +199,16 @@ def raw_launches(call):
             return self.fn(*args)
 
     saved = dict(bridge._RESOLVED)
-    gemm_ops._PLANS.clear()
+    plan_caches = (gemm_ops._PLANS, attention_ops._PLANS)
+    for plans in plan_caches:
+        plans.clear()
     try:
         bridge._RESOLVED.update({k: Recorder(fn) for k, fn in saved.items()})
         call()
     finally:
         bridge._RESOLVED.update(saved)
-        gemm_ops._PLANS.clear()  # plans made during the recording hold the recorders
+        for plans in plan_caches:  # plans made during the recording hold the recorders
+            plans.clear()
     if not seen:
         raise RuntimeError("no kernel launch was recorded")
 

@@ -6,9 +6,9 @@ many calls of each op, no sync inside, top functions by their own time.
 Ops: ``bsr_sddmm`` / ``bsr_softmax`` / ``bsr_spmm`` (N 8192, G 64, 95% of blocks absent, one
 head), ``decode`` (``attention`` at B1 H32 H_kv8 S_q1 S_kv4096 D128, GQA packed: split by
 default; ``decode_unsplit`` with ``num_splits=1``; ``sdpa_decode`` torch's), ``linear``
-(1024^3, ``out=``), ``linear_decode`` (13 x 14336 x 4096: swap-AB, workspace and reduce) and
-``matmul`` (torch's, 1024^3, for scale). Prints
-the host microseconds per call, then each op's profile. Needs a CUDA GPU.
+(1024^3, ``out=``), ``linear_decode`` (13 x 14336 x 4096: swap-AB, C^T stored into out) and
+``matmul`` (torch's, 1024^3, for scale). Prints the host microseconds per call (the median
+of ``--passes`` passes), then each op's profile. Needs a CUDA GPU.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import argparse
 import cProfile
 import io
 import pstats
+import statistics
 import sys
 import time
 
@@ -58,20 +59,25 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=300)
     ap.add_argument("--top", type=int, default=12)
+    ap.add_argument("--passes", type=int, default=7, help="timed passes of --calls calls")
     ap.add_argument("--ops", default="bsr_sddmm,bsr_softmax,bsr_spmm,decode")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("perf/host_profile.py needs a CUDA GPU (docs/gpu.md)")
     table = ops()
+    print("cute_kernels from", sys.modules["cute_kernels"].__file__)
     for name in args.ops.split(","):
         fn = table[name]
         for _ in range(10):
             fn()
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(args.calls):
-            fn()
-        host = (time.perf_counter() - start) / args.calls * 1e6
+        passes = []  # the median of several passes: this host's timings jump between them
+        for _ in range(args.passes):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(args.calls):
+                fn()
+            passes.append((time.perf_counter() - start) / args.calls * 1e6)
+        host = statistics.median(passes)
         torch.cuda.synchronize()
         prof = cProfile.Profile()
         prof.enable()

@@ -268,7 +268,7 @@ def test_attention_plan_is_cached_on_metadata_only(monkeypatch):
     class FakePlan(NamedTuple):
         scale: float
 
-        def run(self, q, k, v, o):
+        def run(self, q, k, v, o, with_lse=True):
             runs.append(self.scale)
             return o, None
 

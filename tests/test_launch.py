@@ -67,6 +67,19 @@ def test_call_args_drop_the_stream_and_take_every_parameter():
         KernelParams(_Kernel, _Reordered)
 
 
+def test_tail_is_what_call_args_put_after_the_per_call_arguments():
+    p = kernel_params(_Kernel)
+    assert p.tail(("mA", "mB"), scale=2, mD=4) == (2, None, 4)
+    assert (0, 1, *p.tail(("mA", "mB"), scale=2, mD=4)) == p.call_args(mA=0, mB=1, scale=2, mD=4)
+    assert kernel_params(_Reordered).tail(("mB", "mA", "scale")) == (None, None)
+    with pytest.raises(TypeError, match="must be its first parameters, in order"):
+        p.tail(("mB", "mA"), scale=2)
+    with pytest.raises(TypeError, match="no value for parameter 'scale'"):
+        p.tail(("mA", "mB"))
+    with pytest.raises(TypeError, match="unknown argument.*'mX'"):
+        p.tail(("mA",), mB=1, scale=2, mX=3)
+
+
 def test_every_op_kernel_family_shares_one_signature():
     """An op calls its kernels on both paths with one argument list; the op modules' fake
     builds agree with their kernels (launch_args raises otherwise)."""

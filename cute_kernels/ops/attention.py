@@ -278,6 +278,12 @@ ATTENTION_KERNELS = ("cute_kernels.kernels.attention.sm90:AttentionSm90",
 SPLIT_KV_KERNEL = "cute_kernels.kernels.attention.split_kv:SplitKVAttention"
 
 
+#: The tensors an attention launch passes per call, its kernels' first parameters (the rest
+#: are bound in the plan: ``AttentionPlan.args``); the split launch with its combine's.
+LEADING = ("mQ", "mK", "mV", "mO", "mLSE")
+SPLIT_LEADING = ("mQ", "mK", "mV", "mOParts", "mLseParts", "mO", "mLSE")
+
+
 @functools.cache
 def split_kv_params():
     """The runtime parameters of the split-KV launch with its combine (``SplitKVAttention``)."""
@@ -359,42 +365,42 @@ class AttentionPlan(NamedTuple):
     joint: bool = False  # the kernel is the split launch and the combine's (SplitKVAttention)
     cluster: bool = False  # the split kernel combines in clusters: no workspace, o and lse direct
     decode_rows: int = 0  # > 0: the swap-AB decode kernel, tiles of that many query rows
+    # the kernel's arguments after the per-call tensors (``LEADING`` / ``SPLIT_LEADING``),
+    # bound once (``KernelParams.tail``): a launch is ``kernel(q, k, v, o, lse, *args)``
+    args: tuple = ()
 
-    def run(self, q, k, v, o):
-        """(o, lse) for q, k, v of the plan's metadata, o written into ``o`` (checked)."""
+    def run(self, q, k, v, o, with_lse: bool = True):
+        """(o, lse) for q, k, v of the plan's metadata, o written into ``o`` (checked); lse
+        is None without ``with_lse`` (the kernel still writes it: the call skips its view
+        back from the packed heads)."""
         if self.pack is None:
             return self._launch(q, k, v, o)
-        b, h, s_q, d = q.shape
         # the kernels write o in place where it has the packed shape as a view (a contiguous
         # out; a fresh o when q itself was viewed), else through one copy
         inner = _packed_view(o, self.pack)
         o_packed, lse = self._launch(q.reshape(self.pack), k, v,
                                      inner if inner is not None else o.new_empty(self.pack))
         if inner is None:
-            o.copy_(o_packed.view(b, h, s_q, d))
-        return o, lse.view(b, h, s_q)
+            o.copy_(o_packed.view(o.shape))
+        return o, lse.view(o.shape[:3]) if with_lse else None
 
     def _launch(self, q, k, v, o):
         b, h, s_q, d = q.shape
         n = self.splits
-        lse = torch.empty(b, h, s_q, dtype=torch.float32, device=q.device)
-        o_out, lse_out = o, lse
-        if n > 1 and not self.cluster:  # the partials' workspace: n x B batch entries
-            o_out = torch.empty(n * b, h, s_q, d, dtype=q.dtype, device=q.device)
-            lse_out = torch.empty(n * b, h, s_q, dtype=torch.float32, device=q.device)
-            if self.joint:  # one host call: the split launch, then the combine's
-                self.kernel(*split_kv_params().call_args(
-                    mQ=q, mK=k, mV=v, mOParts=o_out, mLseParts=lse_out, mO=o, mLSE=lse,
-                    scale=self.scale))
-                return o, lse
-        self.kernel(*attention_params().call_args(
-            mQ=q, mK=k, mV=v, mO=o_out, mLSE=lse_out, mPrevLSE=None, mColsum=None,
-            mIndices=None, mCounts=None, scale=self.scale, out_scale=None,
-            mTileOrder=self.order, num_ctas=self.ctas))
+        lse = torch.empty((b, h, s_q), dtype=torch.float32, device=q.device)
         if n == 1 or self.cluster:
+            self.kernel(q, k, v, o, lse, *self.args)
             return o, lse
+        # the partials' workspace: n x B batch entries
+        o_parts = torch.empty((n * b, h, s_q, d), dtype=q.dtype, device=q.device)
+        lse_parts = torch.empty((n * b, h, s_q), dtype=torch.float32, device=q.device)
+        if self.joint:  # one host call: the split launch, then the combine's
+            self.kernel(q, k, v, o_parts, lse_parts, o, lse, *self.args)
+            return o, lse
+        self.kernel(q, k, v, o_parts, lse_parts, *self.args)
         # SPLIT_COMBINE_KERNEL_ON off: the torch combine
-        o_comb, lse = combine_splits(o_out.view(n, b, h, s_q, d), lse_out.view(n, b, h, s_q))
+        o_comb, lse = combine_splits(o_parts.view(n, b, h, s_q, d),
+                                     lse_parts.view(n, b, h, s_q))
         return o.copy_(o_comb), lse
 
 
@@ -549,7 +555,13 @@ def make_plan(q, k, causal: bool, scale: float, num_splits: int,
             (cfg.get("block_m") or HOPPER_DEFAULT_TILE[0],
              cfg.get("block_n") or HOPPER_DEFAULT_TILE[1]), cfg.get("ctas_per_sm", 1),
             q.device)
-    return AttentionPlan(kernel, float(scale), pack, n, order, ctas, joint, cluster, rows)
+    if joint:
+        args = split_kv_params().tail(SPLIT_LEADING, scale=float(scale))
+    else:
+        args = attention_params().tail(
+            LEADING, mPrevLSE=None, mColsum=None, mIndices=None, mCounts=None,
+            scale=float(scale), out_scale=None, mTileOrder=order, num_ctas=ctas)
+    return AttentionPlan(kernel, float(scale), pack, n, order, ctas, joint, cluster, rows, args)
 
 
 #: Plans of eager calls by the call's metadata (:func:`_plan_key`): ``attention`` runs a hit
@@ -786,7 +798,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         o = torch.empty_like(q) if out is None else out
         if out is not None:  # the one check that reads the data pointers
             check_no_overlap("out", out, q, k, v)
-        o, lse = plan.run(q, k, v, o)
+        o, lse = plan.run(q, k, v, o, return_lse)
         return (o, lse) if return_lse else o
     checked_scale = validate_attention(q, k, v, scale)
     if not isinstance(causal, bool):

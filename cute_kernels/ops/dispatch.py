@@ -44,10 +44,15 @@ def plain_eager(tensors, tracked) -> bool:
     cached by an earlier call (the ops' fast paths, ops/gemm.py and ops/attention.py): plain
     tensors (no subclass, not meta), no gradient to record on ``tracked``, not tracing; such
     a call is one :meth:`KernelOp.route` sends "direct"."""
+    # loops, not needs_grad's generator: this runs on every repeat eager call of every op
     for t in tensors:
         if t is not None and (type(t) not in _PLAIN or t.is_meta):
             return False
-    return not needs_grad(*tracked) and not torch.compiler.is_compiling()
+    if torch.is_grad_enabled():
+        for t in tracked:
+            if t is not None and t.requires_grad:
+                return False
+    return not torch.compiler.is_compiling()
 
 
 def is_meta(t) -> bool:

@@ -22,7 +22,18 @@ PATHS = (HOPPER, AMPERE)
 PATH_OF_TARGET = {"sm_90a": HOPPER, "sm_80": AMPERE, "sm_86": AMPERE, "sm_89": AMPERE}
 ENV_VAR = "CUTE_KERNELS_PATH"
 
-_local = threading.local()
+
+
+class _ThreadState(threading.local):
+    """Per-thread overrides; the class attributes are the unset defaults, so reading them
+    costs an attribute lookup, not a failed one (``getattr`` with a default raises and
+    catches internally: ~0.4 µs on every op call)."""
+
+    path: str | None = None  # force_path
+    sm_budget: tuple | None = None  # sm_budget: (device index, SMs, confined)
+
+
+_local = _ThreadState()
 
 
 class UnsupportedGPUError(RuntimeError):
@@ -62,7 +73,7 @@ def force_path(path: str | None) -> Iterator[None]:
     """
     if path is not None:
         _check_path_name(path)
-    prev = getattr(_local, "path", None)
+    prev = _local.path
     _local.path = path
     try:
         yield
@@ -90,7 +101,7 @@ def forced_path() -> str | None:
     ``os.environ`` on every call costs more than a small kernel's launch.
     """
     global _env_path
-    path = getattr(_local, "path", None)
+    path = _local.path
     if path is not None:
         return path
     if _env_path is _ENV_UNSET:
@@ -261,7 +272,7 @@ def hbm_gbps(device) -> float:
 def sm_count(device) -> int:
     """The SMs a persistent kernel on ``device`` sizes its grid by: every SM, or inside a
     region of a ``cute_kernels.SmPartition`` (:func:`sm_budget`) that region's share."""
-    budget = getattr(_local, "sm_budget", None)
+    budget = _local.sm_budget
     if budget is not None and budget[0] == device.index:
         return budget[1]
     return device_sm_count(device)
@@ -271,7 +282,7 @@ def confining_grid(device) -> int | None:
     """Inside an :func:`sm_budget` region that the hardware does not confine (no green
     context): the region's SMs, which a kernel that would launch one CTA per tile must use as
     its persistent grid instead, or it spreads over the whole GPU. Otherwise None."""
-    budget = getattr(_local, "sm_budget", None)
+    budget = _local.sm_budget
     if budget is not None and budget[0] == device.index and not budget[2]:
         return budget[1]
     return None
@@ -282,7 +293,7 @@ def sm_budget(device, sms: int, confined: bool) -> Iterator[None]:
     """Size the persistent grids of the ops called in this block (this thread) to ``sms``
     SMs of ``device``; ``confined``: a green context already keeps the block's kernels on
     them. Nests; the outer budget returns on exit."""
-    outer = getattr(_local, "sm_budget", None)
+    outer = _local.sm_budget
     _local.sm_budget = (device.index, sms, confined)
     try:
         yield

@@ -108,6 +108,17 @@ class KernelParams:
             raise self._mismatch(named, f"no value for parameter {err.args[0]!r}") from None
         return values if len(self.call_names) > 1 else (values,)
 
+    def tail(self, leading: tuple[str, ...], **named) -> tuple:
+        """The runtime arguments after the ``leading`` parameters, for a launch that passes
+        those per call and the rest from a plan: ``kernel(*per_call, *tail)``, with no
+        per-call lookup by name. ``leading`` must be the first parameters, in order; the
+        rest follows :meth:`call_args`' rules."""
+        if self.call_names[:len(leading)] != tuple(leading):
+            raise TypeError(f"{self.owner}.__call__ starts with ({', '.join(self.call_names)}"
+                            f"); per-call arguments ({', '.join(leading)}) must be its first "
+                            f"parameters, in order")
+        return self.call_args(**dict.fromkeys(leading), **named)[len(leading):]
+
     def _check_known(self, named: dict) -> None:
         unknown = [n for n in named if n not in self.names]
         if unknown:
