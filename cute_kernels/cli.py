@@ -142,7 +142,8 @@ def _cmd_schedule(args) -> int:
                         ("--sms", args.sms)):
         if value < 1:
             raise CLIError(f"{name} must be >= 1, got {value}")
-    plan = schedule(args.m, args.n, args.k, args.batch, args.sms, skinny=not args.gated)
+    plan = schedule(args.m, args.n, args.k, args.batch, args.sms, skinny=not args.gated,
+                    gated=args.gated)
     print(f"linear {args.m}x{args.n}x{args.k}" + (f" x{args.batch}" if args.batch > 1 else "")
           + f" on {args.sms} SMs: {plan.describe()}")
     return 0

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from .bench import Row, bench_interleaved, input_sets_needed
+from .bench import Row, bench_interleaved, graph_ms, input_sets_needed
 from .ops.bitpack import pack_mask, pack_mask_reference, unpack_mask, unpack_mask_reference
 
 
@@ -100,6 +100,8 @@ def gated_contenders(path: str | None, need_liger: bool = False) -> dict:
         silu_mul, fused_name = (lambda g, u: F.silu(g) * u), "cuBLAS+torch"
 
     def ours(s):
+        if path is None:  # no context manager per call: decode-sized calls are host-bound
+            return gated_mlp_up(s["x"], s["w_packed"])
         with force_path(path):
             return gated_mlp_up(s["x"], s["w_packed"])
 
@@ -130,13 +132,15 @@ def peak_bytes(fn, inputs) -> int:
 
 
 def gated_mlp_rows(shapes, path: str | None = None, rounds: int = 15,
-                   need_liger: bool = False) -> list[Row]:
+                   need_liger: bool = False, graphs: bool = False, variants=None) -> list[Row]:
     """(label, tokens, hidden, intermediate) shapes: SwiGLU up-projection, ours vs the unfused
-    baselines, interleaved; each row's ``work`` also holds each contender's peak bytes."""
+    baselines, interleaved; each row's ``work`` also holds each contender's peak bytes and,
+    with ``graphs``, its GPU ms per call in a CUDA graph (``graph_<name>``). ``variants``:
+    ``variants(inputs)`` -> {name: fn} of further contenders per shape (forced schedules)."""
     from . import pack_gated_weight
 
-    fns = gated_contenders(path, need_liger)
-    fused = list(fns)[1]
+    base = gated_contenders(path, need_liger)
+    fused = list(base)[1]
     rows = []
     for label, tokens, hidden, inter in shapes:
         per_set = 2 * (tokens * hidden + 2 * inter * hidden)
@@ -148,19 +152,22 @@ def gated_mlp_rows(shapes, path: str | None = None, rounds: int = 15,
                          "w_packed": pack_gated_weight(w_gate, w_up),
                          "w_cat": torch.cat([w_gate, w_up])})
             del w_gate, w_up
-        check = fns["cute"](sets[0]).float()
+        extra = variants(sets[0]) if variants else {}
+        fns = {**base, **extra}
         ref = fns[fused](sets[0]).float()
-        err = ((check - ref).norm() / ref.norm()).item()
-        if err > 2e-2:
-            raise RuntimeError(f"{label}: ours differs from {fused} (rel {err:.2e})")
-        del check, ref
+        for name in ("cute", *extra):
+            err = ((fns[name](sets[0]).float() - ref).norm() / ref.norm()).item()
+            if err > 2e-2:
+                raise RuntimeError(f"{label}: {name} differs from {fused} (rel {err:.2e})")
+        del ref
         big = tokens * inter * hidden > 2**44
         t = bench_interleaved(fns, sets, rounds=max(4, rounds // 3) if big else rounds,
                               warmup=1 if big else 3, inner=len(sets) if big else None)
         mem = {name: peak_bytes(fn, sets[0]) for name, fn in fns.items()}
+        graph = {f"graph_{n}": graph_ms(fn, sets) for n, fn in fns.items()} if graphs else {}
         rows.append(Row(f"{label} {tokens}x{hidden}->{inter}", t,
                         {"flops": 2.0 * tokens * hidden * 2 * inter,
-                         **{f"peak_{n}": float(b) for n, b in mem.items()}}))
+                         **{f"peak_{n}": float(b) for n, b in mem.items()}, **graph}))
         del sets
         torch.cuda.empty_cache()
     return rows

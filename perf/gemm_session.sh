@@ -179,4 +179,40 @@ if [ "$PART" = sk-few ]; then  # stream-K over every tile (fewer than two waves)
     --tiles 128x64x64z1,128x128x64z1,64x128x64p8z1,128x256x64z1
   grep -v DEBUG "$OUT/skw-perf.log" | grep 'cuBLAS.*|' | sed 's/ s1 / /g'
 fi
+if [ "$PART" = wide-sk ]; then  # the wide tiles' last wave: whole against stream-K, then
+  # the issue's sweep (host time after the eager-path change)
+  step wsk 240 python perf/gemm_skinny.py --graphs --rounds 8 --out "$OUT/wsk" \
+    --shapes 1024x14336x4096,512x28672x8192,1024x28672x8192,2048x14336x4096 \
+    --tiles 128x224x64z0,128x224x64z1,128x256x64z0,128x256x64z1
+  grep -v DEBUG "$OUT/wsk.log" | grep 'cuBLAS.*|'
+  step wsk-sweep 300 python perf/gemm_skinny.py --graphs --rounds 8 --out "$OUT/wsk-sweep"
+  grep -v DEBUG "$OUT/wsk-sweep.log" | tail -30
+fi
+if [ "$PART" = gated-decode ]; then  # the gated op's plan cache: its GPU tests, host time,
+  # decode-sized calls against cuBLAS + Liger and torch
+  step gd-tests 300 python -m pytest -q --tb=short -p no:logging -x \
+    tests/test_gated_mlp_gpu.py tests/test_partition_gpu.py
+  step gd-host 150 python perf/host_profile.py --top 2 \
+    --ops gated_decode,torch_gated_decode,linear,matmul
+  step gd-perf 200 python perf/gated_mlp.py --tokens 1,16,64,128,512 --models 8B,70B --graphs \
+    --out "$OUT/gd"
+  tail -3 "$OUT/gd-tests.log"; grep "^=== " "$OUT/gd-host.log"
+  grep -v DEBUG "$OUT/gd-perf.log" | tail -14
+fi
+if [ "$PART" = gated-rows64 ]; then  # decode-sized gated calls on 64-row tiles (forced)
+  step g64-tests 300 python -m pytest -q --tb=short -p no:logging -x \
+    tests/test_gated_mlp_gpu.py -k "every_hopper_tile or repeat"
+  step g64-perf 300 python perf/gated_mlp.py --tokens ${G64_TOKENS:-1,16,64,128} --models 8B,70B \
+    --graphs \
+    --tiles ${G64_TILES:-128x256x64,64x256x64p5,64x128x64p8,64x256x128p3,64x128x128p6} \
+    --out "$OUT/g64"
+  tail -3 "$OUT/g64-tests.log"; grep -v DEBUG "$OUT/g64-perf.log" | tail -12
+fi
+if [ "$PART" = gated-final ]; then  # the gated decode schedule: GEMM-family tests, perf
+  step gf-tests 420 python -m pytest -q --tb=short -p no:logging -x tests/test_gated_mlp_gpu.py \
+    tests/test_gemm_gpu.py tests/test_dispatch_gpu.py
+  step gf-perf 150 python perf/gated_mlp.py --tokens 1,16,64,128 --models 8B,70B --graphs \
+    --out "$OUT/gf"
+  tail -3 "$OUT/gf-tests.log"; grep -v DEBUG "$OUT/gf-perf.log" | tail -12
+fi
 echo; echo "=== summary"; printf '%s\n' "${summary[@]}"

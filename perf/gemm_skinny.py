@@ -47,9 +47,9 @@ def forced_plan(x, w, **fields):
     (``skinny=False``: the unswapped, unsplit schedule)."""
     real = gemm_tuning.schedule
 
-    def schedule(m, n, k, batch, sms, skinny=True, cluster_split=True):
-        if fields.get("skinny", True) is False:
-            return real(m, n, k, batch, sms, skinny=False)
+    def schedule(m, n, k, batch, sms, skinny=True, cluster_split=True, gated=False):
+        if gated or fields.get("skinny", True) is False:
+            return real(m, n, k, batch, sms, skinny=False, gated=gated)
         base = real(m, n, k, batch, sms)
         if "cluster_k" not in fields and ("splits" in fields or fields.get("swap")):
             base = base._replace(cluster_k=1)  # workspace slices / swap-AB: no pairs along K

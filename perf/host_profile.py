@@ -6,9 +6,11 @@ many calls of each op, no sync inside, top functions by their own time.
 Ops: ``bsr_sddmm`` / ``bsr_softmax`` / ``bsr_spmm`` (N 8192, G 64, 95% of blocks absent, one
 head), ``decode`` (``attention`` at B1 H32 H_kv8 S_q1 S_kv4096 D128, GQA packed: split by
 default; ``decode_unsplit`` with ``num_splits=1``; ``sdpa_decode`` torch's), ``linear``
-(1024^3, ``out=``), ``linear_decode`` (13 x 14336 x 4096: swap-AB, C^T stored into out) and
-``matmul`` (torch's, 1024^3, for scale). Prints the host microseconds per call (the median
-of ``--passes`` passes), then each op's profile. Needs a CUDA GPU.
+(1024^3, ``out=``), ``linear_decode`` (13 x 14336 x 4096: swap-AB, C^T stored into out),
+``matmul`` (torch's, 1024^3, for scale), ``gated_decode`` (``gated_mlp_up``, 16 tokens of
+Llama 3 8B's up-projection) and ``torch_gated_decode`` (``F.linear``, then silu * up). Prints
+the host microseconds per call (the median of ``--passes`` passes), then each op's profile.
+Needs a CUDA GPU.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ def ops() -> dict:
     x2, w2 = torch.randn(13, 4096, device="cuda").bfloat16(), torch.randn(
         14336, 4096, device="cuda").bfloat16()
     y2 = torch.empty(13, 14336, device="cuda", dtype=torch.bfloat16)
+    xg = torch.randn(16, 4096, device="cuda").bfloat16()  # Llama 3 8B's up-projection
+    wg = (torch.randn(2 * 14336, 4096, device="cuda") / 64).bfloat16()
     return {"bsr_sddmm": lambda: ck.bsr_sddmm(q, k, lay), "bsr_softmax": lambda: ck.bsr_softmax(s),
             "bsr_spmm": lambda: ck.bsr_spmm(p, v), "decode": lambda: ck.attention(dq, dk, dv),
             "decode_unsplit": lambda: ck.attention(dq, dk, dv, num_splits=1),
@@ -52,7 +56,14 @@ def ops() -> dict:
                 dq, dk, dv, enable_gqa=True),
             "linear": lambda: ck.linear(x1, w1, out=y1),
             "linear_decode": lambda: ck.linear(x2, w2, out=y2),
-            "matmul": lambda: torch.matmul(x1, w1.t(), out=y1)}
+            "matmul": lambda: torch.matmul(x1, w1.t(), out=y1),
+            "gated_decode": lambda: ck.gated_mlp_up(xg, wg),
+            "torch_gated_decode": lambda: _torch_gated(xg, wg)}
+
+
+def _torch_gated(x, w_packed):
+    pre = torch.nn.functional.linear(x, w_packed)
+    return torch.nn.functional.silu(pre[:, 1::2]) * pre[:, 0::2]
 
 
 def main() -> None:

@@ -36,7 +36,10 @@ def forced_drift_limiter(monkeypatch):
 
     monkeypatch.setattr(gemm_tuning, "DRIFT_MIN_WAVES", 1)
     monkeypatch.setattr(gemm_tuning, "DRIFT_MIN_K_TILES", 1)
+    import cute_kernels.ops.gated_mlp as gated_ops
+
     monkeypatch.setattr(gemm_ops, "_PLANS", {})  # plans made under the real thresholds
+    monkeypatch.setattr(gated_ops, "_PLANS", {})
     launches, schedules = [], []
     real_schedule, real_counter = gemm_ops.schedule, gemm_ops.drift_counter
 

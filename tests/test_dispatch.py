@@ -251,6 +251,39 @@ def test_differentiable_ops_record_autograd_on_meta():
         ck.linear(x, w, out=torch.empty(2, 5, 96, dtype=BF, device="meta"))
 
 
+def test_gated_plan_is_cached_on_metadata_only(monkeypatch):
+    """gated_mlp_up validates and plans once per argument metadata and activation; repeat
+    calls launch the cached kernel on their own tensors (2-D views of the rows); a call that
+    fails validation is never cached."""
+    from cute_kernels.ops import gated_mlp as gated_ops
+
+    plans, launches = [], []
+    real = gated_ops._validate_gated
+
+    def plan(x, w, bias, activation, out):
+        real(x, w, bias, activation)
+        plans.append(activation)
+        return gated_ops.GatedPlan(w.shape[0] // 2, x.dtype, lambda *a: launches.append(a), 7,
+                                   False, True)
+
+    monkeypatch.setattr(gated_ops, "_plan", plan)
+    monkeypatch.setattr(gated_ops, "_PLANS", {})
+    x, w = torch.randn(2, 3, 64).bfloat16(), torch.randn(32, 64).bfloat16()
+    y = ck.gated_mlp_up(x, w)
+    x2 = x.clone()
+    ck.gated_mlp_up(x2, w)
+    assert plans == ["swiglu"] and len(launches) == 2 and y.shape == (2, 3, 16)
+    a, b_nk, c, bias, ctas, sync = launches[1]
+    assert a.shape == (6, 64) and a.data_ptr() == x2.data_ptr() and b_nk is w
+    assert c.shape == (6, 16) and bias is None and ctas == 7 and sync is None
+    ck.gated_mlp_up(x, w, activation="geglu")
+    assert plans == ["swiglu", "geglu"]
+    for _ in range(2):
+        with pytest.raises(ValueError, match="multiple of 8"):
+            ck.gated_mlp_up(x, torch.randn(24, 64).bfloat16())
+    assert plans == ["swiglu", "geglu"] and len(gated_ops._PLANS) == 2
+
+
 def test_attention_plan_is_cached_on_metadata_only(monkeypatch):
     """attention validates and plans only when the tensors' metadata, the scale or the
     splits change; a call that fails validation is never cached; a cached call still checks

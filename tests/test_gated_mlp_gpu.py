@@ -149,17 +149,43 @@ def test_out_with_autograd_is_rejected():
 
 
 @pytest.mark.skipif("hopper" not in PATHS, reason="needs a Hopper (sm_90) GPU")
-@pytest.mark.parametrize("tile", [(128, 192, 64), (128, 128, 64)])
+@pytest.mark.parametrize("tile", [(128, 192, 64), (128, 128, 64), (64, 256, 64), (64, 128, 64),
+                                  (64, 224, 128), (64, 128, 128)])
 def test_every_hopper_tile(monkeypatch, tile):
+    import cute_kernels.ops.gated_mlp as gated_ops
     import cute_kernels.tuning.gemm as gemm_tuning
 
     monkeypatch.setattr(gemm_tuning, "pick_tile", lambda *args: tile)
+    monkeypatch.setattr(gated_ops, "_PLANS", {})  # plans made with the scheduler's own tiles
     for m, inter, k in ((333, 520, 136), (100, 1032, 256)):
         x = torch.randn(m, k, device="cuda").bfloat16()
         w = ck.pack_gated_weight(kaiming(inter, k), kaiming(inter, k))
         out = torch.full((m, inter), float("nan"), dtype=torch.bfloat16, device="cuda")
         ck.gated_mlp_up(x, w, activation="swiglu", out=out)
         check_against_reference(out, x, w, "swiglu")
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_repeat_calls_run_the_cached_plan_on_their_own_tensors(path):
+    """Repeat calls of one metadata (a decode loop) reuse the plan: each runs on its own x,
+    bias and out, 2-D and batched, with and without out; a misaligned view of a cached shape
+    is still refused."""
+    w = ck.pack_gated_weight(kaiming(520, 264), kaiming(520, 264))
+    with ck.force_path(path):
+        for shape in ((77, 264), (3, 29, 264)):
+            for i in range(3):
+                x = torch.randn(*shape, device="cuda").bfloat16()
+                bias = torch.randn(1040, device="cuda").bfloat16()
+                if i == 2:
+                    out = ck.gated_mlp_up(x, w, bias=bias)
+                else:
+                    out = torch.full((*shape[:-1], 520), float("nan"), dtype=torch.bfloat16,
+                                     device="cuda")
+                    assert ck.gated_mlp_up(x, w, bias=bias, out=out) is out
+                check_against_reference(out, x, w, "swiglu", bias)
+        buf = torch.randn(77 * 264 + 8, device="cuda").bfloat16()
+        with pytest.raises(ValueError, match="16-byte"):
+            ck.gated_mlp_up(buf[4:4 + 77 * 264].view(77, 264), w)
 
 
 @pytest.mark.parametrize("path", PATHS)

@@ -228,9 +228,9 @@ def forced_schedule(monkeypatch):
     def force(*, swap: bool, splits: int, tile_n: int = 16, cluster_m: int = 1, tile=None,
               cluster_k: int = 1, ctas: int | None = None, cluster_n: int = 1,
               batched: bool = False, stream_k: bool = False):
-        def schedule(m, n, k, batch, sms, skinny=True, cluster_split=True):
-            base = real(m, n, k, batch, sms, skinny=False)
-            if not skinny and not batched:
+        def schedule(m, n, k, batch, sms, skinny=True, cluster_split=True, gated=False):
+            base = real(m, n, k, batch, sms, skinny=False, gated=gated)
+            if gated or (not skinny and not batched):
                 return base
             t = (128, tile_n, 64) if swap else tile or base.tile
             if cluster_k > 1 and not cluster_split:  # fp32 out: the workspace's K slices

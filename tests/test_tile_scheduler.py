@@ -79,7 +79,14 @@ def test_skinny_schedules():
     assert schedule(48, 14336, 4096, 1, 132).tile[0] == 64
     assert schedule(64, 4096, 14336, 1, 132).cluster_k == 2  # 32 tiles: K halves paired
     assert schedule(65, 4096, 4096, 1, 132).tile[0] == 128
-    assert schedule(64, 14336, 4096, 1, 132, skinny=False).tile[0] == 128  # gated: 128 rows
+    # gated, decoding: 64-row tiles 128 deep, one CTA per tile up to the SMs, unclustered
+    gated = schedule(64, 14336, 4096, 1, 132, skinny=False, gated=True)
+    assert (gated.tile, gated.ctas, gated.cluster_m, gated.max_stages) == ((64, 128, 128), 112,
+                                                                           1, 6)
+    assert schedule(1, 28672, 4096, 1, 132, skinny=False, gated=True).ctas == 132
+    assert schedule(65, 14336, 4096, 1, 132, skinny=False, gated=True).tile[0] == 128
+    # a batched plain GEMM of few rows keeps the 128-row tiles
+    assert schedule(64, 14336, 4096, 1, 132, skinny=False).tile[0] == 128
     # 32 tiles of 128 rows of a 4096-row weight: 64 tiles of 64 rows instead, unsplit (64
     # CTAs stream it at HBM speed, and C^T goes straight into the output)
     assert schedule(1, 4096, 14336, 1, 132).splits == 1

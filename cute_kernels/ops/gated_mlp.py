@@ -10,10 +10,14 @@ computed in registers and only the (M, I) result is written.
 
 from __future__ import annotations
 
+import math
+from typing import NamedTuple
+
 import torch
 
+from ..runtime.arch import device_target, forced_path, sm_count
 from ..runtime.bridge import kernel_for
-from ..runtime.validate import check_same_device, check_tensor
+from ..runtime.validate import check_same_device, check_tensor, tensor_meta
 from ..tuning.gemm import DEFAULT_CLUSTER_M, DEFAULT_TILE
 from . import gemm  # its attributes are looked up per call (tests patch schedule/drift_counter)
 from .activations import (
@@ -129,15 +133,17 @@ def gated_mlp_up_reference(x: torch.Tensor, w_packed: torch.Tensor,
 
 def make_build(path: str, dtype, out_dtype, a_major: str, b_major: str, activation: str,
                bias_dtype=None, cluster_m: int = DEFAULT_CLUSTER_M, tile=DEFAULT_TILE,
-               drift: bool = False):
+               drift: bool = False, batched: bool = True, max_stages: int | None = None):
     """The gated GEMM: the dense GEMM kernel of ``path`` with its gated epilogue (and the
-    bias hook on the 2I pre-activations when ``bias_dtype`` is set)."""
+    bias hook on the 2I pre-activations when ``bias_dtype`` is set); ``batched=False``: plain
+    2-D operands (``gemm.gemm_build``); ``max_stages``: the pipeline depth cap (Hopper)."""
     from ..kernels.gemm.epilogue import Epilogue
 
-    kernel = gemm.gemm_kernel(path, cluster_m, tile, drift, a_major=a_major, b_major=b_major,
-                         gated=activation,
-                         epilogue=Epilogue(bias=bias_dtype is not None))
-    return gemm.gemm_build(kernel, dtype, out_dtype, a_major, b_major, bias_dtype, drift)
+    kernel = gemm.gemm_kernel(path, cluster_m, tile, drift, max_stages, a_major=a_major,
+                              b_major=b_major, gated=activation,
+                              epilogue=Epilogue(bias=bias_dtype is not None))
+    return gemm.gemm_build(kernel, dtype, out_dtype, a_major, b_major, bias_dtype, drift,
+                           batched=batched)
 
 
 def _validate_gated(x, w_packed, bias, activation):
@@ -153,38 +159,93 @@ def _validate_gated(x, w_packed, bias, activation):
                          f"{w_packed.shape[1]} columns")
 
 
-def _gated_mlp_up(x: torch.Tensor, w_packed: torch.Tensor, bias: torch.Tensor | None,
-                  activation: str, out: torch.Tensor | None = None):
-    """The direct route: ``act(x @ W_gate^T + b_gate) * (x @ W_up^T + b_up)``, (..., I)."""
+class GatedPlan(NamedTuple):
+    """What a direct ``gated_mlp_up`` call launches, worked out once per argument metadata
+    (``_PLANS``): a repeat call (a decode step) skips the checks, the schedule and the kernel
+    lookup, which cost more host time than a decode-sized GEMM takes on the GPU."""
+
+    inter: int  # I: output columns
+    out_dtype: torch.dtype
+    kernel: object | None  # None: nothing to launch (an empty output, or K == 0)
+    ctas: int = 0
+    drift: bool = False  # the wave drift limiter's counter is passed
+    flat: bool = False  # Hopper: the 2-D operands go to the kernel as they are (no views)
+
+
+#: (argument metadata) -> GatedPlan, as ``ops.gemm._PLANS`` for the plain GEMM
+_PLANS: dict = {}
+_MAX_PLANS = 4096
+
+
+def _plan_key(x, w_packed, bias, activation, out) -> tuple:
+    """Everything the checks and the schedule read: the tensors' metadata, the activation,
+    the forced path and the SM count (an ``SmPartition`` region changes it)."""
+    return (tensor_meta(x), tensor_meta(w_packed), tensor_meta(bias), tensor_meta(out),
+            activation, forced_path(), sm_count(x.device) if x.is_cuda else 0)
+
+
+def _plan(x, w_packed, bias, activation, out) -> GatedPlan:
+    """Validate, then pick the kernel and launch size."""
     _validate_gated(x, w_packed, bias, activation)
     lead, k = x.shape[:-1], x.shape[-1]
     x2 = x.reshape(-1, k)
     inter = w_packed.shape[0] // 2
     _, out_dtype, a_major, b_major = gemm._validate(x2, w_packed, bias, None, None,
                                                a_name="x", b_name="w_packed")
-    if out is None:
-        out = torch.empty(*lead, inter, dtype=out_dtype, device=x.device)
-    else:
+    if out is not None:
         check_tensor("out", out, dtypes=(out_dtype,), on_cuda=False)
         if tuple(out.shape) != (*lead, inter) or not out.is_contiguous():
             raise ValueError(f"out must be a contiguous {out_dtype} tensor of shape "
                              f"{(*lead, inter)}, got {tuple(out.shape)}")
         check_same_device(x=x, out=out)
-    if out.numel() == 0:
-        return out
-    if k == 0:  # no reduction: the pre-activations are the bias (or zero)
-        pre = torch.zeros(2 * inter, device=x.device) if bias is None else bias.float()
-        out.copy_(gate(pre[0::2], pre[1::2], activation).expand_as(out))
-        return out
+    if math.prod(lead) * inter == 0 or k == 0:
+        return GatedPlan(inter, out_dtype, None)
     bias_dtype = bias.dtype if bias is not None else None
-    tile, cluster_m, ctas, drift = gemm.schedule(x2, w_packed, skinny=False)[:4]
-    key = ("gated_mlp_up", x.dtype, out_dtype, a_major, b_major, activation, bias_dtype, drift)
+    sched = gemm.schedule(x2, w_packed, gated=True)
+    tile, cluster_m, ctas, drift = sched[:4]
+    # Hopper takes the (M, K) / (2I, K) / (M, I) views as they are and adds their batch mode
+    # of one itself (as the plain GEMM's "2d" builds): no views per call
+    flat = (forced_path() or device_target(x.device)[0]) == "hopper"
+    key = ("gated_mlp_up", x.dtype, out_dtype, a_major, b_major, activation, bias_dtype, drift,
+           *(("2d",) if flat else ()))
     kernel = kernel_for(x.device, key, lambda path, target: make_build(
         path, x.dtype, out_dtype, a_major, b_major, activation, bias_dtype, cluster_m, tile,
-        drift), hopper_key=(cluster_m, tile))
-    kernel(*gemm.gemm_params().call_args(
-        mA=gemm._as_mkl(x2), mB=gemm._as_mkl(w_packed), mC=gemm._as_mkl(out.view(-1, inter)),
-        mBias=bias, num_ctas=ctas, mSync=gemm.drift_counter(x.device, drift)))
+        drift, batched=not flat, max_stages=sched.max_stages),
+        hopper_key=(cluster_m, tile, sched.max_stages))
+    return GatedPlan(inter, out_dtype, kernel, ctas, drift, flat)
+
+
+def _gated_mlp_up(x: torch.Tensor, w_packed: torch.Tensor, bias: torch.Tensor | None,
+                  activation: str, out: torch.Tensor | None = None):
+    """The direct route: ``act(x @ W_gate^T + b_gate) * (x @ W_up^T + b_up)``, (..., I)."""
+    key = _plan_key(x, w_packed, bias, activation, out)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _plan(x, w_packed, bias, activation, out)
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    return launch(plan, x, w_packed, bias, activation, out)
+
+
+def launch(plan: GatedPlan, x, w_packed, bias, activation: str, out=None):
+    """Run a validated plan on these operands (of the metadata it was made for), into
+    ``out`` or a new tensor."""
+    inter, k = plan.inter, x.shape[-1]
+    if out is None:
+        out = torch.empty((*x.shape[:-1], inter), dtype=plan.out_dtype, device=x.device)
+    if plan.kernel is None:
+        if out.numel():  # K == 0: the pre-activations are the bias (or zero)
+            pre = torch.zeros(2 * inter, device=x.device) if bias is None else bias.float()
+            out.copy_(gate(pre[0::2], pre[1::2], activation).expand_as(out))
+        return out
+    x2 = x if x.dim() == 2 else x.reshape(-1, k)
+    out2 = out if out.dim() == 2 else out.view(-1, inter)
+    if not plan.flat:  # the Ampere kernel's (rows, K, L) operands
+        x2, w_packed, out2 = gemm._as_mkl(x2), gemm._as_mkl(w_packed), gemm._as_mkl(out2)
+    plan.kernel(*gemm.gemm_params().call_args(
+        mA=x2, mB=w_packed, mC=out2, mBias=bias, num_ctas=plan.ctas,
+        mSync=gemm.drift_counter(x.device, plan.drift)))
     return out
 
 

@@ -467,15 +467,15 @@ def _degenerate(a, bias, out, plan: GemmPlan, epilogue):
 
 
 def schedule(a: torch.Tensor, b_nk: torch.Tensor, *, skinny: bool = True,
-             cluster_split: bool = True) -> gemm_tuning.GemmSchedule:
+             cluster_split: bool = True, gated: bool = False) -> gemm_tuning.GemmSchedule:
     """The Hopper launch for these operands (``tuning.gemm.schedule`` on this device;
     ``skinny=False``: never swap-AB or split-K; ``cluster_split=False``: K slices only
-    through the fp32 workspace)."""
+    through the fp32 workspace; ``gated``: the gated GEMM's, never swapped or split)."""
     batch = a.shape[0] if a.dim() == 3 else 1
     # the K slices of split-K are the launch's batch dim: 2-D operands only
     return gemm_tuning.schedule(a.shape[-2], b_nk.shape[-2], a.shape[-1], batch,
-                                sm_count(a.device), skinny=skinny and a.dim() == 2,
-                                cluster_split=cluster_split)
+                                sm_count(a.device), skinny=skinny and not gated
+                                and a.dim() == 2, cluster_split=cluster_split, gated=gated)
 
 
 def _epilogue_reference(acc: torch.Tensor, bias, epilogue):
