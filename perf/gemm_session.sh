@@ -215,4 +215,10 @@ if [ "$PART" = gated-final ]; then  # the gated decode schedule: GEMM-family tes
     --out "$OUT/gf"
   tail -3 "$OUT/gf-tests.log"; grep -v DEBUG "$OUT/gf-perf.log" | tail -12
 fi
+if [ "$PART" = sanitize ]; then  # memcheck and racecheck on the probe (gated decode included)
+  step san-memcheck 240 "${SANITIZE[@]}" --tool memcheck python perf/gemm_skinny_probe.py
+  step san-racecheck 240 "${SANITIZE[@]}" --tool racecheck python perf/gemm_skinny_probe.py
+  for f in "$OUT"/san-*.log; do echo "$f: $(grep -c "rel err" "$f") checks, $(grep -i \
+    "ERROR SUMMARY\|RACECHECK SUMMARY" "$f")"; done
+fi
 echo; echo "=== summary"; printf '%s\n' "${summary[@]}"

@@ -1,7 +1,7 @@
 """A few skinny GEMM launches for compute-sanitizer (memcheck, racecheck): the default swap-AB
 / split-K schedules on decode shapes and forced ones on residue shapes (split-K through the
-workspace and in a cluster; 2-D clusters; 192-row and 240-wide tiles; stream-K), each checked
-against an fp32 reference.
+workspace and in a cluster; 2-D clusters; 192-row and 240-wide tiles; stream-K) and the gated
+GEMM's decode tiles, each checked against an fp32 reference.
 
     compute-sanitizer --tool memcheck python perf/gemm_skinny_probe.py
 """
@@ -71,6 +71,15 @@ def main() -> None:
         out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
         check(run_plan(forced_plan(x, w, **fields), x, w, out), x, w, None,
               f"forced {fields} {m}x{n}x{k}")
+    # the gated GEMM's decode tiles (64 x 128, 128 deep): residue I and K, 1 and 64 rows
+    for m, inter, k in ((7, 520, 264), (64, 1032, 1000), (1, 264, 136)):
+        x = rand(m, k)
+        w = ck.pack_gated_weight(rand(inter, k), rand(inter, k))
+        out = ck.gated_mlp_up(x, w)
+        ref = ck.reference.gated_mlp_up(x, w)
+        err = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
+        assert err < 2e-2, f"gated {m}x{inter}x{k}: rel err {err:.3g}"
+        print(f"gated {m}x{inter}x{k}: rel err {err:.2e}")
     torch.cuda.synchronize()
 
 
