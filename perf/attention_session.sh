@@ -778,7 +778,8 @@ if [ "$PART" = swap-eager ]; then  # eager decode twice (its spread between runs
 fi
 if [ "$PART" = host-ab ]; then  # host us per eager call: this tree against .before/ (an
   # older checkout of cute_kernels/ carried beside it), alternating, three runs each
-  HOPS=decode,decode_unsplit,sdpa_decode,linear,linear_decode,matmul
+  HOPS=decode,decode_unsplit,sdpa_decode,linear,linear_decode,matmul,gated_decode
+  HOPS=$HOPS,torch_gated_decode
   for i in 1 2 3; do
     step hab-new$i 150 python perf/host_profile.py --ops $HOPS --top 2
     step hab-old$i 150 env PYTHONPATH=.before python perf/host_profile.py --ops $HOPS --top 2

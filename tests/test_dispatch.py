@@ -251,6 +251,27 @@ def test_differentiable_ops_record_autograd_on_meta():
         ck.linear(x, w, out=torch.empty(2, 5, 96, dtype=BF, device="meta"))
 
 
+@pytest.mark.parametrize("bad", [None, [1, 2], "x"])
+def test_arguments_of_the_wrong_type_are_named(bad):
+    """A non-tensor where a tensor goes (grad mode on, so the autograd route is asked first)
+    raises a TypeError naming the argument, before any plan lookup: never an AttributeError
+    from the plan caches or the route."""
+    x, w = torch.randn(4, 64).bfloat16(), torch.randn(32, 64).bfloat16()
+    q = torch.randn(1, 2, 8, 64).bfloat16()
+    calls = [("x", lambda: ck.linear(bad, w)), ("w", lambda: ck.linear(x, bad)),
+             ("a", lambda: ck.gemm(bad, w.t())), ("x", lambda: ck.gated_mlp_up(bad, w)),
+             ("w_packed", lambda: ck.gated_mlp_up(x, bad)), ("q", lambda: ck.attention(bad, q, q)),
+             ("v", lambda: ck.attention(q, q, bad))]
+    if bad is not None:  # None is a valid bias / out
+        calls += [("bias", lambda: ck.linear(x, w, bias=bad)),
+                  ("bias", lambda: ck.gated_mlp_up(x, w, bias=bad))]
+    for name, call in calls:
+        with pytest.raises(TypeError, match=f"{name} must be a torch.Tensor"):
+            call()
+    with pytest.raises(ValueError, match="epilogue must be one of"):  # unhashable: no key
+        ck.linear(x, w, epilogue=["gelu"])
+
+
 def test_gated_plan_is_cached_on_metadata_only(monkeypatch):
     """gated_mlp_up validates and plans once per argument metadata and activation; repeat
     calls launch the cached kernel on their own tensors (2-D views of the rows); a call that

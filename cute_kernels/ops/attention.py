@@ -576,8 +576,8 @@ def _plan_key(q, k, v, causal, scale, num_splits, out):
     ``attention``'s checks read, so a hit needs none of them, and the SM count the grid is
     sized by (an ``SmPartition`` region changes it)."""
     if (type(causal) is not bool or not (scale is None or type(scale) is float)
-            or not (num_splits is None or type(num_splits) is int)
-            or not plain_eager((q, k, v, out), (q, k, v))):
+            or not (num_splits is None or type(num_splits) is int) or q is None or k is None
+            or v is None or not plain_eager((q, k, v, out), (q, k, v))):
         return None
     return (tensor_meta(q), tensor_meta(k), tensor_meta(v), tensor_meta(out), causal, scale,
             num_splits, forced_path(), sm_count(q.device) if q.is_cuda else 0,

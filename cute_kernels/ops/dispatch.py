@@ -33,7 +33,9 @@ import torch
 
 def needs_grad(*tensors) -> bool:
     """Whether autograd must record a call on ``tensors`` (None entries allowed)."""
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+    # not a tensor: nothing to record (the op's checks name the argument)
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
+                                           for t in tensors)
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
@@ -50,7 +52,7 @@ def plain_eager(tensors, tracked) -> bool:
             return False
     if torch.is_grad_enabled():
         for t in tracked:
-            if t is not None and t.requires_grad:
+            if isinstance(t, torch.Tensor) and t.requires_grad:
                 return False
     return not torch.compiler.is_compiling()
 

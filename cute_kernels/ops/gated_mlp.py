@@ -218,13 +218,17 @@ def _plan(x, w_packed, bias, activation, out) -> GatedPlan:
 def _gated_mlp_up(x: torch.Tensor, w_packed: torch.Tensor, bias: torch.Tensor | None,
                   activation: str, out: torch.Tensor | None = None):
     """The direct route: ``act(x @ W_gate^T + b_gate) * (x @ W_up^T + b_up)``, (..., I)."""
-    key = _plan_key(x, w_packed, bias, activation, out)
-    plan = _PLANS.get(key)
+    try:
+        key = _plan_key(x, w_packed, bias, activation, out)
+        plan = _PLANS.get(key)
+    except (AttributeError, TypeError):  # arguments of the wrong type: the checks name them
+        key = plan = None
     if plan is None:
         plan = _plan(x, w_packed, bias, activation, out)
-        if len(_PLANS) >= _MAX_PLANS:
-            _PLANS.clear()
-        _PLANS[key] = plan
+        if key is not None:
+            if len(_PLANS) >= _MAX_PLANS:
+                _PLANS.clear()
+            _PLANS[key] = plan
     return launch(plan, x, w_packed, bias, activation, out)
 
 

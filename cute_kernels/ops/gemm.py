@@ -262,15 +262,19 @@ _MAX_PLANS = 4096
 def _gemm_nk(a, b_nk, bias, out_dtype, epilogue, out=None, *, names=("a", "b")):
     """The direct route: ``act(a @ b_nk^T + bias)`` into ``out`` (or a new tensor); ``names``
     are the operands' names in error messages."""
-    sig = _plan_key(a, b_nk, bias, out, out_dtype, epilogue)
-    plan = _PLANS.get(sig)
+    try:
+        sig = _plan_key(a, b_nk, bias, out, out_dtype, epilogue)
+        plan = _PLANS.get(sig)
+    except (AttributeError, TypeError):  # arguments of the wrong type: the checks name them
+        sig = plan = None
     if plan is None:
         plan = _plan(a, b_nk, bias, out, out_dtype, epilogue, *names)
         if plan.kernel is None:  # empty output or K == 0: no kernel
             return _degenerate(a, bias, out, plan, epilogue)
-        if len(_PLANS) >= _MAX_PLANS:
-            _PLANS.clear()
-        _PLANS[sig] = plan
+        if sig is not None:
+            if len(_PLANS) >= _MAX_PLANS:
+                _PLANS.clear()
+            _PLANS[sig] = plan
     return launch(plan, a, b_nk, bias, out)
 
 
@@ -359,10 +363,14 @@ def _launch_cached(a, b_nk, bias, out, out_dtype, epilogue):
     metadata made, skipping the argument checks and the route (µs that a decode-sized GEMM
     cannot hide); None when there is no such plan or this call would not take the direct
     route (``plain_eager``). 2-D operands only."""
-    if not plain_eager((a, b_nk, bias, out), (a, b_nk, bias)) or a.dim() != 2:
+    if (not isinstance(a, torch.Tensor) or not isinstance(b_nk, torch.Tensor)
+            or not plain_eager((a, b_nk, bias, out), (a, b_nk, bias)) or a.dim() != 2):
         return None
     out_dtype = out_dtype or (out.dtype if out is not None else a.dtype)
-    plan = _PLANS.get(_plan_key(a, b_nk, bias, out, out_dtype, epilogue))
+    try:
+        plan = _PLANS.get(_plan_key(a, b_nk, bias, out, out_dtype, epilogue))
+    except (AttributeError, TypeError):  # an argument of the wrong type: the checks name it
+        return None
     return None if plan is None else launch(plan, a, b_nk, bias, out)
 
 

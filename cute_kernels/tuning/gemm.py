@@ -60,8 +60,8 @@ GATED_TILE_SPEEDS = {t: TILE_SPEEDS[t] for t in (DEFAULT_TILE, (128, 192, 64), (
 #: stages as fit (4). H100, perf/gated_mlp.py --tiles, GPU us in CUDA graphs, the 128x256 tile
 #: before / this one / cuBLAS + Liger: Llama 3 8B (I 14336, K 4096) at 1 / 16 / 64 tokens
 #: 99.5 / 92.3 / 85.2, 100.3 / 88.9 / 87.9, 100.3 / 85.7 / 91.8; 70B 361.6 / 330.2 / 329.6,
-#: 357.7 / 328.5 / 334.3, 354.2 / 323.2 / 344.9. 64x224x128 (one wave at 8B) ran the same,
-#: 64x256x128 and 64x128x64 (8 stages) 1-3% slower; at 128 tokens the 128x256 tile stays
+#: 357.7 / 328.5 / 334.3, 354.2 / 323.2 / 344.9. 64x224x128 (one wave at 8B) ran 0-4%
+#: slower, 64x256x128 and 64x128x64 (8 stages) 1-3%; at 128 tokens the 128x256 tile stays
 #: fastest (94.6 against 100.0).
 GATED_HALF_TILE = (64, 128, 128)
 GATED_HALF_STAGES = 6
