@@ -29,8 +29,9 @@ TOKENS = (512, 1024, 4096, 16384, 65536)
 
 
 def forced_variants(inputs: dict, forced) -> dict:
-    """One contender per forced (tile, stages): its plan made once under that schedule
-    (unclustered, one CTA per tile up to the SMs), launched directly (``gated_mlp.launch``)."""
+    """One contender per forced (tile, stages, A rows): its plan made once under that
+    schedule (unclustered, one CTA per tile up to the SMs; A rows: the op's choice unless
+    given, 0 the whole tile), launched directly (``gated_mlp.launch``)."""
     from unittest import mock
 
     import torch
@@ -43,12 +44,16 @@ def forced_variants(inputs: dict, forced) -> dict:
     x, w = inputs["x"], inputs["w_packed"]
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
     out = {}
-    for tile, stages in forced:
+    for tile, stages, a_rows in forced:
         ctas = persistent_grid(cluster_tiles(x.shape[0], w.shape[0], 1, tile, 1), sms)
         sched = GemmSchedule(tile, 1, ctas, False, max_stages=stages)
-        with mock.patch.object(gemm_ops, "schedule", lambda *a, sched=sched, **k: sched):
+        rows = (gated_ops.gated_a_rows if a_rows is None
+                else lambda *_, r=a_rows: r or None)
+        with (mock.patch.object(gemm_ops, "schedule", lambda *a, sched=sched, **k: sched),
+              mock.patch.object(gated_ops, "gated_a_rows", rows)):
             plan = gated_ops._plan(x, w, None, "swiglu", None)
-        out[f"{'x'.join(map(str, tile))}p{stages or ''}"] = (
+        name = f"{'x'.join(map(str, tile))}p{stages or ''}"
+        out[name + ("" if a_rows is None else f"r{a_rows}")] = (
             lambda s, plan=plan: gated_ops.launch(plan, s["x"], s["w_packed"], None, "swiglu"))
     return out
 
@@ -63,19 +68,20 @@ def main() -> None:
     ap.add_argument("--graphs", action="store_true",
                     help="also GPU time per call in CUDA graphs (no host cost)")
     ap.add_argument("--tiles", default="",
-                    help="Hopper tiles forced as extra contenders, MxNxK[pS] (at most S "
-                    "stages), e.g. 64x256x64p5,64x128x64p8")
+                    help="Hopper tiles forced as extra contenders, MxNxK[pS][rR] (at most S "
+                    "stages; R rows of A loaded per tile, r0 the whole tile), e.g. "
+                    "64x256x64p5,64x128x128p6r0,64x128x128p6r8")
     args = ap.parse_args()
     tokens = (512, 4096, 16384) if args.quick else TOKENS
     if args.tokens:
         tokens = tuple(int(t) for t in args.tokens.split(","))
     shapes = [(m, t, *MODELS[m]) for m in args.models.split(",") for t in tokens]
-    tiles = [re.fullmatch(r"(\d+)x(\d+)x(\d+)(?:p(\d+))?", t) for t in args.tiles.split(",")
-             if t]
+    tiles = [re.fullmatch(r"(\d+)x(\d+)x(\d+)(?:p(\d+))?(?:r(\d+))?", t)
+             for t in args.tiles.split(",") if t]
     if not all(tiles):
-        ap.error(f"--tiles: {args.tiles!r} is not MxNxK[pS],...")
-    forced = [(tuple(int(v) for v in t.groups()[:3]), t.group(4) and int(t.group(4)))
-              for t in tiles]
+        ap.error(f"--tiles: {args.tiles!r} is not MxNxK[pS][rR],...")
+    forced = [(tuple(int(v) for v in t.groups()[:3]), t.group(4) and int(t.group(4)),
+               t.group(5) and int(t.group(5))) for t in tiles]
     rows = gated_mlp_rows(shapes, args.path, rounds=8 if args.quick else 15, need_liger=True,
                           graphs=args.graphs,
                           variants=(lambda s: forced_variants(s, forced)) if forced else None)

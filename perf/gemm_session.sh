@@ -221,4 +221,14 @@ if [ "$PART" = sanitize ]; then  # memcheck and racecheck on the probe (gated de
   for f in "$OUT"/san-*.log; do echo "$f: $(grep -c "rel err" "$f") checks, $(grep -i \
     "ERROR SUMMARY\|RACECHECK SUMMARY" "$f")"; done
 fi
+if [ "$PART" = gated-arows ]; then  # the decode tile loading only 8 / 16 / 32 rows of A
+  step ga-tests 300 python -m pytest -q --tb=short -p no:logging -x tests/test_gated_mlp_gpu.py
+  step ga-perf 300 python perf/gated_mlp.py --tokens 1,8,16,32 --models 8B,70B --graphs \
+    --tiles 64x128x128p6r0,64x128x128p6 --out "$OUT/ga"
+  step ga-memcheck 240 "${SANITIZE[@]}" --tool memcheck python perf/gemm_skinny_probe.py
+  step ga-racecheck 240 "${SANITIZE[@]}" --tool racecheck python perf/gemm_skinny_probe.py
+  tail -3 "$OUT/ga-tests.log"; grep -v DEBUG "$OUT/ga-perf.log" | tail -22
+  for f in "$OUT"/ga-*check.log; do echo "$f: $(grep -c "rel err" "$f") checks, $(grep -i \
+    "ERROR SUMMARY\|RACECHECK SUMMARY" "$f")"; done
+fi
 echo; echo "=== summary"; printf '%s\n' "${summary[@]}"

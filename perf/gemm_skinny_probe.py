@@ -71,8 +71,9 @@ def main() -> None:
         out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
         check(run_plan(forced_plan(x, w, **fields), x, w, out), x, w, None,
               f"forced {fields} {m}x{n}x{k}")
-    # the gated GEMM's decode tiles (64 x 128, 128 deep): residue I and K, 1 and 64 rows
-    for m, inter, k in ((7, 520, 264), (64, 1032, 1000), (1, 264, 136)):
+    # the gated GEMM's decode tiles (64 x 128, 128 deep; 8 / 32 / 64 rows of A loaded):
+    # residue I and K
+    for m, inter, k in ((7, 520, 264), (64, 1032, 1000), (1, 264, 136), (17, 264, 1000)):
         x = rand(m, k)
         w = ck.pack_gated_weight(rand(inter, k), rand(inter, k))
         out = ck.gated_mlp_up(x, w)

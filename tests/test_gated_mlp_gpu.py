@@ -165,6 +165,21 @@ def test_every_hopper_tile(monkeypatch, tile):
         check_against_reference(out, x, w, "swiglu")
 
 
+@pytest.mark.parametrize("m", [1, 8, 9, 16, 17, 32, 33, 64])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_decode_rows(m, dtype):
+    """Decode-sized calls (the 64 x 128 x 128 tile; on Hopper only the first 8 / 16 / 32 rows
+    of each A tile are loaded, the smallest that holds M): every row right, with a bias, a
+    residue I and K, both 16-bit dtypes."""
+    inter, k = 264, 1000
+    x = torch.randn(m, k, device="cuda").to(dtype)
+    w = ck.pack_gated_weight(kaiming(inter, k, dtype=dtype), kaiming(inter, k, dtype=dtype))
+    bias = torch.randn(2 * inter, device="cuda").to(dtype)
+    out = torch.full((m, inter), float("nan"), dtype=dtype, device="cuda")
+    ck.gated_mlp_up(x, w, activation="geglu_tanh", bias=bias, out=out)
+    check_against_reference(out, x, w, "geglu_tanh", bias)
+
+
 @pytest.mark.parametrize("path", PATHS)
 def test_repeat_calls_run_the_cached_plan_on_their_own_tensors(path):
     """Repeat calls of one metadata (a decode loop) reuse the plan: each runs on its own x,

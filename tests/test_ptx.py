@@ -646,6 +646,39 @@ def test_gemm_skinny_tiles_ptx(tile, a_major, b_major, c_form, out_dtype):
     _assert_no_spills(ptx, "sm_90a")
 
 
+@pytest.mark.parametrize("a_rows", [None, 8, 32])
+def test_gated_decode_tile_loads_only_its_a_rows(a_rows):
+    """The gated decode tile (64 x 128, 128 deep) with ``a_rows``: each stage's full barrier
+    expects the A box of that many rows plus the weight's 128 x 128 box (bf16), one m64n128k16
+    WGMMA shape, no spills; ``a_rows`` that does not divide the tile, or with A multicast, is
+    refused; the op loads the smallest of 8 / 16 / 32 rows that holds M on that tile only."""
+    import re
+
+    import torch
+
+    from cute_kernels.kernels.gemm.sm90 import GemmSm90
+    from cute_kernels.ops.gated_mlp import gated_a_rows, make_build
+    from cute_kernels.runtime.compile import compile_ptx
+    from cute_kernels.tuning.gemm import GATED_HALF_TILE
+
+    ptx = compile_ptx(make_build("hopper", torch.bfloat16, torch.bfloat16, "k", "k", "swiglu",
+                                 None, 1, GATED_HALF_TILE, batched=False, max_stages=6,
+                                 a_rows=a_rows), "sm_90a")
+    stage_bytes = ((a_rows or 64) + 128) * 128 * 2
+    regs = set(re.findall(r"expect_tx\S* \S+, \[\S+\], (%r\d+);", ptx))
+    assert {re.search(rf"mov\.b32\s+{r}, (\d+);", ptx).group(1) for r in regs} == {
+        str(stage_bytes)}
+    assert set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k16)", ptx)) == {
+        "m64n128k16"}
+    _assert_no_spills(ptx, "sm_90a")
+    for bad in ({"a_rows": 24}, {"a_rows": 12}, {"a_rows": 32, "cluster_n": 2}):
+        with pytest.raises(ValueError, match="a_rows"):
+            GemmSm90(tile=(64, 128, 128), **bad)
+    assert [gated_a_rows(m, GATED_HALF_TILE) for m in (1, 8, 9, 16, 17, 32, 33, 64)] == [
+        8, 8, 16, 16, 32, 32, None, None]
+    assert gated_a_rows(1, (128, 256, 64)) is None
+
+
 def test_gemm_epilogue_subtiles_cover_the_tile():
     """The epilogue's subtiles tile N exactly: a 240-wide tile stores 15 subtiles of 16
     columns (in 32-wide ones its last 16 columns went unstored), and a subtile width that does

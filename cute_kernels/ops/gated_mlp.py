@@ -18,7 +18,7 @@ import torch
 from ..runtime.arch import device_target, forced_path, sm_count
 from ..runtime.bridge import kernel_for
 from ..runtime.validate import check_same_device, check_tensor, tensor_meta
-from ..tuning.gemm import DEFAULT_CLUSTER_M, DEFAULT_TILE
+from ..tuning.gemm import DEFAULT_CLUSTER_M, DEFAULT_TILE, GATED_HALF_TILE
 from . import gemm  # its attributes are looked up per call (tests patch schedule/drift_counter)
 from .activations import (
     GATED_ACTIVATIONS,
@@ -133,15 +133,18 @@ def gated_mlp_up_reference(x: torch.Tensor, w_packed: torch.Tensor,
 
 def make_build(path: str, dtype, out_dtype, a_major: str, b_major: str, activation: str,
                bias_dtype=None, cluster_m: int = DEFAULT_CLUSTER_M, tile=DEFAULT_TILE,
-               drift: bool = False, batched: bool = True, max_stages: int | None = None):
+               drift: bool = False, batched: bool = True, max_stages: int | None = None,
+               a_rows: int | None = None):
     """The gated GEMM: the dense GEMM kernel of ``path`` with its gated epilogue (and the
     bias hook on the 2I pre-activations when ``bias_dtype`` is set); ``batched=False``: plain
-    2-D operands (``gemm.gemm_build``); ``max_stages``: the pipeline depth cap (Hopper)."""
+    2-D operands (``gemm.gemm_build``); ``max_stages``: the pipeline depth cap and
+    ``a_rows``: the A rows loaded per tile, for at most that many rows (Hopper)."""
     from ..kernels.gemm.epilogue import Epilogue
 
+    rows = {"a_rows": a_rows} if path == "hopper" and a_rows is not None else {}
     kernel = gemm.gemm_kernel(path, cluster_m, tile, drift, max_stages, a_major=a_major,
                               b_major=b_major, gated=activation,
-                              epilogue=Epilogue(bias=bias_dtype is not None))
+                              epilogue=Epilogue(bias=bias_dtype is not None), **rows)
     return gemm.gemm_build(kernel, dtype, out_dtype, a_major, b_major, bias_dtype, drift,
                            batched=batched)
 
@@ -171,6 +174,11 @@ class GatedPlan(NamedTuple):
     drift: bool = False  # the wave drift limiter's counter is passed
     flat: bool = False  # Hopper: the 2-D operands go to the kernel as they are (no views)
 
+
+#: A-tile row counts a decode launch may load instead of the whole 64-row tile: TMA's zero
+#: fill of a mostly empty box costs per k-tile (Llama 3 8B at 1 token: 2.55 TB/s of weight
+#: streamed, against 2.74 at 64 tokens on the same tile)
+A_ROWS = (8, 16, 32)
 
 #: (argument metadata) -> GatedPlan, as ``ops.gemm._PLANS`` for the plain GEMM
 _PLANS: dict = {}
@@ -208,11 +216,22 @@ def _plan(x, w_packed, bias, activation, out) -> GatedPlan:
     flat = (forced_path() or device_target(x.device)[0]) == "hopper"
     key = ("gated_mlp_up", x.dtype, out_dtype, a_major, b_major, activation, bias_dtype, drift,
            *(("2d",) if flat else ()))
+    a_rows = gated_a_rows(x2.shape[0], tile)
     kernel = kernel_for(x.device, key, lambda path, target: make_build(
         path, x.dtype, out_dtype, a_major, b_major, activation, bias_dtype, cluster_m, tile,
-        drift, batched=not flat, max_stages=sched.max_stages),
-        hopper_key=(cluster_m, tile, sched.max_stages))
+        drift, batched=not flat, max_stages=sched.max_stages, a_rows=a_rows),
+        hopper_key=(cluster_m, tile, sched.max_stages)
+        + (("a_rows", a_rows) if a_rows is not None else ()))
     return GatedPlan(inter, out_dtype, kernel, ctas, drift, flat)
+
+
+def gated_a_rows(rows: int, tile) -> int | None:
+    """The A rows a decode tile loads (``GemmSm90(a_rows=...)``): the smallest of 8, 16, 32
+    that holds all ``rows``, on the gated decode tile (``GATED_HALF_TILE``); None (the whole
+    tile) otherwise."""
+    if tuple(tile) != GATED_HALF_TILE:
+        return None
+    return next((r for r in A_ROWS if rows <= r), None)
 
 
 def _gated_mlp_up(x: torch.Tensor, w_packed: torch.Tensor, bias: torch.Tensor | None,

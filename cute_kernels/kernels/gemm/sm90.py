@@ -107,7 +107,8 @@ class GemmSm90:
                  epi_n: int | None = None, epi_stages: int = 2, gated: str | None = None,
                  cluster_m: int = DEFAULT_CLUSTER_M,
                  drift_slack: int | None = None, c_transposed: bool = False,
-                 cluster_k: int = 1, cluster_n: int = 1, stream_k: bool = False):
+                 cluster_k: int = 1, cluster_n: int = 1, stream_k: bool = False,
+                 a_rows: int | None = None):
         # drift_slack (with a zeroed int32 counter passed as mSync): a cluster starts its j-th
         # tile only once every cluster has issued the loads of its first j - drift_slack tiles,
         # so clusters that share A / B panels in L2 stay within drift_slack tiles of each other
@@ -165,6 +166,15 @@ class GemmSm90:
         # 192-row one three)
         if tile[0] not in CONSUMER_REGISTERS:
             raise ValueError(f"tile M must be 64, 128 or 192, got {tile[0]}")
+        # a_rows: the rows of each A tile the TMA loads, for a GEMM of at most a_rows rows
+        # (decoding): TMA's zero fill of the other rows costs time per k-tile, and their
+        # accumulator rows are never stored (the caller guarantees M <= a_rows: the rows past
+        # a_rows are neither loaded nor zeroed)
+        self.a_rows = tile[0] if a_rows is None else a_rows
+        if self.a_rows != tile[0] and (self.a_rows % 8 or tile[0] % self.a_rows or cluster_n > 1
+                                       or cluster_k > 1 or stream_k):
+            raise ValueError(f"a_rows {a_rows} must be a multiple of 8 dividing tile M "
+                             f"{tile[0]}, without cluster_n, cluster_k or stream_k")
         self.consumer_wgs = tile[0] // 64
         self.threads = 128 * (1 + self.consumer_wgs)
         self.producer_regs, self.consumer_regs = PRODUCER_REGISTERS, CONSUMER_REGISTERS[tile[0]]
@@ -179,6 +189,15 @@ class GemmSm90:
         if fit < 2:
             raise ValueError(f"tile {self.tile} does not fit two pipeline stages in smem")
         return min(self.max_stages, fit)
+
+    def _a_box(self, sA_layout):
+        """The smem stages' first ``a_rows`` rows: what the TMA loads of A (the whole stage
+        unless ``a_rows`` is set)."""
+        if self.a_rows == self.tile[0]:
+            return sA_layout
+        return cute.composition(sA_layout, (cute.make_layout(self.a_rows),
+                                            cute.make_layout(self.tile[2]),
+                                            cute.make_layout(cute.size(sA_layout, mode=[2]))))
 
     @cute.jit
     def __call__(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, mBias,
@@ -220,8 +239,9 @@ class GemmSm90:
         cm, cn = self.cluster_m, self.cluster_n
         a_op = (cpasync.CopyBulkTensorTileG2SMulticastOp() if cn > 1
                 else cpasync.CopyBulkTensorTileG2SOp())
-        tma_a, tA = cpasync.make_tiled_tma_atom(a_op, mA, cute.slice_(sA_layout, (None, None, 0)),
-                                                (bm, bk), num_multicast=cn)
+        tma_a, tA = cpasync.make_tiled_tma_atom(
+            a_op, mA, cute.slice_(self._a_box(sA_layout), (None, None, 0)), (self.a_rows, bk),
+            num_multicast=cn)
         b_op = (cpasync.CopyBulkTensorTileG2SMulticastOp() if cm > 1
                 else cpasync.CopyBulkTensorTileG2SOp())
         tma_b, tB = cpasync.make_tiled_tma_atom(b_op, mB, cute.slice_(sB_layout, (None, None, 0)),
@@ -286,7 +306,9 @@ class GemmSm90:
         cluster_id = bidx // (cm * cn * ck)
         num_clusters = gdimx // (cm * cn * ck)
         storage = cutlass.memory.SmemAllocator().allocate(self.storage_cls)
-        stage_bytes = (cute.size_in_bytes(ab_dtype, cute.slice_(sA_layout, (None, None, 0)))
+        sA_box = self._a_box(sA_layout)
+        # the A box's bytes by its size (a_rows < tile M: its layout spans the whole stage)
+        stage_bytes = (self.a_rows * bk * ab_dtype.width // 8
                        + cute.size_in_bytes(ab_dtype, cute.slice_(sB_layout, (None, None, 0))))
         ab_pipe = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.mbar.data_ptr(), num_stages=self.stages,
@@ -338,7 +360,13 @@ class GemmSm90:
                                 else (cluster_coord[0], cluster_coord[1]))
         # what the producer loads: this CTA loads its b_rank-th share of each B tile and
         # multicasts it to the CTAs of b_mcast_mask, and likewise its a_rank-th share of A
-        ab = SimpleNamespace(pipe=ab_pipe, tma_a=tma_a, sA=sA, gA=gA, tma_b=tma_b, sB=sB, gB=gB,
+        if cutlass.const_expr(self.a_rows != bm):  # the TMA loads the first a_rows rows
+            sA_load = storage.sA.get_tensor(sA_box.outer, swizzle=sA_box.inner)
+            gA_load = cute.local_tile(tA, (self.a_rows, bk), (None, None, None))
+        else:
+            sA_load, gA_load = sA, gA
+        ab = SimpleNamespace(pipe=ab_pipe, tma_a=tma_a, sA=sA_load, gA=gA_load, tma_b=tma_b,
+                             sB=sB, gB=gB,
                              b_rank=cluster_coord[0], b_mcast_mask=b_mcast_mask,
                              a_rank=cluster_coord[1], a_mcast_mask=a_mcast_mask)
 
@@ -448,6 +476,8 @@ class GemmSm90:
         state."""
         ab_pipe = ab.pipe
         tm, tn, tl = self._tile_coord(tile, sched.tiles_mc, sched.tiles_nc, sched.rank_mn)
+        if cutlass.const_expr(self.a_rows != self.tile[0]):  # gA tiles of a_rows rows
+            tm = tm * (self.tile[0] // self.a_rows)
         for kt in cutlass.range(k_begin, k_end, unroll=1):
             ab_pipe.producer_acquire(prod)
             full = ab_pipe.producer_get_barrier(prod)
