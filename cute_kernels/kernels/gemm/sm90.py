@@ -90,7 +90,9 @@ class GemmSm90:
     Epilogue: the ``Epilogue`` hook on the fp32 accumulators with their (m, n); then per
     (tile_m x epi_n) subtile: conversion, stmatrix into a 2-deep swizzled smem ring, TMA store
     (the store of one subtile overlaps the stmatrix of the next). Residues: TMA zero-fills
-    loads past M, N, K and clips the stores.
+    loads past M, N, K and clips the stores. ``a_rows`` (decoding, M <= a_rows): the TMA
+    loads only each A stage's first a_rows rows; the rows below are neither loaded nor
+    stored (zero-filling an almost empty box costs time per k-tile).
     Stream-K (``stream_k``): the partial last wave plus one full wave of tiles (every tile
     when they are fewer) are cut into equal k-ranges, one per cluster, run before its whole
     tiles; a tile's k-range is split between consecutive clusters, each adding the fp32
