@@ -231,4 +231,11 @@ if [ "$PART" = gated-arows ]; then  # the decode tile loading only 8 / 16 / 32 r
   for f in "$OUT"/ga-*check.log; do echo "$f: $(grep -c "rel err" "$f") checks, $(grep -i \
     "ERROR SUMMARY\|RACECHECK SUMMARY" "$f")"; done
 fi
+if [ "$PART" = final-tests ]; then  # the session's last code: the ops whose host paths changed
+  step ft-gemm 330 python -m pytest -q --tb=short -p no:logging tests/test_gemm_gpu.py \
+    tests/test_gated_mlp_gpu.py tests/test_dispatch_gpu.py tests/test_partition_gpu.py
+  step ft-attention 220 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
+    -k "split or decode or swap or cluster or gqa or repeat or plan or out"
+  tail -2 "$OUT/ft-gemm.log"; tail -2 "$OUT/ft-attention.log"
+fi
 echo; echo "=== summary"; printf '%s\n' "${summary[@]}"
