@@ -136,7 +136,7 @@ def _cmd_cache(args) -> int:
 
 def _cmd_schedule(args) -> int:
     """How the Hopper GEMM would run an (M, N, K) x batch problem (no GPU needed)."""
-    from .tuning.gemm import schedule
+    from .tuning.gemm import gated_a_rows, schedule
 
     for name, value in (("M", args.m), ("N", args.n), ("K", args.k), ("--batch", args.batch),
                         ("--sms", args.sms)):
@@ -144,8 +144,10 @@ def _cmd_schedule(args) -> int:
             raise CLIError(f"{name} must be >= 1, got {value}")
     plan = schedule(args.m, args.n, args.k, args.batch, args.sms, skinny=not args.gated,
                     gated=args.gated)
-    print(f"linear {args.m}x{args.n}x{args.k}" + (f" x{args.batch}" if args.batch > 1 else "")
-          + f" on {args.sms} SMs: {plan.describe()}")
+    a_rows = gated_a_rows(args.m, plan.tile) if args.gated else None
+    print(f"{'gated_mlp_up' if args.gated else 'linear'} {args.m}x{args.n}x{args.k}"
+          + (f" x{args.batch}" if args.batch > 1 else "") + f" on {args.sms} SMs: "
+          + plan.describe() + (f", {a_rows} rows of A loaded per tile" if a_rows else ""))
     return 0
 
 

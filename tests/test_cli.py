@@ -219,7 +219,11 @@ def test_schedule_command(capsys):
     assert main(["schedule", "4096", "4096", "4096"]) == 0
     assert "split-K" not in capsys.readouterr().out
     assert main(["schedule", "13", "4096", "14336", "--gated"]) == 0
-    assert "swap-AB" not in capsys.readouterr().out
+    line = capsys.readouterr().out
+    assert line.startswith("gated_mlp_up") and "swap-AB" not in line
+    assert "tile 64x128x128" in line and "16 rows of A loaded per tile" in line
+    assert main(["schedule", "100", "4096", "14336", "--gated"]) == 0
+    assert "rows of A" not in capsys.readouterr().out
     assert main(["schedule", "0", "8", "8"]) == 2
     assert "M must be >= 1" in capsys.readouterr().err
 

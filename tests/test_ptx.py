@@ -657,9 +657,9 @@ def test_gated_decode_tile_loads_only_its_a_rows(a_rows):
     import torch
 
     from cute_kernels.kernels.gemm.sm90 import GemmSm90
-    from cute_kernels.ops.gated_mlp import gated_a_rows, make_build
+    from cute_kernels.ops.gated_mlp import make_build
     from cute_kernels.runtime.compile import compile_ptx
-    from cute_kernels.tuning.gemm import GATED_HALF_TILE
+    from cute_kernels.tuning.gemm import GATED_HALF_TILE, gated_a_rows
 
     ptx = compile_ptx(make_build("hopper", torch.bfloat16, torch.bfloat16, "k", "k", "swiglu",
                                  None, 1, GATED_HALF_TILE, batched=False, max_stages=6,

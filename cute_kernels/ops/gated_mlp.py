@@ -18,7 +18,7 @@ import torch
 from ..runtime.arch import device_target, forced_path, sm_count
 from ..runtime.bridge import kernel_for
 from ..runtime.validate import check_same_device, check_tensor, tensor_meta
-from ..tuning.gemm import DEFAULT_CLUSTER_M, DEFAULT_TILE, GATED_HALF_TILE
+from ..tuning.gemm import DEFAULT_CLUSTER_M, DEFAULT_TILE, gated_a_rows
 from . import gemm  # its attributes are looked up per call (tests patch schedule/drift_counter)
 from .activations import (
     GATED_ACTIVATIONS,
@@ -175,11 +175,6 @@ class GatedPlan(NamedTuple):
     flat: bool = False  # Hopper: the 2-D operands go to the kernel as they are (no views)
 
 
-#: A-tile row counts a decode launch may load instead of the whole 64-row tile: TMA's zero
-#: fill of a mostly empty box costs per k-tile (Llama 3 8B at 1 token: 2.55 TB/s of weight
-#: streamed, against 2.74 at 64 tokens on the same tile)
-A_ROWS = (8, 16, 32)
-
 #: (argument metadata) -> GatedPlan, as ``ops.gemm._PLANS`` for the plain GEMM
 _PLANS: dict = {}
 _MAX_PLANS = 4096
@@ -223,15 +218,6 @@ def _plan(x, w_packed, bias, activation, out) -> GatedPlan:
         hopper_key=(cluster_m, tile, sched.max_stages)
         + (("a_rows", a_rows) if a_rows is not None else ()))
     return GatedPlan(inter, out_dtype, kernel, ctas, drift, flat)
-
-
-def gated_a_rows(rows: int, tile) -> int | None:
-    """The A rows a decode tile loads (``GemmSm90(a_rows=...)``): the smallest of 8, 16, 32
-    that holds all ``rows``, on the gated decode tile (``GATED_HALF_TILE``); None (the whole
-    tile) otherwise."""
-    if tuple(tile) != GATED_HALF_TILE:
-        return None
-    return next((r for r in A_ROWS if rows <= r), None)
 
 
 def _gated_mlp_up(x: torch.Tensor, w_packed: torch.Tensor, bias: torch.Tensor | None,

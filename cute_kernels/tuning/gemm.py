@@ -65,6 +65,10 @@ GATED_TILE_SPEEDS = {t: TILE_SPEEDS[t] for t in (DEFAULT_TILE, (128, 192, 64), (
 #: fastest (94.6 against 100.0).
 GATED_HALF_TILE = (64, 128, 128)
 GATED_HALF_STAGES = 6
+#: the A rows that tile loads per stage where M fits (``GemmSm90(a_rows=...)``): TMA's zero
+#: fill of a mostly empty 64-row box costs per k-tile (8B at 1 token: 92.1 us with the whole
+#: box, 86.3 with 8 rows; cuBLAS + Liger 84.7)
+GATED_A_ROWS = (8, 16, 32)
 
 #: the wave drift limiter (GemmSm90 ``drift_slack=0``) is on from this many waves of cluster
 #: tiles and this many k-tiles per tile: there the clusters that share A / B panels in L2
@@ -185,6 +189,14 @@ class GemmSchedule(NamedTuple):
         if self.drift:
             parts.append("drift limiter")
         return ", ".join(parts)
+
+
+def gated_a_rows(rows: int, tile) -> int | None:
+    """The A rows a gated decode launch loads per stage: the smallest of ``GATED_A_ROWS``
+    that holds all ``rows``, on ``GATED_HALF_TILE``; None (the whole tile) otherwise."""
+    if tuple(tile) != GATED_HALF_TILE:
+        return None
+    return next((r for r in GATED_A_ROWS if rows <= r), None)
 
 
 def wave_efficiency(units: int, slots: int) -> float:
