@@ -238,4 +238,28 @@ if [ "$PART" = final-tests ]; then  # the session's last code: the ops whose hos
     -k "split or decode or swap or cluster or gqa or repeat or plan or out"
   tail -2 "$OUT/ft-gemm.log"; tail -2 "$OUT/ft-attention.log"
 fi
+if [ "$PART" = pdl ]; then  # the GEMM as a programmatic dependent launch, off / on per tile
+  step pdl-small 200 python perf/gemm_skinny.py --graphs --rounds 10 --out "$OUT/pdl-small" \
+    --shapes 1024x1024x1024,1024x1024x4096,2048x2048x2048,768x1024x2048 \
+    --tiles 64x128x64p8c2d0,64x128x64p8c2d1,128x128x64k2d0,128x128x64k2d1
+  step pdl-decode 120 python perf/gemm_skinny.py --graphs --rounds 10 --out "$OUT/pdl-dec" \
+    --shapes 1x14336x4096,13x14336x4096,8x4096x14336 --tiles w128x16x128p6d0,w128x16x128p6d1
+  step pdl-big 200 python perf/gemm_skinny.py --graphs --rounds 8 --out "$OUT/pdl-big" \
+    --shapes 4096x4096x4096,1024x14336x4096,3000x5000x3072 \
+    --tiles 128x256x64c2d0,128x256x64c2d1,128x224x64c2d0,128x224x64c2d1
+  for f in pdl-small pdl-decode pdl-big; do grep -v DEBUG "$OUT/$f.log" | grep 'cuBLAS.*|'; done
+fi
+if [ "$PART" = pdl-final ]; then  # the cluster split as a dependent launch by default
+  step pf-tests 200 python -m pytest -q --tb=short -p no:logging tests/test_gemm_gpu.py \
+    -k "cluster_split or dependent or graph or forced_skinny"
+  step pf-memcheck 100 "${SANITIZE[@]}" --tool memcheck python perf/gemm_skinny_probe.py
+  step pf-racecheck 100 "${SANITIZE[@]}" --tool racecheck python perf/gemm_skinny_probe.py
+  step pf-perf 120 python perf/gemm_skinny.py --graphs --rounds 8 --out "$OUT/pf" \
+    --shapes 1024x1024x4096,768x1024x2048,768x1024x8192,512x2048x8192 --tiles 128x128x64k2d0
+  tail -2 "$OUT/pf-tests.log"
+  for f in "$OUT"/pf-*check.log; do echo "$f: $(grep -c "rel err" "$f") checks, $(grep -i \
+    "ERROR SUMMARY\|RACECHECK SUMMARY" "$f")"; done
+  grep -v DEBUG "$OUT/pf-perf.log" | grep -A7 'MxNxK'; grep -v DEBUG "$OUT/pf-perf.log" \
+    | grep 'cuBLAS.*|'
+fi
 echo; echo "=== summary"; printf '%s\n' "${summary[@]}"

@@ -241,7 +241,8 @@ def forced_schedule(monkeypatch):
                                             ctas or sms // size * size, False, swap=swap,
                                             splits=splits, max_stages=8, cluster_k=cluster_k,
                                             cluster_n=1 if swap else cluster_n,
-                                            stream_k=stream_k)
+                                            stream_k=stream_k,
+                                            pdl=cluster_k > 1 and gemm_tuning.CLUSTER_SPLIT_PDL)
 
         monkeypatch.setattr(gemm_ops, "_PLANS", {})
         monkeypatch.setattr(gemm_tuning, "schedule", schedule)
@@ -378,6 +379,42 @@ def test_stream_k(forced_schedule, tile, cluster_m, ctas, m, n, k, batch, a_majo
     assert plans and all(p.stream_k is not None and p.ctas == ctas for p in plans)
     units = cluster_tiles(m, n, batch or 1, tile, cluster_m)
     assert stream_k_tiles(units, ctas // cluster_m, -(-k // tile[2])) == shared
+
+
+@HOPPER_ONLY
+def test_dependent_launches_wait_for_the_kernel_before():
+    """Cluster-split GEMMs launch as programmatic dependents. A chain of three: the first
+    writes a; the second (768 x 1024 x 2048) reads a; the third (768 x 2048 x 2048)
+    overwrites a. Captured in a CUDA graph, replayed on new inputs, and run eagerly: the
+    second saw all of the first's a and none of the third's, so each launch waited for the
+    writes and the reads of the kernel before."""
+    import cute_kernels.ops.gemm as gemm_ops
+
+    x, z = rand(768, 8192), rand(768, 2048)
+    w1, w2, w3 = rand(2048, 8192), rand(1024, 2048), rand(2048, 2048)
+    for lhs, rhs in ((x, w1), (z, w2), (z, w3)):
+        assert gemm_ops.schedule(lhs, rhs).pdl and gemm_ops.schedule(lhs, rhs).cluster_k == 2
+    a = torch.empty(768, 2048, dtype=torch.bfloat16, device="cuda")
+    b = torch.empty(768, 1024, dtype=torch.bfloat16, device="cuda")
+
+    def chain():
+        ck.linear(x, w1, out=a)
+        ck.linear(a, w2, out=b)  # reads a
+        ck.linear(z, w3, out=a)  # then overwrites it
+
+    chain()  # compile and plan outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        chain()
+    for replay in (True, True, False):
+        x.copy_(rand(768, 8192))
+        z.copy_(rand(768, 2048))
+        a.fill_(POISON), b.fill_(POISON)
+        graph.replay() if replay else chain()
+        torch.cuda.synchronize()
+        first = (x.float() @ w1.float().t()).bfloat16().float()
+        assert rel_err(b, first @ w2.float().t()) < 1e-2
+        assert rel_err(a, z.float() @ w3.float().t()) < 1e-2
 
 
 @HOPPER_ONLY

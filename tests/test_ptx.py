@@ -738,6 +738,26 @@ def test_gemm_stream_k_ptx(tile, out_dtype):
         GemmSm90(stream_k=True, drift_slack=0)
 
 
+@pytest.mark.parametrize("pdl", [False, True])
+def test_gemm_dependent_launch_ptx(pdl):
+    """A programmatic dependent launch (the cluster split's default): every thread waits for
+    the kernel before (griddepcontrol.wait) once, before the roles split, and the next
+    kernel may launch at once; without it neither instruction is compiled in."""
+    import torch
+
+    from cute_kernels.kernels.gemm.epilogue import Epilogue
+    from cute_kernels.ops.gemm import make_build
+    from cute_kernels.runtime.compile import compile_ptx
+    from cute_kernels.tuning.gemm import schedule
+
+    assert schedule(768, 1024, 8192, 1, 132).pdl and not schedule(4096, 4096, 4096, 1, 132).pdl
+    ptx = compile_ptx(make_build("hopper", torch.bfloat16, torch.bfloat16, "k", "k", Epilogue(),
+                                 None, 1, (128, 128, 64), batched=False, cluster_k=2, pdl=pdl),
+                      "sm_90a")
+    assert ptx.count("griddepcontrol.wait") == ptx.count("griddepcontrol.launch_dependents") == pdl
+    _assert_no_spills(ptx, "sm_90a")
+
+
 @pytest.mark.parametrize("tile, cluster_k", [((128, 128, 64), 2), ((128, 64, 64), 2),
                                               ((64, 128, 64), 4)])
 def test_gemm_cluster_split_ptx(tile, cluster_k):

@@ -112,7 +112,7 @@ def _validate(a, b_nk, bias, out, out_dtype, *, a_name: str, b_name: str):
 
 def gemm_kernel(path: str, cluster_m: int = DEFAULT_CLUSTER_M, tile=DEFAULT_TILE,
                 drift: bool = False, max_stages: int | None = None, cluster_k: int = 1,
-                cluster_n: int = 1, stream_k: bool = False, **config):
+                cluster_n: int = 1, stream_k: bool = False, pdl: bool = False, **config):
     """The GEMM kernel object of a path; ``cluster_m``, ``cluster_n``, ``tile``, ``drift``
     (the wave drift limiter, see ``schedule``), ``cluster_k`` (split-K in a cluster) and
     ``stream_k`` concern the Hopper
@@ -125,8 +125,9 @@ def gemm_kernel(path: str, cluster_m: int = DEFAULT_CLUSTER_M, tile=DEFAULT_TILE
         split = {} if cluster_k == 1 else {"cluster_k": cluster_k}
         along_n = {} if cluster_n == 1 else {"cluster_n": cluster_n}
         streamed = {"stream_k": True} if stream_k else {}
+        dependent = {"pdl": True} if pdl else {}
         return GemmSm90(cluster_m=cluster_m, tile=tile, drift_slack=0 if drift else None,
-                        **stages, **split, **along_n, **streamed, **config)
+                        **stages, **split, **along_n, **streamed, **dependent, **config)
     from ..kernels.gemm.sm80 import GemmSm80
 
     return GemmSm80(**config)
@@ -136,7 +137,8 @@ def make_build(path: str, dtype, out_dtype, a_major: str, b_major: str, epilogue
                bias_dtype=None, cluster_m: int = DEFAULT_CLUSTER_M,
                tile=DEFAULT_TILE, drift: bool = False, max_stages: int | None = None,
                c_form: str = "rows", batched: bool = True, c_transposed: bool = False,
-               cluster_k: int = 1, cluster_n: int = 1, stream_k: bool = False) -> Build:
+               cluster_k: int = 1, cluster_n: int = 1, stream_k: bool = False,
+               pdl: bool = False) -> Build:
     """The GEMM kernel of ``path`` against fake operands (``gemm_build``); ``c_transposed``
     (Hopper): C is the row-major output of a swap-AB launch, stored transposed;
     ``cluster_k`` (Hopper): split-K over a cluster's CTAs, reduced in the launch;
@@ -145,7 +147,8 @@ def make_build(path: str, dtype, out_dtype, a_major: str, b_major: str, epilogue
     if epilogue.bias and bias_dtype is None:
         raise ValueError("a bias epilogue needs the bias dtype (bias_dtype)")
     kernel = gemm_kernel(path, cluster_m, tile, drift, max_stages, cluster_k, cluster_n,
-                         stream_k, a_major=a_major, b_major=b_major, epilogue=epilogue,
+                         stream_k, pdl and path == "hopper", a_major=a_major, b_major=b_major,
+                         epilogue=epilogue,
                          **({"c_transposed": True} if c_transposed else {}))
     return gemm_build(kernel, dtype, out_dtype, a_major, b_major,
                       bias_dtype if epilogue.bias else None, drift, c_form, batched, stream_k)
@@ -411,10 +414,10 @@ def _plan(a, b_nk, bias, out, out_dtype, epilogue, a_name, b_name) -> GemmPlan:
         path, a.dtype, out_dtype, a_major, b_major,
         _epilogue(bias=bias_dtype is not None, activation=epilogue), bias_dtype, cluster_m,
         tile, drift, plan.max_stages, batched=not flat, cluster_k=plan.cluster_k,
-        cluster_n=plan.cluster_n, stream_k=plan.stream_k),
+        cluster_n=plan.cluster_n, stream_k=plan.stream_k, pdl=plan.pdl),
         hopper_key=(cluster_m, tile, plan.max_stages, plan.cluster_k)
         + ((plan.cluster_n,) if plan.cluster_n > 1 else ())
-        + (("stream_k",) if plan.stream_k else ()))
+        + (("stream_k",) if plan.stream_k else ()) + (("pdl",) if plan.pdl else ()))
     words = stream_k_workspace_words(ctas, tile[0], tile[1]) if plan.stream_k else None
     return GemmPlan(shape, out_dtype, kernel, ctas, drift, flat=flat, stream_k=words)
 
@@ -432,7 +435,9 @@ def _swap_plan(a, out_dtype, epilogue, bias_dtype, shape, sched, a_major,
         path, a.dtype, out_dtype, lhs_major, rhs_major,
         _epilogue(bias_dtype is not None, epilogue, bias_dim=0), bias_dtype,
         sched.cluster_m, sched.tile, False, sched.max_stages, batched=False,
-        c_transposed=True), hopper_key=(sched.cluster_m, sched.tile, sched.max_stages))
+        c_transposed=True, pdl=sched.pdl),
+        hopper_key=(sched.cluster_m, sched.tile, sched.max_stages)
+        + (("pdl",) if sched.pdl else ()))
     return GemmPlan(shape, out_dtype, kernel, sched.ctas, False, None, True, flat=True)
 
 

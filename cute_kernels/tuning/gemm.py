@@ -134,6 +134,14 @@ CLUSTER_SPLIT_TILES = {(128, 192, 64): None, (128, 128, 64): None, (128, 64, 64)
 CLUSTER_SPLIT_HALF_TILES = {(64, 128, 64): 8}
 CLUSTER_SPLIT_MIN_K = 2048
 CLUSTER_SPLIT_MIN_FILL = 0.7
+#: the cluster split launches as a programmatic dependent launch (GemmSm90 ``pdl``): its
+#: CTAs start while the kernel before finishes and wait for its writes, which hides its
+#: longer set-up (cluster-wide barrier init and sync). H100, perf/gemm_skinny.py --graphs
+#: --tiles 128x128x64k2d0,...d1 (us in CUDA graphs, off / on / cuBLAS): 1024x1024x4096 21.1 /
+#: 18.3 / 17.4, 768x1024x2048 11.5 / 9.9 / 9.1, 1024^3 9.2 / 7.9. On the other routes it
+#: measured within the noise or worse (swap-AB decode 42.2 / 43.1 at 1x14336x4096; 4096^3
+#: on 128x256 192.1 / 206.7), so they launch plainly
+CLUSTER_SPLIT_PDL = True
 #: stream-K (GemmSm90 ``stream_k``): a launch whose tiles leave a partial last wave after at
 #: least one full one cuts the last wave plus one into equal k-ranges, one per cluster, so
 #: every SM finishes together. The shared tiles run slower than whole ones: the clusters
@@ -164,6 +172,7 @@ class GemmSchedule(NamedTuple):
     cluster_k: int = 1  # K slices in a cluster, reduced through DSMEM in the launch
     cluster_n: int = 1  # CTAs per cluster along N (A tiles multicast to them)
     stream_k: bool = False  # the last wave plus one shared out by k-ranges
+    pdl: bool = False  # a programmatic dependent launch (GemmSm90 ``pdl``)
 
     @property
     def skinny(self) -> bool:
@@ -186,6 +195,8 @@ class GemmSchedule(NamedTuple):
             parts.append("C^T stored into out")
         if self.stream_k:
             parts.append("stream-K over the last wave")
+        if self.pdl:
+            parts.append("programmatic dependent launch")
         if self.drift:
             parts.append("drift limiter")
         return ", ".join(parts)
@@ -266,7 +277,8 @@ def cluster_split_schedule(m: int, n: int, k: int, sms: int) -> GemmSchedule | N
     if not fitting:
         return None
     tile = max(fitting, key=lambda t: speeds[t] * ctas[t])
-    return GemmSchedule(tile, 1, ctas[tile], False, cluster_k=2, max_stages=options[tile])
+    return GemmSchedule(tile, 1, ctas[tile], False, cluster_k=2, max_stages=options[tile],
+                        pdl=CLUSTER_SPLIT_PDL)
 
 
 def schedule(m: int, n: int, k: int, batch: int, sms: int, *,

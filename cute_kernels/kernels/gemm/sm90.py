@@ -110,7 +110,7 @@ class GemmSm90:
                  cluster_m: int = DEFAULT_CLUSTER_M,
                  drift_slack: int | None = None, c_transposed: bool = False,
                  cluster_k: int = 1, cluster_n: int = 1, stream_k: bool = False,
-                 a_rows: int | None = None):
+                 a_rows: int | None = None, pdl: bool = False):
         # drift_slack (with a zeroed int32 counter passed as mSync): a cluster starts its j-th
         # tile only once every cluster has issued the loads of its first j - drift_slack tiles,
         # so clusters that share A / B panels in L2 stay within drift_slack tiles of each other
@@ -177,6 +177,11 @@ class GemmSm90:
                                        or cluster_k > 1 or stream_k):
             raise ValueError(f"a_rows {a_rows} must be a multiple of 8 dividing tile M "
                              f"{tile[0]}, without cluster_n, cluster_k or stream_k")
+        # pdl: a programmatic dependent launch; the CTAs may start while the kernel before
+        # in the stream finishes: every thread waits (griddepcontrol.wait) for that grid's
+        # writes before its first global access, after the barrier set-up, and lets the next
+        # kernel launch at once (its CTAs take SMs as ours leave and wait the same way)
+        self.pdl = pdl
         self.consumer_wgs = tile[0] // 64
         self.threads = 128 * (1 + self.consumer_wgs)
         self.producer_regs, self.consumer_regs = PRODUCER_REGISTERS, CONSUMER_REGISTERS[tile[0]]
@@ -270,7 +275,7 @@ class GemmSm90:
         self.kernel(tiled_mma, tma_a, tA, tma_b, tB, tma_c, tC, mC, mBias,
                     sA_layout, sB_layout, sC_layout, mSync).launch(
             grid=(num_ctas, 1, 1), block=(self.threads, 1, 1), cluster=(cm * cn * ck, 1, 1),
-            stream=stream)
+            stream=stream, use_pdl=self.pdl)
 
     @cute.kernel
     def kernel(self, tiled_mma: cute.TiledMma, tma_a: cute.CopyAtom, tA: cute.Tensor,
@@ -375,6 +380,9 @@ class GemmSm90:
         if cutlass.const_expr(self.stream_k):  # the last tiles in tile order are shared
             sched.sk = self._stream_k_units(sched)
             sched.sk_first = sched.sk.first_tile
+        if cutlass.const_expr(self.pdl):  # the kernel before is done and its writes visible
+            cute.arch.griddepcontrol_wait()
+            cute.arch.griddepcontrol_launch_dependents()
         is_producer_wg = wg == PRODUCER_WG
         if is_producer_wg:
             cute.arch.setmaxregister_decrease(self.producer_regs)
