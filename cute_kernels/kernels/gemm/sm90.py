@@ -93,6 +93,9 @@ class GemmSm90:
     loads past M, N, K and clips the stores. ``a_rows`` (decoding, M <= a_rows): the TMA
     loads only each A stage's first a_rows rows; the rows below are neither loaded nor
     stored (zero-filling an almost empty box costs time per k-tile).
+    ``pdl``: a programmatic dependent launch; every thread waits for the kernel before
+    (``griddepcontrol.wait``) after the barrier set-up, before any global access, and the
+    next kernel may launch at once (the cluster split's default, ``tuning.gemm``).
     Stream-K (``stream_k``): the partial last wave plus one full wave of tiles (every tile
     when they are fewer) are cut into equal k-ranges, one per cluster, run before its whole
     tiles; a tile's k-range is split between consecutive clusters, each adding the fp32
