@@ -88,7 +88,8 @@ def main() -> None:
                     "128x128x64k4,128x64x64p8c1, cluster n along N: 128x64x64p8c1n2, at most "
                     "g CTAs: 128x128x64c2n2g128; a leading w: swapped (decode shapes), "
                     "w64x16x128s1; z1 / z0: stream-K on / off, 128x256x64z1; d1 / d0: a "
-                    "programmatic dependent launch on / off")
+                    "programmatic dependent launch on / off (plain, swapped-direct and "
+                    "cluster-split launches; the workspace route ignores it)")
     ap.add_argument("--shapes", default="", help="MxNxK,... instead of the sweep")
     ap.add_argument("--kvariants", default="128:6",
                     help="swapped variants as k-tile:max-stages,... (with --variants)")

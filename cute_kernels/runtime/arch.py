@@ -23,7 +23,6 @@ PATH_OF_TARGET = {"sm_90a": HOPPER, "sm_80": AMPERE, "sm_86": AMPERE, "sm_89": A
 ENV_VAR = "CUTE_KERNELS_PATH"
 
 
-
 class _ThreadState(threading.local):
     """Per-thread overrides; the class attributes are the unset defaults, so reading them
     costs an attribute lookup, not a failed one (``getattr`` with a default raises and
