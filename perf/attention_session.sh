@@ -19,6 +19,12 @@ short_causal() {  # label-prefix configs: the short causal D = 128 shapes, one s
     step "$1-c${shape//,/-}" 120 $TUNE --causal --shape $shape,128 --configs "$2"
   done
 }
+split_probes() {  # log-prefix: memcheck and racecheck on clustered splits, and on causal D 64
+  probe "$1-memcheck" memcheck 1 9000 16 4 128 0 splits 8
+  probe "$1-racecheck" racecheck 1 9000 16 4 128 0 splits 8
+  probe "$1-memcheck-causal" memcheck 7 3000 4 4 64 1 splits 3
+  probe "$1-racecheck-causal" racecheck 7 3000 4 4 64 1 splits 3
+}
 sanitizer_summary() {  # log-prefix: each sanitizer log's ok count and summary line
   for f in "$OUT"/"$1"*check*.log; do echo "$f: $(grep -c "^ok" "$f") ok, $(grep -i \
     "ERROR SUMMARY\|RACECHECK SUMMARY" "$f")"; done
@@ -593,10 +599,7 @@ if [ "$PART" = cluster-checks ]; then  # its GPU tests and sanitizers; 3 K/V sta
     --splits 8,16 --batch 1 --s-q 1 --s-kv 16384,65536,131072
   step clc-tests 330 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
     -k "split or decode or num_splits or gqa or repeat_calls or cluster"
-  probe clc-memcheck memcheck 1 9000 16 4 128 0 splits 8
-  probe clc-racecheck racecheck 1 9000 16 4 128 0 splits 8
-  probe clc-memcheck-causal memcheck 7 3000 4 4 64 1 splits 3
-  probe clc-racecheck-causal racecheck 7 3000 4 4 64 1 splits 3
+  split_probes clc
   grep "clusters held" "$OUT/clc-capacity.log"; grep -B2 -A8 "^decode tiles" "$OUT/clc-tiles.log"
   grep "^B1" "$OUT/clc-tiles.log"; tail -3 "$OUT/clc-tests.log"
 fi
@@ -698,10 +701,7 @@ fi
 if [ "$PART" = swap2 ]; then  # the swap-AB route: decode-family GPU tests, sanitizers
   step sw2-tests 330 python -m pytest -q --tb=short -p no:logging tests/test_attention_gpu.py \
     -k "swap_ab or split or decode or num_splits or gqa or repeat_calls or cluster"
-  probe sw2-memcheck memcheck 1 9000 16 4 128 0 splits 8
-  probe sw2-racecheck racecheck 1 9000 16 4 128 0 splits 8
-  probe sw2-memcheck-causal memcheck 7 3000 4 4 64 1 splits 3
-  probe sw2-racecheck-causal racecheck 7 3000 4 4 64 1 splits 3
+  split_probes sw2
   probe sw2-memcheck-combine memcheck 2 5000 16 2 128 0 splits 16
   tail -3 "$OUT/sw2-tests.log"
   sanitizer_summary sw2-

@@ -357,7 +357,6 @@ class AttentionPlan(NamedTuple):
     """
 
     kernel: object  # the compiled attention kernel (TVM-FFI function)
-    scale: float
     pack: tuple | None  # (B, H_kv, (H / H_kv) S_q, D) when query heads are packed
     splits: int
     order: torch.Tensor | None = None
@@ -561,7 +560,7 @@ def make_plan(q, k, causal: bool, scale: float, num_splits: int,
         args = attention_params().tail(
             LEADING, mPrevLSE=None, mColsum=None, mIndices=None, mCounts=None,
             scale=float(scale), out_scale=None, mTileOrder=order, num_ctas=ctas)
-    return AttentionPlan(kernel, float(scale), pack, n, order, ctas, joint, cluster, rows, args)
+    return AttentionPlan(kernel, pack, n, order, ctas, joint, cluster, rows, args)
 
 
 #: Plans of eager calls by the call's metadata (:func:`_plan_key`): ``attention`` runs a hit

@@ -273,36 +273,26 @@ class DecodeSm90(ProducerLoads):
         k_pipe, v_pipe, blocks = dt.k_pipe, dt.v_pipe, dt.blocks
         for step in cutlass.range(blocks.n_blocks, unroll=1):
             n = self.key_blocks.block(blocks, step)
-            self._issue_qk(dt, k_state)
+            self._issue(dt.k_pipe, k_state, dt.qk_first, dt.qk_mma, dt.acc_S, dt.tSrK, dt.tSrQ)
             warpgroup.wait_group(0)
             k_pipe.consumer_release(k_state)
             k_state.advance()
             self._softmax(dt, n, step)
             self._store_p(dt)
-            self._issue_pv(dt, v_state)
+            self._issue(dt.v_pipe, v_state, dt.pv_mma, dt.pv_mma, dt.acc_O, dt.tOrV, dt.tOrP)
             warpgroup.wait_group(0)
             v_pipe.consumer_release(v_state)
             v_state.advance()
 
     @cute.jit
-    def _issue_qk(self, dt, k_state):
-        """Issue S^T = K Q^T for K stage ``k_state`` (one commit group)."""
-        dt.k_pipe.consumer_wait(k_state)
+    def _issue(self, pipe, state, first_mma, mma, acc, tA, tB):
+        """Wait for stage ``state`` of ``pipe``, then issue ``acc`` (+)= A B over its k-blocks
+        as one commit group: S^T = K Q^T (``first_mma`` overwrites) or O^T += V^T P^T."""
+        pipe.consumer_wait(state)
         warpgroup.fence()
-        for kb in cutlass.range_constexpr(cute.size(dt.tSrQ, mode=[2])):
-            cute.gemm(dt.qk_first if kb == 0 else dt.qk_mma, dt.acc_S,
-                      dt.tSrK[(None, None, kb, k_state.index)], dt.tSrQ[(None, None, kb, 0)],
-                      dt.acc_S)
-        warpgroup.commit_group()
-
-    @cute.jit
-    def _issue_pv(self, dt, v_state):
-        """Issue O^T += V^T P^T for V stage ``v_state`` (one commit group)."""
-        dt.v_pipe.consumer_wait(v_state)
-        warpgroup.fence()
-        for kb in cutlass.range_constexpr(cute.size(dt.tOrP, mode=[2])):
-            cute.gemm(dt.pv_mma, dt.acc_O, dt.tOrV[(None, None, kb, v_state.index)],
-                      dt.tOrP[(None, None, kb, 0)], dt.acc_O)
+        for kb in cutlass.range_constexpr(cute.size(tB, mode=[2])):
+            cute.gemm(first_mma if kb == 0 else mma, acc, tA[(None, None, kb, state.index)],
+                      tB[(None, None, kb, 0)], acc)
         warpgroup.commit_group()
 
     @cute.jit
