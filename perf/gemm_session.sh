@@ -262,4 +262,13 @@ if [ "$PART" = pdl-final ]; then  # the cluster split as a dependent launch by d
   grep -v DEBUG "$OUT/pf-perf.log" | grep -A7 'MxNxK'; grep -v DEBUG "$OUT/pf-perf.log" \
     | grep 'cuBLAS.*|'
 fi
+if [ "$PART" = rows256 ]; then  # 256-row tiles (two consumers, two WGMMA rows each): tests, speed
+  step r256-tests 240 python -m pytest -q --tb=short -p no:logging tests/test_gemm_gpu.py \
+    -k "256_row or every_hopper_tile"
+  step r256-perf 300 python perf/gemm_skinny.py --graphs --rounds 10 --out "$OUT/r256" \
+    --shapes 3000x5000x3072,2048x2048x2048,3000x3000x3072,4096x4096x4096,4000x11008x4096 \
+    --tiles 256x160x64c2,256x160x64c1,256x128x64c2,256x144x64c1
+  grep -v DEBUG "$OUT/r256-perf.log" | grep -A7 'MxNxK'; grep -v DEBUG "$OUT/r256-perf.log" \
+    | grep 'cuBLAS.*|'
+fi
 echo; echo "=== summary"; printf '%s\n' "${summary[@]}"

@@ -704,6 +704,35 @@ def test_gemm_epilogue_subtiles_cover_the_tile():
     assert ptx.count("cp.async.bulk.tensor.2d.global.shared") == 240 // 16
 
 
+def test_gemm_256_row_tiles_ptx():
+    """A 256-row tile runs two consumer warpgroups of two m64 WGMMA rows each: twice the
+    m64n160k16 WGMMAs of a 128-row tile, the same 384 threads, 16-wide subtiles (10 TMA stores
+    per tile) and no spills; the forms it does not take are refused before any trace."""
+    import re
+
+    import torch
+
+    from cute_kernels.kernels.gemm.epilogue import Epilogue
+    from cute_kernels.kernels.gemm.sm90 import GemmSm90
+    from cute_kernels.ops.gemm import make_build
+    from cute_kernels.runtime.compile import compile_ptx
+
+    def build(tile):
+        return compile_ptx(make_build("hopper", torch.bfloat16, torch.bfloat16, "k", "k",
+                                      Epilogue(), None, 2, tile, batched=False), "sm_90a")
+
+    tall, plain = build((256, 160, 64)), build((128, 160, 64))
+    wgmma = r"wgmma\.mma_async\.sync\.aligned\.m64n160k16"
+    assert len(re.findall(wgmma, tall)) == 2 * len(re.findall(wgmma, plain)) > 0
+    assert GemmSm90(tile=(256, 160, 64)).threads == GemmSm90(tile=(128, 160, 64)).threads
+    assert tall.count("cp.async.bulk.tensor.2d.global.shared") == 160 // 16
+    _assert_no_spills(tall, "sm_90a")
+    for bad in (dict(gated="swiglu"), dict(cluster_k=2, cluster_m=1), dict(stream_k=True),
+                dict(c_transposed=True)):
+        with pytest.raises(ValueError, match="256-row"):
+            GemmSm90(tile=(256, 160, 64), **bad)
+
+
 @pytest.mark.parametrize("tile, out_dtype", [((128, 256, 64), "bfloat16"),
                                               ((192, 160, 64), "float32")])
 def test_gemm_stream_k_ptx(tile, out_dtype):

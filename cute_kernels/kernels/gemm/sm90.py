@@ -41,7 +41,11 @@ STORE_WARP = 4
 # registers per thread after setmaxnreg, by tile M: the producer warpgroup gives its share to
 # the consumers, within the SM's 64 Ki (three consumers: 128 x 40 + 384 x 152 <= 65,536)
 PRODUCER_REGISTERS = 40
-CONSUMER_REGISTERS = {64: 232, 128: 232, 192: 152}
+CONSUMER_REGISTERS = {64: 232, 128: 232, 192: 152, 256: 232}
+# consumer warpgroups by tile M: one per 64 rows, except a 256-row tile's two, each running
+# two m64 WGMMA rows (rows 0-63 and 128-191, 64-127 and 192-255): twice the work per stage
+# wait and release, the arrangement of cuBLAS's "coop" kernels
+CONSUMER_WARPGROUPS = {64: 1, 128: 2, 192: 3, 256: 2}
 
 
 class Barrier(enum.IntEnum):
@@ -64,9 +68,10 @@ class GemmSm90:
     Warp roles (``kernel`` sets up the shared state and dispatches): warpgroup 0 is the
     producer (``setmaxnreg`` down to 40); its warp 0 runs ``load``, the TMA loads of A and B
     (one elected lane). Warpgroups 1 and up are consumers, one per 64 tile rows
-    (``setmaxnreg`` up to 232; 152 for the three of a 192-row tile); per tile they run
-    ``mma``, each computing 64 rows of the ``tile_m x tile_n`` tile with ``wgmma.mma_async``
-    m64n{tile_n}k16 from 128B-swizzled smem, one WGMMA batch kept in flight, then
+    (``setmaxnreg`` up to 232; 152 for the three of a 192-row tile), or two on a 256-row tile
+    (each two m64 rows of WGMMAs); per tile they run ``mma``, each computing its rows of the
+    ``tile_m x tile_n`` tile with ``wgmma.mma_async`` m64n{tile_n}k16 from 128B-swizzled
+    smem, one WGMMA batch kept in flight, then
     ``epilogue_tile`` (``gated_epilogue_tile`` when gated); warp 4 issues the TMA stores.
     Named barrier ``Barrier.EPILOGUE`` syncs the consumer warpgroups.
     C may be column-major (how a swap-AB launch writes C^T; a 16-bit C goes through a
@@ -101,7 +106,8 @@ class GemmSm90:
     tiles; a tile's k-range is split between consecutive clusters, each adding the fp32
     partial of the one before from the workspace, the last storing the tile
     (``StreamKFixup``, stream_k.py).
-    Shared memory at 128x256x64 bf16: 4 x 48 KiB stages + 2 x 8 KiB C subtiles = 208 KiB.
+    Shared memory at 128x256x64 bf16: 4 x 48 KiB stages + 2 x 8 KiB C subtiles = 208 KiB;
+    at 256x160x64 with 16-wide subtiles: 4 x 52 KiB + 2 x 8 KiB = 224 KiB.
     Seams: the epilogue is ``Epilogue.visit`` (one call per tile); a gathered operand (rows
     of B picked by an index list) replaces the TMA tile load of B in ``load`` with a
     row-gather into the same smem stage and barrier, leaving the consumers unchanged.
@@ -150,9 +156,11 @@ class GemmSm90:
         self.tile = tile
         # the epilogue stores (tile_m x epi_n) subtiles, which must tile N exactly (a 240-wide
         # tile in 32-wide subtiles would leave its last 16 columns unstored): 32 by default,
-        # 16 where 32 does not divide N, the whole tile when it is narrower (swap-AB)
+        # 16 where 32 does not divide N or on a 256-row tile (whose 2 x 256 x 16 ring leaves
+        # room for a fourth 52 KiB stage at 256 x 160), the whole tile when it is narrower
+        # (swap-AB)
         if epi_n is None:
-            epi_n = 32 if tile[1] % 32 == 0 else 16
+            epi_n = 32 if tile[1] % 32 == 0 and tile[0] != 256 else 16
         epi_n = min(epi_n, tile[1])
         if tile[1] % 8 or tile[1] % epi_n or epi_n % 8:
             raise ValueError(f"tile N ({tile[1]}) must be a multiple of 8 and of the epilogue "
@@ -168,9 +176,13 @@ class GemmSm90:
         self.max_stages = max_stages
         self.group_m = group_m
         # one consumer warpgroup per 64 rows of the tile (a 64-row tile: one consumer, a
-        # 192-row one three)
+        # 192-row one three), two for 256 rows (CONSUMER_WARPGROUPS)
         if tile[0] not in CONSUMER_REGISTERS:
-            raise ValueError(f"tile M must be 64, 128 or 192, got {tile[0]}")
+            raise ValueError(f"tile M must be 64, 128, 192 or 256, got {tile[0]}")
+        if tile[0] == 256 and (gated or cluster_k > 1 or stream_k or c_transposed):
+            raise ValueError(f"a 256-row tile takes a plain row-major C (got gated {gated}, "
+                             f"cluster_k {cluster_k}, stream_k {stream_k}, c_transposed "
+                             f"{c_transposed})")
         # a_rows: the rows of each A tile the TMA loads, for a GEMM of at most a_rows rows
         # (decoding): TMA's zero fill of the other rows costs time per k-tile, and their
         # accumulator rows are never stored (the caller guarantees M <= a_rows: the rows past
@@ -185,7 +197,7 @@ class GemmSm90:
         # writes before its first global access, after the barrier set-up, and lets the next
         # kernel launch at once (its CTAs take SMs as ours leave and wait the same way)
         self.pdl = pdl
-        self.consumer_wgs = tile[0] // 64
+        self.consumer_wgs = CONSUMER_WARPGROUPS[tile[0]]
         self.threads = 128 * (1 + self.consumer_wgs)
         self.producer_regs, self.consumer_regs = PRODUCER_REGISTERS, CONSUMER_REGISTERS[tile[0]]
         if stream_k:  # each consumer thread holds tile_m x tile_n / threads accumulators
@@ -655,6 +667,9 @@ class GemmSm90:
         bm, bn, _ = self.tile
         acc, mC, sC, tma_c, ctid = frag.acc, epi.mC, epi.sC, epi.tma_c, epi.ctid
         c_dtype, n_sub, sub_size = mC.element_type, epi.n_sub, epi.sub_size
+        # a thread's values per m64 WGMMA row, and of those per subtile
+        mma_rows = cute.size(epi.tRS_rAcc, mode=[1])
+        row_size, per_row = cute.size(epi.tRS_rAcc) // mma_rows, sub_size // mma_rows
         tRS_rAcc, tRS_rSub, tRS_rOut = epi.tRS_rAcc, epi.tRS_rSub, epi.tRS_rOut
         is_store_warp, store_pipe = epi.is_store_warp, epi.store_pipe
         if cutlass.const_expr(not self.epilogue.is_identity):
@@ -674,13 +689,16 @@ class GemmSm90:
                 tWS_rChunk = cute.make_rmem_tensor(cute.size(tWS_rAcc, mode=[0, 0]), c_dtype)
                 n_chunks = cute.size(tWS_rAcc, mode=[0, 1])
                 with python_unrolled():
-                    for j in cutlass.range_constexpr(n_chunks):
-                        tWS_rChunk.store(tWS_rAcc[(None, j), 0, 0].load().to(c_dtype))
-                        cute.copy(r2s_c, tWS_rChunk, tWS_sC[(None, j), 0, 0])
+                    for mb in cutlass.range_constexpr(cute.size(tWS_rAcc, mode=[1])):
+                        for j in cutlass.range_constexpr(n_chunks):
+                            tWS_rChunk.store(tWS_rAcc[(None, j), mb, 0].load().to(c_dtype))
+                            cute.copy(r2s_c, tWS_rChunk, tWS_sC[(None, j), mb, 0])
             else:
-                # stmatrix order is subtile-major: subtile s is a contiguous run
+                # stmatrix order is subtile-major within each m64 row of WGMMAs (one, or two
+                # on a 256-row tile): subtile s is a contiguous run of each row's values
                 for v in cutlass.range_constexpr(sub_size):
-                    tRS_rSub[v] = tRS_rAcc[sub * sub_size + v]
+                    tRS_rSub[v] = tRS_rAcc[v // per_row * row_size + sub * per_row
+                                           + v % per_row]
                 tRS_rOut.store(tRS_rSub.load().to(c_dtype))
                 cute.copy(epi.r2s, tRS_rOut, epi.tRS_sC[(None, None, None, buf)])
             # smem written through the generic proxy; TMA reads through the async one
