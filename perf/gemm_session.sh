@@ -8,7 +8,9 @@
 # and for the split-K in a cluster: gaps (baseline kernels, ncu), stages, cluster-tiles (forced
 # routes), cluster-checks (GPU tests, sanitizers), cluster-shapes (the default routes); and
 # cluster-n: 2-D clusters (A multicast along N), forced on the shapes where we trail, and
-# cluster-n-checks (their tests and sanitizers).
+# cluster-n-checks (their tests and sanitizers); for the misses that remain: wide-split (what
+# cuBLAS runs; split-K pairs on wider tiles), w240, rows256 / rows256-n (256-row tiles), c4
+# (4x1 clusters) and gaps-odd (ncu against cuBLAS).
 # Prints a summary last.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-gemm}
@@ -269,6 +271,40 @@ if [ "$PART" = rows256 ]; then  # 256-row tiles (two consumers, two WGMMA rows e
     --shapes 3000x5000x3072,2048x2048x2048,3000x3000x3072,4096x4096x4096,4000x11008x4096 \
     --tiles 256x160x64c2,256x160x64c1,256x128x64c2,256x144x64c1
   grep -v DEBUG "$OUT/r256-perf.log" | grep -A7 'MxNxK'; grep -v DEBUG "$OUT/r256-perf.log" \
+    | grep 'cuBLAS.*|'
+fi
+if [ "$PART" = gaps-odd ]; then  # ncu: the default plan against cuBLAS where we trail most
+  for shape in 3000,5000,3072 2048,2048,2048; do
+    step "gapso-${shape//,/x}" 200 ncu --nvtx --nvtx-include "profile/" \
+      --section SpeedOfLight --section WarpStateStats --section LaunchStats \
+      --metrics "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed,\
+lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum,dram__bytes_read.sum,\
+smsp__inst_executed.sum,sm__cycles_elapsed.avg,\
+regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
+      python perf/profile_gemm_plan.py "$shape" "dict()"
+  done
+  for f in "$OUT"/gapso-*.log; do echo "--- $f"; grep -v "DEBUG\|Warn\|^==PROF" "$f" \
+    | grep -E "GemmSm90|nvjet|Duration|stalled|hmma|lts__|dram__|inst_exec|cycles_elapsed|Warp Cycles|Issued|Registers|Grid Size|Waves" \
+    | awk '$NF != 0 && $NF != "0.00"' | cut -c1-110 | head -40; done
+fi
+if [ "$PART" = c4 ]; then  # four CTAs along M sharing B (a quarter each); where instructions go
+  step c4-perf 300 python perf/gemm_skinny.py --graphs --rounds 10 --out "$OUT/c4" \
+    --shapes 3000x5000x3072,2048x2048x2048,4096x4096x4096 \
+    --tiles 128x192x64c4,128x192x64c4g128,128x256x64c4g128
+  grep -v DEBUG "$OUT/c4-perf.log" | grep -A5 'MxNxK'; grep -v DEBUG "$OUT/c4-perf.log" \
+    | grep 'cuBLAS.*|'
+  step c4-ncu 150 ncu --nvtx --nvtx-include "profile/" --section InstructionStats \
+    --section SourceCounters python perf/profile_gemm_plan.py 3000,5000,3072 "dict()"
+  grep -v "DEBUG\|^==PROF" "$OUT/c4-ncu.log" | grep -E "GemmSm90|nvjet|Executed Instructions|\
+Branch Instructions|Warp Divergence|Uncoalesced|^ *[A-Z]+[A-Z0-9.]* +[0-9]" | cut -c1-120 | head -60
+fi
+if [ "$PART" = rows256-n ]; then  # 256-row tiles whose pairs share A (cuBLAS's 1x2 coopA)
+  step r256n-tests 200 python -m pytest -q --tb=short -p no:logging tests/test_gemm_gpu.py \
+    -k "256_row"
+  step r256n-perf 300 python perf/gemm_skinny.py --graphs --rounds 10 --out "$OUT/r256n" \
+    --shapes 3000x5000x3072,2048x2048x2048,4096x4096x4096,3000x3000x3072 \
+    --tiles 256x160x64c1n2,256x128x64c1n2,256x144x64c1n2
+  grep -v DEBUG "$OUT/r256n-perf.log" | grep -A6 'MxNxK'; grep -v DEBUG "$OUT/r256n-perf.log" \
     | grep 'cuBLAS.*|'
 fi
 echo; echo "=== summary"; printf '%s\n' "${summary[@]}"

@@ -164,13 +164,15 @@ def test_every_hopper_tile(monkeypatch, tile, m, n, k, a_major, b_major):
 
 @HOPPER_ONLY
 @pytest.mark.parametrize("tile", [(256, 160, 64), (256, 128, 64), (256, 144, 64)])
-@pytest.mark.parametrize("cluster_m", [2, 1])
-def test_256_row_tiles(forced_schedule, tile, cluster_m):
+@pytest.mark.parametrize("cluster_m, cluster_n", [(2, 1), (1, 1), (1, 2)])
+def test_256_row_tiles(forced_schedule, tile, cluster_m, cluster_n):
     """256-row tiles (two consumer warpgroups, each two m64 rows of WGMMAs; 16-wide
     subtiles): residue shapes with both operand majors, bias + SiLU, batched, CTAs past M, in
-    2x1 clusters and without; fp32 out (the whole-tile store, both WGMMA rows) where its
-    fp32 tile fits beside two stages (256 x 128)."""
-    forced_schedule(swap=False, splits=1, tile=tile, cluster_m=cluster_m, batched=True)
+    2x1 clusters (B shared), 1x2 (A shared, 128 rows each) and without; fp32 out (the
+    whole-tile store, both WGMMA rows) where its fp32 tile fits beside two stages (256 x
+    128)."""
+    forced_schedule(swap=False, splits=1, tile=tile, cluster_m=cluster_m, cluster_n=cluster_n,
+                    batched=True)
     run_gemm("hopper", 333, 520, 136, a_major="k", b_major="n", bias=True, epilogue="silu")
     run_gemm("hopper", 1000, 776, 1000, a_major="m", b_major="k")
     run_gemm("hopper", 600, 392, 64, batch=2)
