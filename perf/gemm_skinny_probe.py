@@ -1,7 +1,7 @@
 """A few skinny GEMM launches for compute-sanitizer (memcheck, racecheck): the default swap-AB
 / split-K schedules on decode shapes and forced ones on residue shapes (split-K through the
-workspace and in a cluster; 2-D clusters; 192-row and 240-wide tiles; stream-K) and the gated
-GEMM's decode tiles, each checked against an fp32 reference.
+workspace and in a cluster; 2-D clusters; 192- and 256-row and 240-wide tiles; stream-K) and
+the gated GEMM's decode tiles, each checked against an fp32 reference.
 
     compute-sanitizer --tool memcheck python perf/gemm_skinny_probe.py
 """
@@ -58,6 +58,13 @@ def main() -> None:
                                                     cluster_k=1, ctas=16)),
                             (333, 1000, 264, dict(tile=(128, 240, 64), cluster_m=2,
                                                   cluster_k=1)),
+                            # 256-row tiles (two consumers of two WGMMA rows each): 2x1
+                            # clusters with a CTA past M and 4 clusters walking 10 cluster
+                            # tiles; 1x2 clusters sharing A
+                            (700, 776, 1000, dict(tile=(256, 160, 64), cluster_m=2,
+                                                   cluster_k=1, ctas=8)),
+                            (333, 520, 264, dict(tile=(256, 128, 64), cluster_m=1,
+                                                 cluster_n=2, cluster_k=1)),
                             # stream-K: 8 of 20 cluster tiles shared by k-ranges (partials
                             # through the workspace), 64-row tiles with ranges of 4 k-tiles
                             (1000, 1104, 1000, dict(tile=(128, 256, 64), cluster_m=2,
