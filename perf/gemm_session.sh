@@ -274,14 +274,14 @@ if [ "$PART" = rows256 ]; then  # 256-row tiles (two consumers, two WGMMA rows e
     | grep 'cuBLAS.*|'
 fi
 if [ "$PART" = gaps-odd ]; then  # ncu: the default plan against cuBLAS where we trail most
-  for shape in 3000,5000,3072 2048,2048,2048; do
+  for shape in ${GAPS_SHAPES:-3000,5000,3072 2048,2048,2048}; do
     step "gapso-${shape//,/x}" 200 ncu --nvtx --nvtx-include "profile/" \
       --section SpeedOfLight --section WarpStateStats --section LaunchStats \
       --metrics "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed,\
 lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum,dram__bytes_read.sum,\
 smsp__inst_executed.sum,sm__cycles_elapsed.avg,\
 regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
-      python perf/profile_gemm_plan.py "$shape" "dict()"
+      python perf/profile_gemm_plan.py "$shape" "${GAPS_PLAN:-dict()}"
   done
   for f in "$OUT"/gapso-*.log; do echo "--- $f"; grep -v "DEBUG\|Warn\|^==PROF" "$f" \
     | grep -E "GemmSm90|nvjet|Duration|stalled|hmma|lts__|dram__|inst_exec|cycles_elapsed|Warp Cycles|Issued|Registers|Grid Size|Waves" \
