@@ -145,3 +145,17 @@ def test_dtype_lists_read_as_english():
     with pytest.raises(TypeError, match="w_gate must have dtype bfloat16, float16 or float32, got"):
         ck.pack_gated_weight(torch.zeros(8, 8, dtype=torch.int32),
                              torch.zeros(8, 8, dtype=torch.int32))
+
+
+def test_plan_caches_start_over_when_full(monkeypatch):
+    """``remember_plan`` bounds an op's plan cache: at ``MAX_PLANS`` entries the next plan
+    empties it first, so a process making ever new shapes does not grow it forever."""
+    from cute_kernels.runtime import validate
+
+    monkeypatch.setattr(validate, "MAX_PLANS", 3)
+    cache = {}
+    for i in range(3):
+        validate.remember_plan(cache, i, f"plan {i}")
+    assert cache == {0: "plan 0", 1: "plan 1", 2: "plan 2"}
+    validate.remember_plan(cache, 3, "plan 3")
+    assert cache == {3: "plan 3"}

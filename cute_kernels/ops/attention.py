@@ -42,6 +42,7 @@ from ..runtime.validate import (
     check_no_overlap,
     check_same_device,
     check_tensor,
+    remember_plan,
     tensor_meta,
 )
 from ..tuning import attention as attention_tuning
@@ -330,7 +331,7 @@ def _attention(q, k, v, causal: bool = False, scale: float | None = None,
     if plan is None:
         plan = make_plan(q, k, causal, scale, num_splits)
         if key is not None:
-            _remember(key, plan)
+            remember_plan(_PLANS, key, plan)
     return plan.run(q, k, v, o)
 
 
@@ -566,7 +567,6 @@ def make_plan(q, k, causal: bool, scale: float, num_splits: int,
 #: Plans of eager calls by the call's metadata (:func:`_plan_key`): ``attention`` runs a hit
 #: without its checks; ``_attention`` fills it (under the resolved scale and splits)
 _PLANS: dict = {}
-_MAX_PLANS = 4096
 
 
 def _plan_key(q, k, v, causal, scale, num_splits, out):
@@ -581,12 +581,6 @@ def _plan_key(q, k, v, causal, scale, num_splits, out):
     return (tensor_meta(q), tensor_meta(k), tensor_meta(v), tensor_meta(out), causal, scale,
             num_splits, forced_path(), sm_count(q.device) if q.is_cuda else 0,
             attention_tuning.CLUSTER_COMBINE)
-
-
-def _remember(key, plan: AttentionPlan) -> None:
-    if len(_PLANS) >= _MAX_PLANS:
-        _PLANS.clear()
-    _PLANS[key] = plan
 
 
 def _output(q, k, v, out):
@@ -810,7 +804,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     if key is not None:  # the direct route planned it under the resolved scale and splits
         plan = _PLANS.get(_plan_key(q, k, v, causal, checked_scale, splits, out))
         if plan is not None:
-            _remember(key, plan)
+            remember_plan(_PLANS, key, plan)
     return (o, lse) if return_lse else o
 
 

@@ -17,7 +17,7 @@ import torch
 
 from ..runtime.arch import device_target, forced_path, sm_count
 from ..runtime.bridge import kernel_for
-from ..runtime.validate import check_same_device, check_tensor, tensor_meta
+from ..runtime.validate import check_same_device, check_tensor, remember_plan, tensor_meta
 from ..tuning.gemm import DEFAULT_CLUSTER_M, DEFAULT_TILE, gated_a_rows
 from . import gemm  # its attributes are looked up per call (tests patch schedule/drift_counter)
 from .activations import (
@@ -177,7 +177,6 @@ class GatedPlan(NamedTuple):
 
 #: (argument metadata) -> GatedPlan, as ``ops.gemm._PLANS`` for the plain GEMM
 _PLANS: dict = {}
-_MAX_PLANS = 4096
 
 
 def _plan_key(x, w_packed, bias, activation, out) -> tuple:
@@ -231,9 +230,7 @@ def _gated_mlp_up(x: torch.Tensor, w_packed: torch.Tensor, bias: torch.Tensor | 
     if plan is None:
         plan = _plan(x, w_packed, bias, activation, out)
         if key is not None:
-            if len(_PLANS) >= _MAX_PLANS:
-                _PLANS.clear()
-            _PLANS[key] = plan
+            remember_plan(_PLANS, key, plan)
     return launch(plan, x, w_packed, bias, activation, out)
 
 

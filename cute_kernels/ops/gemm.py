@@ -29,6 +29,7 @@ from ..runtime.validate import (
     check_same_device,
     check_tensor,
     dtype_names,
+    remember_plan,
     tensor_meta,
 )
 from ..tuning import gemm as gemm_tuning
@@ -259,7 +260,6 @@ class GemmPlan(NamedTuple):
 #: same shapes, strides, dtypes, device and 16-byte alignment as a validated earlier call skips
 #: validation and scheduling (tens of µs of Python, more than a small GEMM's runtime).
 _PLANS: dict = {}
-_MAX_PLANS = 4096
 
 
 def _gemm_nk(a, b_nk, bias, out_dtype, epilogue, out=None, *, names=("a", "b")):
@@ -275,9 +275,7 @@ def _gemm_nk(a, b_nk, bias, out_dtype, epilogue, out=None, *, names=("a", "b")):
         if plan.kernel is None:  # empty output or K == 0: no kernel
             return _degenerate(a, bias, out, plan, epilogue)
         if sig is not None:
-            if len(_PLANS) >= _MAX_PLANS:
-                _PLANS.clear()
-            _PLANS[sig] = plan
+            remember_plan(_PLANS, sig, plan)
     return launch(plan, a, b_nk, bias, out)
 
 

@@ -87,6 +87,18 @@ def tensor_meta(t: torch.Tensor | None):
     return t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % VECTOR_BYTES
 
 
+#: plans an op's cache (keyed by ``tensor_meta`` tuples) holds before it starts over
+MAX_PLANS = 4096
+
+
+def remember_plan(cache: dict, key, plan) -> None:
+    """Store ``plan`` under ``key`` in an op's plan cache, emptying it first when full (a
+    process that keeps making new shapes must not grow it without bound)."""
+    if len(cache) >= MAX_PLANS:
+        cache.clear()
+    cache[key] = plan
+
+
 def row_vector_width(rows: torch.Tensor) -> int:
     """Elements per 16-byte load of a (R, N) tensor with unit column stride: 16 bytes' worth
     when every row starts 16-byte aligned (base and row stride) and N is a multiple, else 1
