@@ -166,8 +166,9 @@ def test_every_hopper_tile(monkeypatch, tile, m, n, k, a_major, b_major):
 @pytest.mark.parametrize("tile", [(256, 160, 64), (256, 128, 64), (256, 144, 64)])
 @pytest.mark.parametrize("cluster_m, cluster_n", [(2, 1), (1, 1), (1, 2)])
 def test_256_row_tiles(forced_schedule, tile, cluster_m, cluster_n):
-    """256-row tiles (two consumer warpgroups, each two m64 rows of WGMMAs; 16-wide
-    subtiles): residue shapes with both operand majors, bias + SiLU, batched, CTAs past M, in
+    """256-row tiles (two consumer warpgroups, each two m64 rows of WGMMAs; 32-wide subtiles
+    at N 160 and 128, each subtile taking values of both WGMMA rows, 16-wide at 144): residue
+    shapes with both operand majors, bias + SiLU, batched, CTAs past M, in
     2x1 clusters (B shared), 1x2 (A shared, 128 rows each) and without; fp32 out (the
     whole-tile store, both WGMMA rows) where its fp32 tile fits beside two stages (256 x
     128)."""

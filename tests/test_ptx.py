@@ -692,6 +692,12 @@ def test_gemm_epilogue_subtiles_cover_the_tile():
 
     assert GemmSm90(tile=(128, 240, 64)).epi_tile == (128, 16)
     assert GemmSm90(tile=(128, 256, 64)).epi_tile == (128, 32)
+    # 192-wide tiles store three 64-wide subtiles, except where a cluster split shares the
+    # subtiles out in two; 256-row tiles take the 32 / 16 rule
+    assert GemmSm90(tile=(128, 192, 64)).epi_tile == (128, 64)
+    assert GemmSm90(tile=(128, 192, 64), cluster_k=2, cluster_m=1).epi_tile == (128, 32)
+    assert GemmSm90(tile=(256, 160, 64)).epi_tile == (256, 32)
+    assert GemmSm90(tile=(256, 144, 64)).epi_tile == (256, 16)
     with pytest.raises(ValueError, match="epi_n"):
         GemmSm90(tile=(128, 240, 64), epi_n=32)
     # a 2x1 cluster splits B's 152 rows into 76-row shares: refused before any trace (the DSL
@@ -706,8 +712,9 @@ def test_gemm_epilogue_subtiles_cover_the_tile():
 
 def test_gemm_256_row_tiles_ptx():
     """A 256-row tile runs two consumer warpgroups of two m64 WGMMA rows each: twice the
-    m64n160k16 WGMMAs of a 128-row tile, the same 384 threads, 16-wide subtiles (10 TMA stores
-    per tile) and no spills; the forms it does not take are refused before any trace."""
+    m64n160k16 WGMMAs of a 128-row tile, the same 384 threads, 32-wide subtiles (5 TMA stores
+    per tile; 16-wide ones where 32 does not divide N) and no spills; the forms it does not
+    take are refused before any trace."""
     import re
 
     import torch
@@ -725,7 +732,8 @@ def test_gemm_256_row_tiles_ptx():
     wgmma = r"wgmma\.mma_async\.sync\.aligned\.m64n160k16"
     assert len(re.findall(wgmma, tall)) == 2 * len(re.findall(wgmma, plain)) > 0
     assert GemmSm90(tile=(256, 160, 64)).threads == GemmSm90(tile=(128, 160, 64)).threads
-    assert tall.count("cp.async.bulk.tensor.2d.global.shared") == 160 // 16
+    assert tall.count("cp.async.bulk.tensor.2d.global.shared") == 160 // 32
+    assert build((256, 144, 64)).count("cp.async.bulk.tensor.2d.global.shared") == 144 // 16
     _assert_no_spills(tall, "sm_90a")
     for bad in (dict(gated="swiglu"), dict(cluster_k=2, cluster_m=1), dict(stream_k=True),
                 dict(c_transposed=True)):

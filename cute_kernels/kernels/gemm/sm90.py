@@ -107,7 +107,8 @@ class GemmSm90:
     partial of the one before from the workspace, the last storing the tile
     (``StreamKFixup``, stream_k.py).
     Shared memory at 128x256x64 bf16: 4 x 48 KiB stages + 2 x 8 KiB C subtiles = 208 KiB;
-    at 256x160x64 with 16-wide subtiles: 4 x 52 KiB + 2 x 8 KiB = 224 KiB.
+    at 128x192x64 with 64-wide subtiles: 4 x 40 KiB + 2 x 16 KiB = 192 KiB; at 256x160x64:
+    3 x 52 KiB + 2 x 16 KiB = 188 KiB.
     Seams: the epilogue is ``Epilogue.visit`` (one call per tile); a gathered operand (rows
     of B picked by an index list) replaces the TMA tile load of B in ``load`` with a
     row-gather into the same smem stage and barrier, leaving the consumers unchanged.
@@ -156,11 +157,12 @@ class GemmSm90:
         self.tile = tile
         # the epilogue stores (tile_m x epi_n) subtiles, which must tile N exactly (a 240-wide
         # tile in 32-wide subtiles would leave its last 16 columns unstored): 32 by default,
-        # 16 where 32 does not divide N or on a 256-row tile (whose 2 x 256 x 16 ring leaves
-        # room for a fourth 52 KiB stage at 256 x 160), the whole tile when it is narrower
-        # (swap-AB)
+        # 16 where 32 does not divide N, the whole tile when it is narrower (swap-AB), 64 on
+        # a 128 x 192 tile (three subtiles: 1.5-2% faster at 3000 x 5000 x 3072 on an H100
+        # although the wider ring leaves 4 stages, not 5) unless a cluster split shares them
         if epi_n is None:
-            epi_n = 32 if tile[1] % 32 == 0 and tile[0] != 256 else 16
+            epi_n = (64 if tuple(tile[:2]) == (128, 192) and cluster_k == 1
+                     else 32 if tile[1] % 32 == 0 else 16)
         epi_n = min(epi_n, tile[1])
         if tile[1] % 8 or tile[1] % epi_n or epi_n % 8:
             raise ValueError(f"tile N ({tile[1]}) must be a multiple of 8 and of the epilogue "
@@ -655,7 +657,7 @@ class GemmSm90:
         return SimpleNamespace(tma_c=tma_c, sC=sC, gC=gC, mC=mC, mBias=mBias, ctid=ctid,
                                r2s_atom=r2s_atom, r2s=r2s, tRS_sC=tRS_sC, tRS_rAcc=tRS_rAcc,
                                tRS_rSub=tRS_rSub, tRS_rOut=tRS_rOut,
-                               sub_size=cute.size(tRS_rSub), n_sub=bn // self.epi_tile[1],
+                               n_sub=bn // self.epi_tile[1],
                                cC=cC, is_store_warp=is_store_warp, store_pipe=store_pipe)
 
     @cute.jit
@@ -666,10 +668,7 @@ class GemmSm90:
         subtile s - 1. ``subtiles``: only these (a compile-time range; cluster split-K)."""
         bm, bn, _ = self.tile
         acc, mC, sC, tma_c, ctid = frag.acc, epi.mC, epi.sC, epi.tma_c, epi.ctid
-        c_dtype, n_sub, sub_size = mC.element_type, epi.n_sub, epi.sub_size
-        # a thread's values per m64 WGMMA row, and of those per subtile
-        mma_rows = cute.size(epi.tRS_rAcc, mode=[1])
-        row_size, per_row = cute.size(epi.tRS_rAcc) // mma_rows, sub_size // mma_rows
+        c_dtype, n_sub = mC.element_type, epi.n_sub
         tRS_rAcc, tRS_rSub, tRS_rOut = epi.tRS_rAcc, epi.tRS_rSub, epi.tRS_rOut
         is_store_warp, store_pipe = epi.is_store_warp, epi.store_pipe
         if cutlass.const_expr(not self.epilogue.is_identity):
@@ -694,11 +693,13 @@ class GemmSm90:
                             tWS_rChunk.store(tWS_rAcc[(None, j), mb, 0].load().to(c_dtype))
                             cute.copy(r2s_c, tWS_rChunk, tWS_sC[(None, j), mb, 0])
             else:
-                # stmatrix order is subtile-major within each m64 row of WGMMAs (one, or two
-                # on a 256-row tile): subtile s is a contiguous run of each row's values
-                for v in cutlass.range_constexpr(sub_size):
-                    tRS_rSub[v] = tRS_rAcc[v // per_row * row_size + sub * per_row
-                                           + v % per_row]
+                # tRS_rAcc: (stmatrix values, stmatrix chunks along N), m64 WGMMA rows (two
+                # on a 256-row tile); subtile s holds chunks s * chunks ... of every row
+                chunks = cute.size(tRS_rSub, mode=[2])
+                for m in cutlass.range_constexpr(cute.size(tRS_rSub, mode=[1])):
+                    for c in cutlass.range_constexpr(chunks):
+                        for v in cutlass.range_constexpr(cute.size(tRS_rSub, mode=[0])):
+                            tRS_rSub[v, m, c] = tRS_rAcc[(v, sub * chunks + c), m, 0]
                 tRS_rOut.store(tRS_rSub.load().to(c_dtype))
                 cute.copy(epi.r2s, tRS_rOut, epi.tRS_sC[(None, None, None, buf)])
             # smem written through the generic proxy; TMA reads through the async one
