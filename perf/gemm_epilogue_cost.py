@@ -1,0 +1,205 @@
+"""Where a Hopper GEMM tile's epilogue time goes: the op's plan against the same plan built
+from a patched ``GemmSm90`` (one process, interleaved with cuBLAS, inputs rotated past L2).
+
+    python perf/gemm_epilogue_cost.py [--shapes 3000x5000x3072,...] [--variants base,...]
+        [--plan "dict(tile=(256, 160, 64), cluster_m=1, cluster_n=2)"] [--out DIR]
+
+Variants (``*``: the output is wrong by design, timing only):
+  base       the plan as ``linear`` would run it (forced: no drift limiter, no stream-K)
+  noepi*     no epilogue: the accumulators are summed and stored only if the sum is an
+             impossible value (kept live, or ptxas drops the WGMMAs and the time with them)
+  nostore*   the epilogue without its TMA stores (stmatrix, fences, barriers all kept)
+  noacq*     the stores without the wait for a store's smem read before the buffer's reuse
+  n32, n64   32- / 64-wide subtiles (``epi_n``); ``n32e1``: 32-wide in a one-deep ring
+  half, full tile N / 2 in a 2-deep ring; the whole tile in one buffer
+  direct     no smem: 4-byte global stores straight from the accumulators, per column pair
+  evict      the TMA stores with an L2 evict-first policy
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import types
+
+os.environ["CUTE_KERNELS_DISK_CACHE"] = "0"  # patched builds must not meet cached ones
+sys.path.insert(0, os.path.dirname(__file__))
+
+import cutlass  # noqa: E402
+import cutlass.cute as cute  # noqa: E402
+import torch  # noqa: E402
+from cutlass import Int64, pipeline  # noqa: E402
+from cutlass._mlir.dialects import llvm  # noqa: E402
+from cutlass.cute.nvgpu import cpasync  # noqa: E402
+from cutlass.cutlass_dsl import T, dsl_user_op  # noqa: E402
+from gemm_skinny import forced_plan, run_plan  # noqa: E402
+from gemm_tuning import parse_configs  # noqa: E402
+
+import cute_kernels.kernels.gemm.sm90 as sm90  # noqa: E402
+import cute_kernels.runtime.bridge as bridge  # noqa: E402
+from cute_kernels.bench import (  # noqa: E402
+    bench_interleaved,
+    commit_id,
+    device_name,
+    format_table,
+    input_sets_needed,
+    save_results,
+)
+from cute_kernels.runtime.compile import KERNELS  # noqa: E402
+
+GemmSm90 = sm90.GemmSm90
+ORIGINAL = (GemmSm90.__init__, GemmSm90.epilogue_tile, sm90.cute)
+
+
+@cute.jit
+def _accumulators_only(self, tiled_mma, frag, epi, tm, tn, tl, subtiles=None):
+    acc, mC = frag.acc, epi.mC
+    total = cutlass.Float32(0.0)
+    for i in cutlass.range_constexpr(cute.size(acc)):
+        total = total + acc[i]
+    if total == cutlass.Float32(-1.2345e-30):
+        mC[(0, 0, 0)] = total.to(mC.element_type)
+
+
+@cute.jit
+def _direct_stores(self, tiled_mma, frag, epi, tm, tn, tl, subtiles=None):
+    bm, bn, _ = self.tile
+    acc, mC = frag.acc, epi.mC
+    gC = cute.local_tile(mC[None, None, tl], (bm, bn), (tm, tn))
+    cC = cute.local_tile(epi.cC, (bm, bn), (tm, tn))
+    atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), mC.element_type,
+                               num_bits_per_copy=32)
+    r2g = cute.make_tiled_copy_C(atom, tiled_mma)
+    thr = r2g.get_slice(epi.ctid)
+    tRgC, tRcC = thr.partition_D(gC), thr.partition_D(cC)
+    rC = cute.make_rmem_tensor_like(acc, mC.element_type)
+    rC.store(acc.load().to(mC.element_type))
+    tRrC = r2g.retile(rC)
+    for i in cutlass.range_constexpr(cute.size(tRrC, mode=[1])):
+        for j in cutlass.range_constexpr(cute.size(tRrC, mode=[2])):
+            for k in cutlass.range_constexpr(cute.size(tRrC, mode=[0]) // 2):
+                c = tRcC[(0, k), i, j]
+                if c[0] < mC.shape[0] and c[1] < mC.shape[1]:
+                    cute.autovec_copy(tRrC[(None, k), i, j], tRgC[(None, k), i, j])
+
+
+@dsl_user_op
+def _evict_first_policy(*, loc=None, ip=None) -> Int64:
+    return Int64(llvm.inline_asm(
+        T.i64(), [], "createpolicy.fractional.L2::evict_first.b64 $0, 1.0;", "=l",
+        has_side_effects=False, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT,
+        loc=loc, ip=ip))
+
+
+def _with_store_copy(change):
+    """sm90's ``cute`` with ``copy`` passing TMA stores through ``change(kwargs)`` (None:
+    the store is dropped)."""
+    real = ORIGINAL[2]
+
+    def copy(atom, *args, **kwargs):
+        if isinstance(atom.op, cpasync.CopyBulkTensorTileS2GOp):
+            kwargs = change(kwargs)
+            if kwargs is None:
+                return None
+        return real.copy(atom, *args, **kwargs)
+    proxy = types.ModuleType("cute_patched_stores")
+    proxy.__dict__.update(vars(real))
+    proxy.copy = copy
+    sm90.cute = proxy
+
+
+def _init_with(epi_n=None, epi_stages=2):
+    def init(self, *args, **kwargs):
+        tile = kwargs["tile"]
+        width = epi_n(tile) if callable(epi_n) else epi_n
+        ORIGINAL[0](self, *args, **{**kwargs, "epi_n": width, "epi_stages": epi_stages})
+    GemmSm90.__init__ = init
+
+
+def _no_acquire():
+    # the pipeline class is shared: restored in _restore
+    pipeline.PipelineTmaStore.producer_acquire = lambda self, **kw: None
+
+
+ACQUIRE = pipeline.PipelineTmaStore.producer_acquire
+VARIANTS = {
+    "base": lambda: None,
+    "noepi*": lambda: setattr(GemmSm90, "epilogue_tile", _accumulators_only),
+    "nostore*": lambda: _with_store_copy(lambda kw: None),
+    "noacq*": _no_acquire,
+    "n32": lambda: _init_with(32),
+    "n64": lambda: _init_with(64),
+    "n32e1": lambda: _init_with(32, 1),
+    "half": lambda: _init_with(lambda tile: tile[1] // 2),
+    "full": lambda: _init_with(lambda tile: tile[1], 1),
+    "direct": lambda: setattr(GemmSm90, "epilogue_tile", _direct_stores),
+    "evict": lambda: _with_store_copy(lambda kw: {**kw, "cache_policy": _evict_first_policy()}),
+}
+
+
+def _restore():
+    GemmSm90.__init__, GemmSm90.epilogue_tile, sm90.cute = ORIGINAL
+    pipeline.PipelineTmaStore.producer_acquire = ACQUIRE
+    bridge._RESOLVED.clear()
+    KERNELS._mem.clear()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", default="3000x5000x3072,4096x4096x4096,2048x2048x2048")
+    ap.add_argument("--variants", default="base,noepi*,nostore*,n32")
+    ap.add_argument("--plan", default="dict()", help="schedule fields (forced_plan)")
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--out", default="")
+    args = ap.parse_args()
+    fields = parse_configs(f"[{args.plan}]")[0]
+    names = args.variants.split(",")
+    unknown = sorted(set(names) - set(VARIANTS))
+    if unknown:
+        raise SystemExit(f"unknown variants {unknown}; known: {sorted(VARIANTS)}")
+    cases = []
+    for shape in args.shapes.split(","):
+        m, n, k = (int(v) for v in shape.split("x"))
+        sets = [((torch.randn(m, k, device="cuda") / 4).bfloat16(),
+                 (torch.randn(n, k, device="cuda") / 4).bfloat16(),
+                 torch.empty(m, n, dtype=torch.bfloat16, device="cuda"))
+                for _ in range(input_sets_needed((m * k + n * k + m * n) * 2))]
+        cases.append(((m, n, k), sets, {}))
+    for name in names:  # each variant's builds under its own patch
+        _restore()
+        VARIANTS[name]()
+        for _, sets, plans in cases:
+            plans[name] = forced_plan(sets[0][0], sets[0][1], **fields)
+    _restore()
+    rows, records = [], []
+    for shape, sets, plans in cases:
+        x, w, y = sets[0]
+        ref = x.float() @ w.float().t()
+        errs = {}
+        for name, plan in plans.items():
+            y.fill_(float("nan"))
+            run_plan(plan, x, w, y)
+            torch.cuda.synchronize()
+            errs[name] = (y.float() - ref).abs().max().item()
+        contenders = {"cublas": lambda s: torch.matmul(s[0], s[1].t(), out=s[2])}
+        for name, plan in plans.items():
+            contenders[name] = lambda s, plan=plan: run_plan(plan, s[0], s[1], s[2])
+        t = bench_interleaved(contenders, sets, rounds=args.rounds)
+        cublas = t["cublas"].median_ms
+        for name in plans:
+            ratio = cublas / t[name].median_ms
+            rows.append(["x".join(map(str, shape)), name, f"{t[name].median_ms * 1e3:.1f}",
+                         f"{cublas * 1e3:.1f}", f"{ratio:.3f}", f"{errs[name]:.3f}"])
+            records.append(dict(shape=shape, variant=name, us=t[name].median_ms * 1e3,
+                                cublas_us=cublas * 1e3, ratio=ratio, max_err=errs[name]))
+    print(f"{device_name()} | commit {commit_id()} | plan {args.plan}")
+    print(format_table(["M x N x K", "variant", "us", "cuBLAS us", "ratio", "max err"], rows))
+    if args.out:
+        save_results(args.out, "gemm_epilogue_cost", dict(device=device_name(),
+                                                          commit=commit_id(), plan=args.plan,
+                                                          results=records))
+
+
+if __name__ == "__main__":
+    main()
