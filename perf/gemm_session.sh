@@ -10,7 +10,8 @@
 # cluster-n: 2-D clusters (A multicast along N), forced on the shapes where we trail, and
 # cluster-n-checks (their tests and sanitizers); for the misses that remain: wide-split (what
 # cuBLAS runs; split-K pairs on wider tiles), w240, rows256 / rows256-n (256-row tiles), c4
-# (4x1 clusters) and gaps-odd (ncu against cuBLAS).
+# (4x1 clusters) and gaps-odd (ncu against cuBLAS); epi-ncu: the default plan with and
+# without its C stores (perf/gemm_epilogue_cost.py).
 # Prints a summary last.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-gemm}
@@ -286,6 +287,18 @@ regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
   for f in "$OUT"/gapso-*.log; do echo "--- $f"; grep -v "DEBUG\|Warn\|^==PROF" "$f" \
     | grep -E "GemmSm90|nvjet|Duration|stalled|hmma|lts__|dram__|inst_exec|cycles_elapsed|Warp Cycles|Issued|Registers|Grid Size|Waves" \
     | awk '$NF != 0 && $NF != "0.00"' | cut -c1-110 | head -40; done
+fi
+if [ "$PART" = epi-ncu ]; then  # ncu: the default plan against itself without its C stores
+  step epi-ncu 200 ncu -k regex:GemmSm90 -c 2 --section SpeedOfLight --section WarpStateStats \
+      --metrics "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed,\
+lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum,dram__bytes_read.sum,\
+dram__bytes_write.sum,smsp__inst_executed.sum,sm__cycles_elapsed.avg,\
+regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
+      python perf/gemm_epilogue_cost.py --shapes "${EPI_SHAPE:-3000x5000x3072}" \
+      --variants "base,nostore*" --rounds 1
+  grep -v "DEBUG\|Warn\|^==PROF" "$OUT/epi-ncu.log" \
+    | grep -E "GemmSm90|Duration|SM Frequency|stalled|hmma|lts__|dram__|inst_exec|cycles_elapsed|Warp Cycles" \
+    | awk '$NF != 0 && $NF != "0.00"' | cut -c1-110 | head -60
 fi
 if [ "$PART" = c4 ]; then  # four CTAs along M sharing B (a quarter each); where instructions go
   step c4-perf 300 python perf/gemm_skinny.py --graphs --rounds 10 --out "$OUT/c4" \
