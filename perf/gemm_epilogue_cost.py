@@ -14,6 +14,8 @@ Variants (``*``: the output is wrong by design, timing only):
   half, full tile N / 2 in a 2-deep ring; the whole tile in one buffer
   direct     no smem: 4-byte global stores straight from the accumulators, per column pair
   evict      the TMA stores with an L2 evict-first policy
+  g4, g8, g32  the tile order's group of tile rows (``group_m``, 16 by default): how long the
+             A / B panels a wave reads stay in L2 beside the C lines the stores bring in
 """
 
 from __future__ import annotations
@@ -109,11 +111,12 @@ def _with_store_copy(change):
     sm90.cute = proxy
 
 
-def _init_with(epi_n=None, epi_stages=2):
+def _init_with(epi_n=None, epi_stages=2, **fields):
     def init(self, *args, **kwargs):
         tile = kwargs["tile"]
         width = epi_n(tile) if callable(epi_n) else epi_n
-        ORIGINAL[0](self, *args, **{**kwargs, "epi_n": width, "epi_stages": epi_stages})
+        ORIGINAL[0](self, *args, **{**kwargs, "epi_n": width, "epi_stages": epi_stages,
+                                    **fields})
     GemmSm90.__init__ = init
 
 
@@ -135,6 +138,7 @@ VARIANTS = {
     "full": lambda: _init_with(lambda tile: tile[1], 1),
     "direct": lambda: setattr(GemmSm90, "epilogue_tile", _direct_stores),
     "evict": lambda: _with_store_copy(lambda kw: {**kw, "cache_policy": _evict_first_policy()}),
+    **{f"g{g}": (lambda g=g: _init_with(group_m=g)) for g in (4, 8, 32)},
 }
 
 
