@@ -14,6 +14,7 @@ Variants (``*``: the output is wrong by design, timing only):
   half, full tile N / 2 in a 2-deep ring; the whole tile in one buffer
   direct     no smem: 4-byte global stores straight from the accumulators, per column pair
   evict      the TMA stores with an L2 evict-first policy
+  keepab     the A / B TMA loads with an L2 evict-last policy (the panels other CTAs reread)
   g4, g8, g32  the tile order's group of tile rows (``group_m``, 16 by default): how long the
              A / B panels a wave reads stay in L2 beside the C lines the stores bring in
 """
@@ -86,21 +87,27 @@ def _direct_stores(self, tiled_mma, frag, epi, tm, tn, tl, subtiles=None):
                     cute.autovec_copy(tRrC[(None, k), i, j], tRgC[(None, k), i, j])
 
 
-@dsl_user_op
-def _evict_first_policy(*, loc=None, ip=None) -> Int64:
-    return Int64(llvm.inline_asm(
-        T.i64(), [], "createpolicy.fractional.L2::evict_first.b64 $0, 1.0;", "=l",
-        has_side_effects=False, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT,
-        loc=loc, ip=ip))
+def _l2_policy(priority: str):
+    @dsl_user_op
+    def policy(*, loc=None, ip=None) -> Int64:
+        return Int64(llvm.inline_asm(
+            T.i64(), [], f"createpolicy.fractional.L2::{priority}.b64 $0, 1.0;", "=l",
+            has_side_effects=False, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT,
+            loc=loc, ip=ip))
+    return policy
 
 
-def _with_store_copy(change):
-    """sm90's ``cute`` with ``copy`` passing TMA stores through ``change(kwargs)`` (None:
-    the store is dropped)."""
+_evict_first_policy, _evict_last_policy = _l2_policy("evict_first"), _l2_policy("evict_last")
+TMA_LOADS = (cpasync.CopyBulkTensorTileG2SOp, cpasync.CopyBulkTensorTileG2SMulticastOp)
+
+
+def _with_store_copy(change, ops=(cpasync.CopyBulkTensorTileS2GOp,)):
+    """sm90's ``cute`` with ``copy`` passing the TMA copies of ``ops`` (the stores by default)
+    through ``change(kwargs)`` (None: the copy is dropped)."""
     real = ORIGINAL[2]
 
     def copy(atom, *args, **kwargs):
-        if isinstance(atom.op, cpasync.CopyBulkTensorTileS2GOp):
+        if isinstance(atom.op, ops):
             kwargs = change(kwargs)
             if kwargs is None:
                 return None
@@ -138,6 +145,8 @@ VARIANTS = {
     "full": lambda: _init_with(lambda tile: tile[1], 1),
     "direct": lambda: setattr(GemmSm90, "epilogue_tile", _direct_stores),
     "evict": lambda: _with_store_copy(lambda kw: {**kw, "cache_policy": _evict_first_policy()}),
+    "keepab": lambda: _with_store_copy(lambda kw: {**kw, "cache_policy": _evict_last_policy()},
+                                       TMA_LOADS),
     **{f"g{g}": (lambda g=g: _init_with(group_m=g)) for g in (4, 8, 32)},
 }
 
