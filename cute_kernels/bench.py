@@ -133,17 +133,21 @@ def bench_interleaved(
 
 
 def commit_id() -> str:
-    """The commit measured: $CK_COMMIT (the device copy has no git history), else git."""
+    """The commit measured: $CK_COMMIT, else git's HEAD with "+changes" when tracked files
+    differ from it (a device copy of a newer working tree may carry an older HEAD)."""
     import os
     import subprocess
 
     if os.environ.get("CK_COMMIT"):
         return os.environ["CK_COMMIT"]
     try:
-        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True,
+        head = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True,
                                        stderr=subprocess.DEVNULL).strip()
+        clean = subprocess.run(["git", "diff", "--quiet", "HEAD", "--"],
+                               stderr=subprocess.DEVNULL).returncode == 0
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+    return head if clean else f"{head}+changes"
 
 
 def device_name() -> str:

@@ -700,6 +700,8 @@ def test_gemm_epilogue_subtiles_cover_the_tile():
     assert GemmSm90(tile=(256, 144, 64)).epi_tile == (256, 16)
     with pytest.raises(ValueError, match="epi_n"):
         GemmSm90(tile=(128, 240, 64), epi_n=32)
+    with pytest.raises(ValueError, match="epi_stages"):
+        GemmSm90(tile=(128, 256, 64), epi_stages=0)
     # a 2x1 cluster splits B's 152 rows into 76-row shares: refused before any trace (the DSL
     # aborts the process on it)
     with pytest.raises(ValueError, match="8-row shares"):

@@ -173,6 +173,9 @@ class GemmSm90:
             raise ValueError(f"tile {tile[:2]} does not split into 8-row shares over cluster_m "
                              f"{cluster_m} (B: tile N / cluster_m) and cluster_n {cluster_n} "
                              f"(A: tile M / cluster_n)")
+        if epi_stages < 1:
+            raise ValueError(f"epi_stages (the C subtile ring's depth) must be >= 1, got "
+                             f"{epi_stages}")
         self.epi_tile = (tile[0], epi_n)
         self.epi_stages = epi_stages
         self.max_stages = max_stages
