@@ -11,7 +11,8 @@
 # cluster-n-checks (their tests and sanitizers); for the misses that remain: wide-split (what
 # cuBLAS runs; split-K pairs on wider tiles), w240, rows256 / rows256-n (256-row tiles), c4
 # (4x1 clusters) and gaps-odd (ncu against cuBLAS); epi-ncu: the default plan with and
-# without its C stores (perf/gemm_epilogue_cost.py).
+# without its C stores (perf/gemm_epilogue_cost.py); keepab: the A / B loads under an L2
+# evict-last policy.
 # Prints a summary last.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-gemm}
@@ -299,6 +300,12 @@ regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
   grep -v "DEBUG\|Warn\|^==PROF" "$OUT/epi-ncu.log" \
     | grep -E "GemmSm90|Duration|SM Frequency|stalled|hmma|lts__|dram__|inst_exec|cycles_elapsed|Warp Cycles" \
     | awk '$NF != 0 && $NF != "0.00"' | cut -c1-110 | head -60
+fi
+if [ "$PART" = keepab ]; then  # the A / B loads under L2 evict-last, where C evicts them
+  step keepab 300 python perf/gemm_epilogue_cost.py --variants "base,keepab,nostore*" \
+    --shapes 3000x5000x3072,512x4096x14336,1024x14336x4096,2048x2048x2048,4096x4096x4096 \
+    --out "$OUT"
+  grep -v DEBUG "$OUT/keepab.log" | tail -18
 fi
 if [ "$PART" = c4 ]; then  # four CTAs along M sharing B (a quarter each); where instructions go
   step c4-perf 300 python perf/gemm_skinny.py --graphs --rounds 10 --out "$OUT/c4" \
