@@ -101,7 +101,7 @@ _evict_first_policy, _evict_last_policy = _l2_policy("evict_first"), _l2_policy(
 TMA_LOADS = (cpasync.CopyBulkTensorTileG2SOp, cpasync.CopyBulkTensorTileG2SMulticastOp)
 
 
-def _with_store_copy(change, ops=(cpasync.CopyBulkTensorTileS2GOp,)):
+def _with_tma_copy(change, ops=(cpasync.CopyBulkTensorTileS2GOp,)):
     """sm90's ``cute`` with ``copy`` passing the TMA copies of ``ops`` (the stores by default)
     through ``change(kwargs)`` (None: the copy is dropped)."""
     real = ORIGINAL[2]
@@ -112,18 +112,17 @@ def _with_store_copy(change, ops=(cpasync.CopyBulkTensorTileS2GOp,)):
             if kwargs is None:
                 return None
         return real.copy(atom, *args, **kwargs)
-    proxy = types.ModuleType("cute_patched_stores")
+    proxy = types.ModuleType("cute_patched_tma")
     proxy.__dict__.update(vars(real))
     proxy.copy = copy
     sm90.cute = proxy
 
 
-def _init_with(epi_n=None, epi_stages=2, **fields):
+def _init_with(**fields):
+    """``GemmSm90`` built with ``fields`` replaced (a callable value: of the tile)."""
     def init(self, *args, **kwargs):
-        tile = kwargs["tile"]
-        width = epi_n(tile) if callable(epi_n) else epi_n
-        ORIGINAL[0](self, *args, **{**kwargs, "epi_n": width, "epi_stages": epi_stages,
-                                    **fields})
+        over = {k: v(kwargs["tile"]) if callable(v) else v for k, v in fields.items()}
+        ORIGINAL[0](self, *args, **{**kwargs, **over})
     GemmSm90.__init__ = init
 
 
@@ -136,17 +135,17 @@ ACQUIRE = pipeline.PipelineTmaStore.producer_acquire
 VARIANTS = {
     "base": lambda: None,
     "noepi*": lambda: setattr(GemmSm90, "epilogue_tile", _accumulators_only),
-    "nostore*": lambda: _with_store_copy(lambda kw: None),
+    "nostore*": lambda: _with_tma_copy(lambda kw: None),
     "noacq*": _no_acquire,
-    "n32": lambda: _init_with(32),
-    "n64": lambda: _init_with(64),
-    "n32e1": lambda: _init_with(32, 1),
-    "half": lambda: _init_with(lambda tile: tile[1] // 2),
-    "full": lambda: _init_with(lambda tile: tile[1], 1),
+    "n32": lambda: _init_with(epi_n=32),
+    "n64": lambda: _init_with(epi_n=64),
+    "n32e1": lambda: _init_with(epi_n=32, epi_stages=1),
+    "half": lambda: _init_with(epi_n=lambda tile: tile[1] // 2),
+    "full": lambda: _init_with(epi_n=lambda tile: tile[1], epi_stages=1),
     "direct": lambda: setattr(GemmSm90, "epilogue_tile", _direct_stores),
-    "evict": lambda: _with_store_copy(lambda kw: {**kw, "cache_policy": _evict_first_policy()}),
-    "keepab": lambda: _with_store_copy(lambda kw: {**kw, "cache_policy": _evict_last_policy()},
-                                       TMA_LOADS),
+    "evict": lambda: _with_tma_copy(lambda kw: {**kw, "cache_policy": _evict_first_policy()}),
+    "keepab": lambda: _with_tma_copy(lambda kw: {**kw, "cache_policy": _evict_last_policy()},
+                                     TMA_LOADS),
     **{f"g{g}": (lambda g=g: _init_with(group_m=g)) for g in (4, 8, 32)},
 }
 
