@@ -10,11 +10,13 @@ Variants (``*``: the output is wrong by design, timing only):
              impossible value (kept live, or ptxas drops the WGMMAs and the time with them)
   nostore*   the epilogue without its TMA stores (stmatrix, fences, barriers all kept)
   noacq*     the stores without the wait for a store's smem read before the buffer's reuse
-  n32, n64   32- / 64-wide subtiles (``epi_n``); ``n32e1``: 32-wide in a one-deep ring
+  n16, n32, n64  16- / 32- / 64-wide subtiles (``epi_n``); ``n32e1``: 32-wide, one-deep ring
   half, full tile N / 2 in a 2-deep ring; the whole tile in one buffer
   direct     no smem: 4-byte global stores straight from the accumulators, per column pair
   evict      the TMA stores with an L2 evict-first policy
   keepab     the A / B TMA loads with an L2 evict-last policy (the panels other CTAs reread)
+  stg        no TMA store: each subtile goes through the smem ring as usual and the consumer
+             threads copy it out with coalesced 16-byte st.global (is it the TMA unit?)
   g4, g8, g32  the tile order's group of tile rows (``group_m``, 16 by default): how long the
              A / B panels a wave reads stay in L2 beside the C lines the stores bring in
 """
@@ -87,6 +89,47 @@ def _direct_stores(self, tiled_mma, frag, epi, tm, tn, tl, subtiles=None):
                     cute.autovec_copy(tRrC[(None, k), i, j], tRgC[(None, k), i, j])
 
 
+@cute.jit
+def _smem_staged_stores(self, tiled_mma, frag, epi, tm, tn, tl, subtiles=None):
+    bm, bn, _ = self.tile
+    acc, mC, sC, ctid = frag.acc, epi.mC, epi.sC, epi.ctid
+    tRS_rAcc, tRS_rSub, tRS_rOut = epi.tRS_rAcc, epi.tRS_rSub, epi.tRS_rOut
+    if cutlass.const_expr(not self.epilogue.is_identity):
+        tCcC = frag.thr_mma.partition_C(cute.local_tile(epi.cC, (bm, bn), (tm, tn)))
+        self.epilogue.visit(acc, tCcC, mC.shape[self.epilogue.bias_dim], epi.mBias)
+    gC_tile = cute.local_tile(mC[None, None, tl], (bm, bn), (tm, tn))
+    cC_tile = cute.local_tile(epi.cC, (bm, bn), (tm, tn))
+    threads = 128 * self.consumer_wgs
+    vec = 128 // mC.element_type.width
+    cols = self.epi_tile[1] // vec
+    atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), mC.element_type,
+                               num_bits_per_copy=128)
+    s2g = cute.make_tiled_copy_tv(atom, cute.make_layout((threads // cols, cols), stride=(cols, 1)),
+                                  cute.make_layout((1, vec)))
+    thr = s2g.get_slice(ctid)
+    chunks = cute.size(tRS_rSub, mode=[2])
+    for sub in cutlass.range_constexpr(epi.n_sub):
+        buf = sub % self.epi_stages
+        for m in cutlass.range_constexpr(cute.size(tRS_rSub, mode=[1])):
+            for c in cutlass.range_constexpr(chunks):
+                for v in cutlass.range_constexpr(cute.size(tRS_rSub, mode=[0])):
+                    tRS_rSub[v, m, c] = tRS_rAcc[(v, sub * chunks + c), m, 0]
+        tRS_rOut.store(tRS_rSub.load().to(mC.element_type))
+        cute.copy(epi.r2s, tRS_rOut, epi.tRS_sC[(None, None, None, buf)])
+        cute.arch.barrier(barrier_id=sm90.Barrier.EPILOGUE, number_of_threads=threads)
+        tSsC = thr.partition_S(sC[(None, None, buf)])
+        tSgC = thr.partition_D(cute.local_tile(gC_tile, self.epi_tile, (0, sub)))
+        tScC = thr.partition_D(cute.local_tile(cC_tile, self.epi_tile, (0, sub)))
+        rC = cute.make_rmem_tensor_like(tSsC)
+        cute.autovec_copy(tSsC, rC)
+        for i in cutlass.range_constexpr(cute.size(tSgC, mode=[1])):
+            for j in cutlass.range_constexpr(cute.size(tSgC, mode=[2])):
+                c = tScC[(0, 0), i, j]
+                if c[0] < mC.shape[0] and c[1] < mC.shape[1]:
+                    cute.copy(atom, rC[None, i, j], tSgC[None, i, j])
+    cute.arch.barrier(barrier_id=sm90.Barrier.EPILOGUE, number_of_threads=threads)
+
+
 def _l2_policy(priority: str):
     @dsl_user_op
     def policy(*, loc=None, ip=None) -> Int64:
@@ -139,6 +182,7 @@ VARIANTS = {
     "noacq*": _no_acquire,
     "n32": lambda: _init_with(epi_n=32),
     "n64": lambda: _init_with(epi_n=64),
+    "n16": lambda: _init_with(epi_n=16),
     "n32e1": lambda: _init_with(epi_n=32, epi_stages=1),
     "half": lambda: _init_with(epi_n=lambda tile: tile[1] // 2),
     "full": lambda: _init_with(epi_n=lambda tile: tile[1], epi_stages=1),
@@ -146,6 +190,7 @@ VARIANTS = {
     "evict": lambda: _with_tma_copy(lambda kw: {**kw, "cache_policy": _evict_first_policy()}),
     "keepab": lambda: _with_tma_copy(lambda kw: {**kw, "cache_policy": _evict_last_policy()},
                                      TMA_LOADS),
+    "stg": lambda: setattr(GemmSm90, "epilogue_tile", _smem_staged_stores),
     **{f"g{g}": (lambda g=g: _init_with(group_m=g)) for g in (4, 8, 32)},
 }
 

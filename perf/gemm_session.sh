@@ -12,7 +12,8 @@
 # cuBLAS runs; split-K pairs on wider tiles), w240, rows256 / rows256-n (256-row tiles), c4
 # (4x1 clusters) and gaps-odd (ncu against cuBLAS); epi-ncu: the default plan with and
 # without its C stores (perf/gemm_epilogue_cost.py); keepab: the A / B loads under an L2
-# evict-last policy.
+# evict-last policy; stg: C by st.global from the smem ring, cuBLAS's store instructions and
+# ncu of both; r256-epi: where a 256 x 160 tile's epilogue time goes.
 # Prints a summary last.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-gemm}
@@ -306,6 +307,29 @@ if [ "$PART" = keepab ]; then  # the A / B loads under L2 evict-last, where C ev
     --shapes 3000x5000x3072,512x4096x14336,1024x14336x4096,2048x2048x2048,4096x4096x4096 \
     --out "$OUT"
   grep -v DEBUG "$OUT/keepab.log" | tail -18
+fi
+if [ "$PART" = stg ]; then  # C out by st.global from the smem ring instead of TMA stores;
+  # which store instructions cuBLAS's kernel executes; ncu of the two store routes
+  step stg 300 python perf/gemm_epilogue_cost.py --variants "base,stg,nostore*" \
+    --shapes 3000x5000x3072,512x4096x14336,1024x14336x4096,2048x2048x2048,4096x4096x4096 \
+    --out "$OUT"
+  grep -v DEBUG "$OUT/stg.log" | tail -18
+  step cublas-sass 200 ncu -k regex:nvjet -c 1 --section SourceCounters --page source \
+      --print-source sass python perf/profile_gemm_plan.py 3000,5000,3072 "dict()"
+  grep -oE "\b(STG|UTMASTG|UTMALDG|UTMAREDG|UBLKCP|UBLKRED|STSM|STS|LDS|LDSM|BAR|SYNCS)[.A-Z0-9]*" \
+    "$OUT/cublas-sass.log" | sort | uniq -c | sort -rn | head -20
+  step stg-ncu 200 ncu -k regex:GemmSm90 -c 2 --metrics "sm__pipe_tensor_op_hmma_cycles_active.\
+avg.pct_of_peak_sustained_elapsed,lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum,\
+dram__bytes_read.sum,dram__bytes_write.sum,sm__cycles_elapsed.avg,gpu__time_duration.sum" \
+      python perf/gemm_epilogue_cost.py --shapes 3000x5000x3072 --variants "base,stg" --rounds 1
+  grep -v "DEBUG\|Warn\|^==PROF" "$OUT/stg-ncu.log" | grep -E "GemmSm90|hmma|lts__|dram__|\
+cycles_elapsed|duration" | cut -c1-110 | head -30
+fi
+if [ "$PART" = r256-epi ]; then  # where a 256-row tile's epilogue time goes
+  step r256-epi 300 python perf/gemm_epilogue_cost.py \
+    --variants "base,nostore*,noacq*,n16,noepi*" --shapes 3000x5000x3072,3000x3000x3072 \
+    --plan "dict(tile=(256, 160, 64), cluster_m=1, cluster_n=2, cluster_k=1)" --out "$OUT"
+  grep -v DEBUG "$OUT/r256-epi.log" | grep "^ *[0-9]*x" | sort -u
 fi
 if [ "$PART" = c4 ]; then  # four CTAs along M sharing B (a quarter each); where instructions go
   step c4-perf 300 python perf/gemm_skinny.py --graphs --rounds 10 --out "$OUT/c4" \
