@@ -3,6 +3,11 @@ from a patched ``GemmSm90`` (one process, interleaved with cuBLAS, inputs rotate
 
     python perf/gemm_epilogue_cost.py [--shapes 3000x5000x3072,...] [--variants base,...]
         [--plan "dict(tile=(256, 160, 64), cluster_m=1, cluster_n=2)"] [--out DIR]
+        [--power SECONDS]
+
+``--power``: afterwards each contender also runs back to back for SECONDS while
+``nvidia-smi`` is polled (``perf/gpu_power.py``): µs per call, SM clock and board power, to
+tell a kernel that takes more cycles from one that draws more power and is clocked down.
 
 Variants (``*``: the output is wrong by design, timing only):
   base       the plan as ``linear`` would run it (forced: no drift limiter, no stream-K)
@@ -15,6 +20,8 @@ Variants (``*``: the output is wrong by design, timing only):
   direct     no smem: 4-byte global stores straight from the accumulators, per column pair
   evict      the TMA stores with an L2 evict-first policy
   keepab     the A / B TMA loads with an L2 evict-last policy (the panels other CTAs reread)
+  keepa      only A's (unicast in a 2x1 cluster) evict-last; ``keepa-firstb``: and B's
+             (multicast) evict-first
   stg        no TMA store: each subtile goes through the smem ring as usual and the consumer
              threads copy it out with coalesced 16-byte st.global (is it the TMA unit?)
   g4, g8, g32  the tile order's group of tile rows (``group_m``, 16 by default): how long the
@@ -40,6 +47,7 @@ from cutlass.cute.nvgpu import cpasync  # noqa: E402
 from cutlass.cutlass_dsl import T, dsl_user_op  # noqa: E402
 from gemm_skinny import forced_plan, run_plan  # noqa: E402
 from gemm_tuning import parse_configs  # noqa: E402
+from gpu_power import sustained  # noqa: E402
 
 import cute_kernels.kernels.gemm.sm90 as sm90  # noqa: E402
 import cute_kernels.runtime.bridge as bridge  # noqa: E402
@@ -190,6 +198,12 @@ VARIANTS = {
     "evict": lambda: _with_tma_copy(lambda kw: {**kw, "cache_policy": _evict_first_policy()}),
     "keepab": lambda: _with_tma_copy(lambda kw: {**kw, "cache_policy": _evict_last_policy()},
                                      TMA_LOADS),
+    # A (unicast in a 2x1 cluster) kept, B (multicast) as is or first out
+    "keepa": lambda: _with_tma_copy(lambda kw: {**kw, "cache_policy": _evict_last_policy()},
+                                    (cpasync.CopyBulkTensorTileG2SOp,)),
+    "keepa-firstb": lambda: _with_tma_copy(
+        lambda kw: {**kw, "cache_policy": (_evict_last_policy() if "mcast_mask" not in kw
+                                           else _evict_first_policy())}, TMA_LOADS),
     "stg": lambda: setattr(GemmSm90, "epilogue_tile", _smem_staged_stores),
     **{f"g{g}": (lambda g=g: _init_with(group_m=g)) for g in (4, 8, 32)},
 }
@@ -209,6 +223,8 @@ def main() -> None:
     ap.add_argument("--plan", default="dict()", help="schedule fields (forced_plan)")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--out", default="")
+    ap.add_argument("--power", type=float, default=0.0,
+                    help="seconds of back-to-back calls per contender under nvidia-smi")
     args = ap.parse_args()
     fields = parse_configs(f"[{args.plan}]")[0]
     names = args.variants.split(",")
@@ -229,7 +245,7 @@ def main() -> None:
         for _, sets, plans in cases:
             plans[name] = forced_plan(sets[0][0], sets[0][1], **fields)
     _restore()
-    rows, records = [], []
+    rows, records, power_rows = [], [], []
     for shape, sets, plans in cases:
         x, w, y = sets[0]
         ref = x.float() @ w.float().t()
@@ -250,7 +266,14 @@ def main() -> None:
                          f"{cublas * 1e3:.1f}", f"{ratio:.3f}", f"{errs[name]:.3f}"])
             records.append(dict(shape=shape, variant=name, us=t[name].median_ms * 1e3,
                                 cublas_us=cublas * 1e3, ratio=ratio, max_err=errs[name]))
+        for name, fn in contenders.items() if args.power else ():
+            p = sustained(fn, sets, args.power)
+            power_rows.append(["x".join(map(str, shape)), name, f"{p['us']:.1f}",
+                               f"{p['mhz']:.0f}", f"{p['watts']:.0f}", f"{p['celsius']:.0f}"])
+            records.append(dict(shape=shape, variant=name, sustained=p))
     print(f"{device_name()} | commit {commit_id()} | plan {args.plan}")
+    if power_rows:
+        print(format_table(["M x N x K", "back to back", "us", "SM MHz", "W", "C"], power_rows))
     print(format_table(["M x N x K", "variant", "us", "cuBLAS us", "ratio", "max err"], rows))
     if args.out:
         save_results(args.out, "gemm_epilogue_cost", dict(device=device_name(),

@@ -331,6 +331,37 @@ if [ "$PART" = r256-epi ]; then  # where a 256-row tile's epilogue time goes
     --plan "dict(tile=(256, 160, 64), cluster_m=1, cluster_n=2, cluster_k=1)" --out "$OUT"
   grep -v DEBUG "$OUT/r256-epi.log" | grep "^ *[0-9]*x" | sort -u
 fi
+if [ "$PART" = keepa ]; then  # A kept in L2, B streamed; DRAM reads of each
+  step keepa 240 python perf/gemm_epilogue_cost.py --variants "base,keepa,keepa-firstb,keepab" \
+    --shapes 3000x5000x3072,3000x3000x3072,1024x14336x4096,4096x4096x4096 --out "$OUT"
+  grep -v DEBUG "$OUT/keepa.log" | grep "^ *[0-9]*x" | sort -u
+  step keepa-ncu 200 ncu -k regex:GemmSm90 --metrics "dram__bytes_read.sum,\
+lts__t_sector_op_read_hit_rate.pct,gpu__time_duration.sum" \
+      python perf/gemm_epilogue_cost.py --shapes 3000x5000x3072 \
+      --variants "base,keepa,keepa-firstb,nostore*" --rounds 1
+  grep -v "DEBUG\|Warn\|^==PROF" "$OUT/keepa-ncu.log" | grep -E "dram__|hit_rate|duration" \
+    | head -12
+fi
+if [ "$PART" = power ]; then  # SM clock and board power under each contender, back to back
+  nvidia-smi --query-gpu=name,power.limit,clocks.max.sm,clocks.applications.graphics \
+    --format=csv
+  step power 300 python perf/gemm_epilogue_cost.py --variants "base,nostore*,noepi*" \
+    --shapes 3000x5000x3072,4096x4096x4096 --power 3 --out "$OUT"
+  grep -v DEBUG "$OUT/power.log" | grep -v "^ *$" | tail -22
+fi
+if [ "$PART" = power256 ]; then  # 256-row tiles (less L2 traffic per flop) under the power cap
+  step power256 300 python perf/gemm_epilogue_cost.py --variants "base,nostore*" \
+    --shapes 3000x5000x3072 --power 3 --out "$OUT/r256" \
+    --plan "dict(tile=(256, 160, 64), cluster_m=1, cluster_n=2, cluster_k=1)"
+  grep -v DEBUG "$OUT/power256.log" | grep -v "^ *$" | tail -10
+  step power256-sq 300 python perf/gemm_epilogue_cost.py --variants base \
+    --shapes 4096x4096x4096,2048x2048x2048 --power 3 --out "$OUT/r256sq" \
+    --plan "dict(tile=(256, 128, 64), cluster_m=1, cluster_n=2, cluster_k=1)"
+  grep -v DEBUG "$OUT/power256-sq.log" | grep -v "^ *$" | tail -12
+  step power-sq 300 python perf/gemm_epilogue_cost.py --variants base \
+    --shapes 2048x2048x2048 --power 3 --out "$OUT/sq"
+  grep -v DEBUG "$OUT/power-sq.log" | grep -v "^ *$" | tail -8
+fi
 if [ "$PART" = c4 ]; then  # four CTAs along M sharing B (a quarter each); where instructions go
   step c4-perf 300 python perf/gemm_skinny.py --graphs --rounds 10 --out "$OUT/c4" \
     --shapes 3000x5000x3072,2048x2048x2048,4096x4096x4096 \
