@@ -3,7 +3,8 @@
 GEMM.
 
     python perf/column_sparse_mlp.py [--quick] [--m M] [--parts mlp,scatter,concurrent]
-                                     [--path hopper|ampere] [--out perf/results]
+                                     [--path hopper|ampere] [--power SECONDS]
+                                     [--out perf/results]
 
 Shape: HunyuanVideo's MLP, M = 118,784 tokens (``--quick``: 16,384), K = D = 3072,
 F = 12,288, bf16, GELU-tanh, group 128. At sparsity p every group lists count =
@@ -38,7 +39,8 @@ them after sorting), every count the same.
    (``SCATTER_ADDER``: bulk, red, rmw); also each side
    alone in the partition (what losing the SMs costs mm2, and the writeback's GB/s on few
    SMs) and torch.mm (M, L8) x (L8, D) beside the writeback. Bar: the best partitioned run
-   <= 1.05x mm2 alone.
+   <= 1.05x mm2 alone. ``--power S``: mm2, the writeback and the first partition's runs
+   also back to back for S seconds each under ``nvidia-smi`` (SM clock, board power).
 4. ``gated``: SwiGLU on ``pack_gated_weight``'s (2F, K) rows at p = 0.93 against the dense
    gated MLP on the same packed weight (no bar: the issue asks for its speed).
 
@@ -418,7 +420,8 @@ def scatter_part(m: int, rounds: int, gen) -> dict:
 # 3. mm2 and the writeback on partitioned SMs (SmPartition)
 
 
-def concurrent_part(m: int, rounds: int, gen, adders=ADDERS, partitions=PARTITIONS) -> dict:
+def concurrent_part(m: int, rounds: int, gen, adders=ADDERS, partitions=PARTITIONS,
+                    power: float = 0.0) -> dict:
     from cute_kernels.partition import SmPartition
 
     mod = ops()
@@ -494,8 +497,20 @@ def concurrent_part(m: int, rounds: int, gen, adders=ADDERS, partitions=PARTITIO
     print(format_table(["contender", "ms", "x mm2 (torch.mm) alone", "writeback GB/s"], rows))
     print(f"best mm2 + writeback / mm2 alone = {ratio:.3f} (bar <= {CONCURRENT_BAR}: "
           f"{'met' if met else 'NOT met'})")
+    sustained_rows = []
+    if power:  # is the pair power-bound? SM clock and board power, each run back to back
+        from gpu_power import sustained
+        first = next(iter(parts), None)
+        names = ["mm2 alone", f"writeback alone (all SMs), {adders[0]}"]
+        if first:
+            names += [f"mm2 on the main SMs, {first}", f"mm2 + writeback, {adders[0]}, {first}",
+                      f"writeback, {adders[0]} on the side SMs, {first}"]
+        for name in names:
+            p = sustained(fns[name], [None], power, batch=4)
+            sustained_rows.append([name, p["us"] / 1e3, p["mhz"], p["watts"]])
+        print(format_table(["back to back", "ms", "SM MHz", "W"], sustained_rows))
     return {"count": count, "partitions": info, "ratio": ratio, "bar": CONCURRENT_BAR,
-            "bar_met": met, "skipped": skipped, "rows": rows,
+            "bar_met": met, "skipped": skipped, "rows": rows, "sustained": sustained_rows,
             "timings": Row(f"M{m} L{count}", timings)}
 
 
@@ -511,6 +526,9 @@ def main(argv=None) -> None:
                     help="the concurrent part's SmPartitions as mode:side_sms[:fine], "
                          "comma-separated (default: all of PARTITIONS)")
     ap.add_argument("--rounds", type=int, default=None)
+    ap.add_argument("--power", type=float, default=0.0,
+                    help="concurrent part: seconds of each run back to back under nvidia-smi "
+                         "(SM clock, board power; perf/gpu_power.py)")
     ap.add_argument("--path", choices=["hopper", "ampere"], default=None)
     ap.add_argument("--out", default="perf/results")
     args = ap.parse_args(argv)
@@ -546,7 +564,8 @@ def main(argv=None) -> None:
             payload["scatter"] = scatter_part(m, rounds, gen)
             torch.cuda.empty_cache()
         if "concurrent" in parts:
-            payload["concurrent"] = concurrent_part(m, rounds, gen, adders, partitions)
+            payload["concurrent"] = concurrent_part(m, rounds, gen, adders, partitions,
+                                                    args.power)
             torch.cuda.empty_cache()
         if "gated" in parts:
             payload["gated"] = gated_part(m, rounds, gen)

@@ -13,6 +13,7 @@
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh partition-perf
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh adders
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh scatter-final
+#   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh power   (SM clock, power)
 # Prints a summary last.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-mlp}
@@ -95,5 +96,13 @@ if [ "$PART" = scatter-final ]; then  # the default adder: tests, sanitizers, sp
   step perf-scatter 300 python perf/column_sparse_mlp.py --parts scatter,concurrent --rounds 7 \
     --adders bulk,rmw --partitions green:8,green:16 --out "$OUT"
   grep -v DEBUG "$OUT/perf-scatter.log" | grep -v "^bars\|^wrote" | tail -32
+fi
+if [ "$PART" = power ]; then  # are the partition and the offload floors the power cap?
+  nvidia-smi --query-gpu=name,power.limit,clocks.max.sm --format=csv
+  step power-concurrent 330 python perf/column_sparse_mlp.py --parts concurrent --rounds 5 \
+    --adders bulk --partitions green:8 --power 3 --out "$OUT"
+  grep -v DEBUG "$OUT/power-concurrent.log" | grep -v "^bars\|^wrote" | tail -22
+  step power-offload 200 python perf/offload.py --power 3 --out "$OUT"
+  grep -v DEBUG "$OUT/power-offload.log" | grep -v "^wrote" | tail -18
 fi
 echo; printf '%s\n' "${summary[@]}"

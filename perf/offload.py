@@ -1,7 +1,8 @@
 """How much of the PCIe time ``CacheOffloader`` (cute_kernels/offload.py, issue 16) hides
 behind a layer's compute.
 
-    python perf/offload.py [--quick] [--layers 8] [--mb 256] [--writeback] [--out perf/results]
+    python perf/offload.py [--quick] [--layers 8] [--mb 256] [--writeback] [--power SECONDS]
+                           [--out perf/results]
 
 L layers (default 8), each with a cache of S bytes (default 256 MB, bf16) kept in pinned host
 memory by a ``CacheOffloader``, and a synthetic per-layer compute: a loop of bf16 4096^3
@@ -110,6 +111,10 @@ def main(argv=None) -> None:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--margin", type=float, default=COMPUTE_MARGIN,
                     help=f"compute per layer / copy time (default {COMPUTE_MARGIN})")
+    ap.add_argument("--power", type=float, default=0.0,
+                    help="seconds of (c) and (d) each back to back under nvidia-smi: is the "
+                         "compute's slow-down beside the copies a lower clock? "
+                         "(perf/gpu_power.py)")
     ap.add_argument("--out", default="perf/results")
     args = ap.parse_args(argv)
     require_gpu()
@@ -224,6 +229,13 @@ def main(argv=None) -> None:
     print(f"exposed copies (b): {exposed_gbs:.1f} GB/s against {plain_gbs:.1f} GB/s for plain "
           f"pinned copy_ ({exposed_gbs / plain_gbs:.2f}x)")
     print(f"peak device memory of a prefetch pass: {peak_layers:.1f} layers")
+    sustained_rows = []
+    if args.power:
+        from gpu_power import sustained
+        for name in ("(c) compute only", "(d) compute beside plain copies"):
+            p = sustained(fns[name], [None], args.power, batch=1)
+            sustained_rows.append([name, p["us"] / 1e3, p["mhz"], p["watts"]])
+        print(format_table(["back to back", "ms per pass", "SM MHz", "W"], sustained_rows))
     payload = {"device": device_name(), "commit": commit_id(), "torch": torch.__version__,
                "date": str(datetime.date.today()), "layers": layers, "layer_bytes": nbytes,
                "writeback": args.writeback, "plain_copy": plain, "mm_ms": mm_ms,
@@ -234,7 +246,7 @@ def main(argv=None) -> None:
                "bar": HIDDEN_BAR, "bar_met": met,
                "exposed_gbs": exposed_gbs, "plain_gbs": plain_gbs,
                "host_bytes": ahead.host_bytes() + on_the_spot.host_bytes(),
-               "peak_prefetch_layers": peak_layers,
+               "peak_prefetch_layers": peak_layers, "sustained": sustained_rows,
                "timings": Row(f"{layers}x{nbytes}", timings)}
     print("wrote", save_results(args.out, "offload", payload))
 
