@@ -2,13 +2,12 @@
 (the ops by the float32 references rounded to bf16, CUDA events by a host clock), so the GPU
 session finds a script that works. CPU only; the timings mean nothing here."""
 
-import importlib.util
 import json
 import time
-from pathlib import Path
 
 import pytest
 import torch
+from perf_scripts import load_perf_script  # tests/ is on pytest's path
 
 import cute_kernels as ck
 import cute_kernels.bench as bench
@@ -16,16 +15,6 @@ import cute_kernels.column_sparse_module as csm
 import cute_kernels.ops.column_lists as ops_lists
 import cute_kernels.ops.column_sparse as ops_cs
 from cute_kernels import reference as ref
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("perf_column_sparse",
-                                                  ROOT / "perf" / "column_sparse.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 class HostEvent:
@@ -72,12 +61,12 @@ def column_counts(packed, n, multiple_of=1):
 def test_fails_fast_without_a_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(SystemExit, match="needs a CUDA GPU"):
-        load_script().main(["--quick"])
+        load_perf_script("column_sparse").main(["--quick"])
 
 
 def test_runs_end_to_end_on_a_tiny_size(monkeypatch, tmp_path, capsys):
     pytest.importorskip("matplotlib")
-    script = load_script()
+    script = load_perf_script("column_sparse")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "Event", HostEvent)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)

@@ -2,26 +2,15 @@
 the per-shape summary, the float32 reference, and the no-GPU exit and ``--plan``. The timing
 itself needs a GPU (docs/gpu.md)."""
 
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
 import torch
+from perf_scripts import load_perf_script  # tests/ is on pytest's path
 
 from cute_kernels import reference as ref
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("perf_decode", ROOT / "perf" / "decode.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-decode = load_script()
+decode = load_perf_script("decode")
 
 
 @pytest.mark.parametrize("b, s_q, s_kv, sms, expected", [

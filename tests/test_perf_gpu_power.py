@@ -2,24 +2,13 @@
 "[N/A]", a missing tool) and which samples ``sustained`` keeps. The sampling of a real GPU
 needs one (docs/gpu.md)."""
 
-import importlib.util
 import math
 import subprocess
 import types
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from perf_scripts import load_perf_script  # tests/ is on pytest's path
 
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("perf_gpu_power",
-                                                  ROOT / "perf" / "gpu_power.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-gpu_power = load_script()
+gpu_power = load_perf_script("gpu_power")
 
 
 def fake_smi(lines):
