@@ -497,20 +497,17 @@ def concurrent_part(m: int, rounds: int, gen, adders=ADDERS, partitions=PARTITIO
     print(format_table(["contender", "ms", "x mm2 (torch.mm) alone", "writeback GB/s"], rows))
     print(f"best mm2 + writeback / mm2 alone = {ratio:.3f} (bar <= {CONCURRENT_BAR}: "
           f"{'met' if met else 'NOT met'})")
-    sustained_rows = []
+    power_rows = []
     if power:  # is the pair power-bound? SM clock and board power, each run back to back
-        from gpu_power import sustained
+        from gpu_power import sustained_rows
         first = next(iter(parts), None)
         names = ["mm2 alone", f"writeback alone (all SMs), {adders[0]}"]
         if first:
             names += [f"mm2 on the main SMs, {first}", f"mm2 + writeback, {adders[0]}, {first}",
                       f"writeback, {adders[0]} on the side SMs, {first}"]
-        for name in names:
-            p = sustained(fns[name], [None], power, batch=4)
-            sustained_rows.append([name, p["us"] / 1e3, p["mhz"], p["watts"]])
-        print(format_table(["back to back", "ms", "SM MHz", "W"], sustained_rows))
+        power_rows = sustained_rows(fns, names, power, batch=4)
     return {"count": count, "partitions": info, "ratio": ratio, "bar": CONCURRENT_BAR,
-            "bar_met": met, "skipped": skipped, "rows": rows, "sustained": sustained_rows,
+            "bar_met": met, "skipped": skipped, "rows": rows, "sustained": power_rows,
             "timings": Row(f"M{m} L{count}", timings)}
 
 

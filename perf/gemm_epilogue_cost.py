@@ -169,6 +169,12 @@ def _with_tma_copy(change, ops=(cpasync.CopyBulkTensorTileS2GOp,)):
     sm90.cute = proxy
 
 
+def _with_policies(policy_of, ops=TMA_LOADS):
+    """The TMA copies of ``ops`` under the L2 policy ``policy_of(kwargs)`` returns (a
+    ``_l2_policy``)."""
+    _with_tma_copy(lambda kw: {**kw, "cache_policy": policy_of(kw)()}, ops)
+
+
 def _init_with(**fields):
     """``GemmSm90`` built with ``fields`` replaced (a callable value: of the tile)."""
     def init(self, *args, **kwargs):
@@ -195,15 +201,14 @@ VARIANTS = {
     "half": lambda: _init_with(epi_n=lambda tile: tile[1] // 2),
     "full": lambda: _init_with(epi_n=lambda tile: tile[1], epi_stages=1),
     "direct": lambda: setattr(GemmSm90, "epilogue_tile", _direct_stores),
-    "evict": lambda: _with_tma_copy(lambda kw: {**kw, "cache_policy": _evict_first_policy()}),
-    "keepab": lambda: _with_tma_copy(lambda kw: {**kw, "cache_policy": _evict_last_policy()},
-                                     TMA_LOADS),
+    "evict": lambda: _with_policies(lambda kw: _evict_first_policy,
+                                    (cpasync.CopyBulkTensorTileS2GOp,)),
+    "keepab": lambda: _with_policies(lambda kw: _evict_last_policy),
     # A (unicast in a 2x1 cluster) kept, B (multicast) as is or first out
-    "keepa": lambda: _with_tma_copy(lambda kw: {**kw, "cache_policy": _evict_last_policy()},
+    "keepa": lambda: _with_policies(lambda kw: _evict_last_policy,
                                     (cpasync.CopyBulkTensorTileG2SOp,)),
-    "keepa-firstb": lambda: _with_tma_copy(
-        lambda kw: {**kw, "cache_policy": (_evict_last_policy() if "mcast_mask" not in kw
-                                           else _evict_first_policy())}, TMA_LOADS),
+    "keepa-firstb": lambda: _with_policies(
+        lambda kw: _evict_first_policy if "mcast_mask" in kw else _evict_last_policy),
     "stg": lambda: setattr(GemmSm90, "epilogue_tile", _smem_staged_stores),
     **{f"g{g}": (lambda g=g: _init_with(group_m=g)) for g in (4, 8, 32)},
 }

@@ -75,3 +75,16 @@ def sustained(fn, input_sets, seconds: float = 3.0, batch: int = 20) -> dict:
                 mhz=statistics.median(s[1] for s in late),
                 watts=statistics.median(s[2] for s in late),
                 celsius=statistics.median(s[3] for s in late))
+
+
+def sustained_rows(fns: dict, names, seconds: float, batch: int) -> list[list]:
+    """``[name, ms per call, SM MHz, W]`` of ``sustained`` for each of ``names`` in ``fns``
+    (functions of one ignored argument), printed as a table and returned."""
+    from cute_kernels.bench import format_table
+
+    rows = []
+    for name in names:
+        p = sustained(fns[name], [None], seconds, batch=batch)
+        rows.append([name, p["us"] / 1e3, p["mhz"], p["watts"]])
+    print(format_table(["back to back", "ms per call", "SM MHz", "W"], rows))
+    return rows

@@ -229,13 +229,11 @@ def main(argv=None) -> None:
     print(f"exposed copies (b): {exposed_gbs:.1f} GB/s against {plain_gbs:.1f} GB/s for plain "
           f"pinned copy_ ({exposed_gbs / plain_gbs:.2f}x)")
     print(f"peak device memory of a prefetch pass: {peak_layers:.1f} layers")
-    sustained_rows = []
-    if args.power:
-        from gpu_power import sustained
-        for name in ("(c) compute only", "(d) compute beside plain copies"):
-            p = sustained(fns[name], [None], args.power, batch=1)
-            sustained_rows.append([name, p["us"] / 1e3, p["mhz"], p["watts"]])
-        print(format_table(["back to back", "ms per pass", "SM MHz", "W"], sustained_rows))
+    power_rows = []
+    if args.power:  # a call here is one pass
+        from gpu_power import sustained_rows
+        power_rows = sustained_rows(fns, ("(c) compute only", "(d) compute beside plain copies"),
+                                    args.power, batch=1)
     payload = {"device": device_name(), "commit": commit_id(), "torch": torch.__version__,
                "date": str(datetime.date.today()), "layers": layers, "layer_bytes": nbytes,
                "writeback": args.writeback, "plain_copy": plain, "mm_ms": mm_ms,
@@ -246,7 +244,7 @@ def main(argv=None) -> None:
                "bar": HIDDEN_BAR, "bar_met": met,
                "exposed_gbs": exposed_gbs, "plain_gbs": plain_gbs,
                "host_bytes": ahead.host_bytes() + on_the_spot.host_bytes(),
-               "peak_prefetch_layers": peak_layers, "sustained": sustained_rows,
+               "peak_prefetch_layers": peak_layers, "sustained": power_rows,
                "timings": Row(f"{layers}x{nbytes}", timings)}
     print("wrote", save_results(args.out, "offload", payload))
 

@@ -96,3 +96,21 @@ def test_sustained_keeps_the_second_half(monkeypatch):
     assert result["calls"] == len(calls) and len(calls) % 4 == 0 and calls[:3] == ["a", "b",
                                                                                    "a"]
     assert result["us"] > 0
+
+
+def test_sustained_rows_runs_each_named_function(monkeypatch, capsys):
+    """``sustained_rows``: one back-to-back run per name, in order, its µs reported as ms."""
+    runs = []
+
+    def fake_sustained(fn, sets, seconds, batch):
+        fn(None)
+        runs.append((seconds, batch))
+        return dict(us=2500.0, mhz=1605.0, watts=699.0, celsius=60.0)
+
+    monkeypatch.setattr(gpu_power, "sustained", fake_sustained)
+    called = []
+    fns = {name: (lambda _, name=name: called.append(name)) for name in ("a", "b", "c")}
+    rows = gpu_power.sustained_rows(fns, ["c", "a"], 3.0, batch=4)
+    assert called == ["c", "a"] and runs == [(3.0, 4)] * 2
+    assert rows == [["c", 2.5, 1605.0, 699.0], ["a", 2.5, 1605.0, 699.0]]
+    assert "SM MHz" in capsys.readouterr().out
