@@ -13,7 +13,8 @@
 # (4x1 clusters) and gaps-odd (ncu against cuBLAS); epi-ncu: the default plan with and
 # without its C stores (perf/gemm_epilogue_cost.py); keepab: the A / B loads under an L2
 # evict-last policy; stg: C by st.global from the smem ring, cuBLAS's store instructions and
-# ncu of both; r256-epi: where a 256 x 160 tile's epilogue time goes.
+# ncu of both; r256-epi: where a 256 x 160 tile's epilogue time goes; stages6: 6 stages on
+# 128x128 against 5, and the GEMM-family GPU tests; stages6-checks: both forced, memcheck.
 # Prints a summary last.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-gemm}
@@ -42,6 +43,23 @@ if [ "$PART" = checks ]; then  # every GEMM-family GPU test (both paths), saniti
   step memcheck 90 "${SANITIZE[@]}" --tool memcheck python perf/gemm_skinny_probe.py
   step racecheck 90 "${SANITIZE[@]}" --tool racecheck python perf/gemm_skinny_probe.py
   step sweep 200 python perf/gemm_skinny.py --graphs --rounds 10 --out "$OUT"
+fi
+if [ "$PART" = stages6 ]; then  # 6 stages on 128x128 (the default since this part): the 5-
+  # stage ring forced beside it on the shapes that pick the tile, then the GEMM-family tests
+  step s6-perf 200 python perf/gemm_skinny.py --graphs --rounds 15 --out "$OUT/s6" --shapes \
+512x4096x14336,128x14336x4096,2048x1024x2048,1024x2048x1024 --tiles 128x128x64p5
+  step s6-tests 380 python -m pytest -q --tb=short -p no:logging tests/test_gemm_gpu.py \
+    tests/test_gated_mlp_gpu.py tests/test_dispatch_gpu.py
+  grep -v DEBUG "$OUT/s6-perf.log" | tail -14; tail -3 "$OUT/s6-tests.log"
+fi
+if [ "$PART" = stages6-checks ]; then  # both depths forced side by side, memcheck, dispatch
+  step s6b-perf 200 python perf/gemm_skinny.py --graphs --rounds 15 --out "$OUT/s6b" --shapes \
+512x4096x14336,128x14336x4096,2048x1024x2048 --tiles 128x128x64p5,128x128x64p6
+  step s6b-memcheck 120 "${SANITIZE[@]}" --tool memcheck python perf/gemm_skinny_probe.py
+  step s6b-dispatch 260 python -m pytest -q --tb=short -p no:logging tests/test_dispatch_gpu.py
+  grep -v DEBUG "$OUT/s6b-perf.log" | tail -12; tail -3 "$OUT/s6b-dispatch.log"
+  echo "memcheck: $(grep -c "rel err" "$OUT/s6b-memcheck.log") checks, $(grep "ERROR SUMMARY" \
+"$OUT/s6b-memcheck.log")"
 fi
 if [ "$PART" = ops ]; then  # every other op's GPU tests (all launch through the same bridge)
   step op-gpu-tests 560 python -m pytest -q -x --tb=short -p no:logging -m gpu tests \

@@ -234,6 +234,23 @@ def test_skinny_shapes_default_schedule(m, n, k):
           f"linear {m}x{n}x{k}")
 
 
+
+@HOPPER_ONLY
+def test_long_k_deep_ring_default_schedule():
+    """500 x 4000 x 8200 takes 128x128 tiles with the 6-stage ring of long-K loops by itself
+    (asserted; ``tuning.gemm.LONG_K_STAGES``), with N, M and K residues, bias and GELU."""
+    from cute_kernels.ops.gemm import schedule
+
+    m, n, k = 500, 4000, 8200
+    x, w, bias = rand(m, k), rand(n, k), rand(n)
+    plan = schedule(x, w)
+    assert (plan.tile, plan.max_stages) == ((128, 128, 64), 6), plan
+    out = torch.full((m, n), POISON, dtype=torch.bfloat16, device="cuda")
+    ck.linear(x, w, bias, out=out, epilogue="gelu_tanh")
+    ref = _epilogue_reference(x.float() @ w.float().t(), bias, "gelu_tanh")
+    check(out, ref, _epilogue_reference((x @ w.t()).float(), bias, "gelu_tanh").bfloat16(),
+          f"linear {m}x{n}x{k}")
+
 @pytest.fixture
 def forced_schedule(monkeypatch):
     """``force(swap=..., splits=..., tile_n=...)``: every following GEMM plan uses that

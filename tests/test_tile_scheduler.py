@@ -57,6 +57,12 @@ def test_wave_efficiency_and_tile_choice():
     # as many as 128x64 and faster
     assert pick_tile(1024, 1024, 1, 132, TILE_SPEEDS, 2) == (64, 128, 64)
     assert schedule(1024, 1024, 1024, 1, 132).max_stages == 8
+    # 128x128 streams 6 stages only where each tile's K is long (cuBLAS's kernel at 512 x 4096
+    # x 14336); short loops keep the default depth
+    long_k, short_k = schedule(512, 4096, 14336, 1, 132), schedule(2048, 1024, 2048, 1, 132)
+    assert (long_k.tile, long_k.max_stages) == ((128, 128, 64), 6)
+    assert (short_k.tile, short_k.max_stages) == ((128, 128, 64), None)
+    assert schedule(128, 14336, 4096, 1, 132).max_stages is None
     # full waves keep the big tile
     for m, n in ((4096, 4096), (8192, 8192), (4096, 14336), (1024, 28672), (2048, 2048)):
         assert pick_tile(m, n, 1, 132, TILE_SPEEDS, 2) == DEFAULT_TILE, (m, n)

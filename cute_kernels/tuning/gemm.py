@@ -47,6 +47,21 @@ TILE_SPEEDS = {DEFAULT_TILE: 1.0, (128, 224, 64): 0.96, (128, 192, 64): 0.97,
 #: graphs (H200, perf/gemm_skinny.py --tiles 64x128x64p8; 7.1-7.3 against 7.5-7.6 with 5
 #: stages in two earlier runs; cuBLAS 5.8-6.3)
 TILE_STAGES = {(64, 128, 64): 8}
+#: deeper rings where each tile streams a long K (at least ``LONG_K_MIN_TILES`` k-tiles):
+#: 128x128 with 6 stages is cuBLAS's own kernel at 512 x 4096 x 14336
+#: (``nvjet_sm90_tst_128x128_64x6_2x1``, perf/baseline_kernels.py); there 6 stages ran 82.1-83.2
+#: against 85.3-86.1 us eager, but cost 2% at 128 x 14336 x 4096 (64 k-tiles) and 6% at 2048 x
+#: 1024 x 2048 (32), eager and in graphs (H100, perf/gemm_session.sh stages6 / stages6-checks)
+LONG_K_STAGES = {(128, 128, 64): 6}
+LONG_K_MIN_TILES = 128
+
+
+def pipeline_stages(tile: tuple, k: int) -> int | None:
+    """The pipeline depth cap of ``tile`` when each of its tiles streams ``k`` (None: the
+    kernel's default, as many stages as fit, at most 5)."""
+    if tile in LONG_K_STAGES and -(-k // tile[2]) >= LONG_K_MIN_TILES:
+        return LONG_K_STAGES[tile]
+    return TILE_STAGES.get(tile)
 #: tiles for 33-64 rows of M (unswapped): one consumer warpgroup on a 64-row tile instead of
 #: a half-empty 128-row one. 64 x 14336 x 4096: 64x128 44.7 us, 128x128 49.7, cuBLAS 45.3;
 #: 64 x 28672 x 8192: 163.5 / 183.9 / 170.1; 48 x 14336 x 4096: 44.0 / 51.1 / 44.1 (GPU
@@ -344,7 +359,7 @@ def schedule(m: int, n: int, k: int, batch: int, sms: int, *,
         if splits > 1:
             ctas = persistent_grid(units * splits * cluster_m, sms, cluster_size=cluster_m)
             return GemmSchedule(tile, cluster_m, ctas, False, splits=splits,
-                                max_stages=TILE_STAGES.get(tile))
+                                max_stages=pipeline_stages(tile, -(-k // splits)))
     # stream-K where the last wave idles more than it costs (its k-range arithmetic is int32:
     # shared tiles x k-tiles x clusters, at most 2 x slots^2 x k-tiles)
     if skinny and not drift and 2 * slots * slots * -(-k // DEFAULT_TILE[2]) < 2**31:
@@ -353,5 +368,5 @@ def schedule(m: int, n: int, k: int, batch: int, sms: int, *,
             ctas = persistent_grid(cluster_tiles(m, n, batch, sk_tile, cluster_m) * cluster_m,
                                    sms, cluster_size=cluster_m)
             return GemmSchedule(sk_tile, cluster_m, ctas, False,
-                                max_stages=TILE_STAGES.get(sk_tile), stream_k=True)
-    return GemmSchedule(tile, cluster_m, ctas, drift, max_stages=TILE_STAGES.get(tile))
+                                max_stages=pipeline_stages(sk_tile, k), stream_k=True)
+    return GemmSchedule(tile, cluster_m, ctas, drift, max_stages=pipeline_stages(tile, k))
