@@ -326,7 +326,8 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("schedule", help="how the Hopper GEMM would run an M x N x K problem",
                        description="Print the Hopper GEMM schedule of linear(x (M, K), "
-                       "w (N, K)): tile, cluster, CTAs, swap-AB, split-K (no GPU needed).")
+                       "w (N, K)): tile, cluster, CTAs, pipeline stages, swap-AB, split-K "
+                       "(no GPU needed).")
     p.add_argument("m", type=int, metavar="M")
     p.add_argument("n", type=int, metavar="N")
     p.add_argument("k", type=int, metavar="K")

@@ -217,7 +217,11 @@ def test_schedule_command(capsys):
     line = capsys.readouterr().out
     assert "swap-AB" in line and "split-K 4" in line and "fp32 workspace + reduce" in line
     assert main(["schedule", "4096", "4096", "4096"]) == 0
-    assert "split-K" not in capsys.readouterr().out
+    line = capsys.readouterr().out
+    assert "split-K" not in line and "stages" not in line  # the kernel's default depth
+    assert main(["schedule", "512", "4096", "14336"]) == 0  # a long K loop on 128x128
+    assert "tile 128x128x64, cluster 2x1, 128 CTAs, up to 6 pipeline stages" in (
+        capsys.readouterr().out)
     assert main(["schedule", "13", "4096", "14336", "--gated"]) == 0
     line = capsys.readouterr().out
     assert line.startswith("gated_mlp_up") and "swap-AB" not in line

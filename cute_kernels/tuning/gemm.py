@@ -200,6 +200,8 @@ class GemmSchedule(NamedTuple):
                    + (f"x{self.cluster_k}" if self.cluster_k > 1 else ""))
         parts = [f"tile {self.tile[0]}x{self.tile[1]}x{self.tile[2]}", f"cluster {cluster}",
                  f"{self.ctas} CTAs"]
+        if self.max_stages is not None:
+            parts.append(f"up to {self.max_stages} pipeline stages")
         if self.swap:
             parts.append("swap-AB")
         if self.splits > 1:
