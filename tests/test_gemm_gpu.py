@@ -234,7 +234,6 @@ def test_skinny_shapes_default_schedule(m, n, k):
           f"linear {m}x{n}x{k}")
 
 
-
 @HOPPER_ONLY
 def test_long_k_deep_ring_default_schedule():
     """500 x 4000 x 8200 takes 128x128 tiles with the 6-stage ring of long-K loops by itself
@@ -250,6 +249,7 @@ def test_long_k_deep_ring_default_schedule():
     ref = _epilogue_reference(x.float() @ w.float().t(), bias, "gelu_tanh")
     check(out, ref, _epilogue_reference((x @ w.t()).float(), bias, "gelu_tanh").bfloat16(),
           f"linear {m}x{n}x{k}")
+
 
 @pytest.fixture
 def forced_schedule(monkeypatch):

@@ -62,6 +62,8 @@ def pipeline_stages(tile: tuple, k: int) -> int | None:
     if tile in LONG_K_STAGES and -(-k // tile[2]) >= LONG_K_MIN_TILES:
         return LONG_K_STAGES[tile]
     return TILE_STAGES.get(tile)
+
+
 #: tiles for 33-64 rows of M (unswapped): one consumer warpgroup on a 64-row tile instead of
 #: a half-empty 128-row one. 64 x 14336 x 4096: 64x128 44.7 us, 128x128 49.7, cuBLAS 45.3;
 #: 64 x 28672 x 8192: 163.5 / 183.9 / 170.1; 48 x 14336 x 4096: 44.0 / 51.1 / 44.1 (GPU
