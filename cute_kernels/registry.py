@@ -199,9 +199,11 @@ def _mlp_delta_entry() -> KernelEntry:
         # instead of bulk reductions (variants of the bulk path only)
         bulk = m_major and path == "hopper"
         rmw = bulk and variant.endswith("-rmw")
+        # one transposed-tile buffer: the op's default launch, one CTA per tile (a persistent
+        # launch takes two; tests/test_ptx.py builds both)
         return make_build(op, (dtype, 128, m_major, bulk, bulk and variant.endswith(("-vec",
                                                                                      "-rmw")),
-                               "rmw" if rmw else "bulk"))
+                               "rmw" if rmw else "bulk", 1))
 
     return KernelEntry("column_sparse_mlp", "bf16 column-sparse MLP delta: mm1 with gathered W1 "
                        "rows and the cache epilogue, mm2 with gathered W2 columns (WGMMA with a "

@@ -36,7 +36,8 @@ them after sorting), every count the same.
    act_cache writeback (``scatter_add``, m-major, a padded source) on its side SMs (green
    contexts with 8 and 16 side SMs, fine-grained with 4 and 6, plain streams with 8 and 16),
    the writeback by bulk copies, by vector ``red.global`` and by 16-byte read-add-writes
-   (``SCATTER_ADDER``: bulk, red, rmw); also each side
+   (``SCATTER_ADDER``: bulk, red, rmw), on green side SMs also the bulk writeback with two
+   transposed-tile buffers per CTA instead of one (``SCATTER_ONE_BUFFER``); also each side
    alone in the partition (what losing the SMs costs mm2, and the writeback's GB/s on few
    SMs) and torch.mm (M, L8) x (L8, D) beside the writeback. Bar: the best partitioned run
    <= 1.05x mm2 alone. ``--power S``: mm2, the writeback and the first partition's runs
@@ -441,13 +442,17 @@ def concurrent_part(m: int, rounds: int, gen, adders=ADDERS, partitions=PARTITIO
         mod._run_down(delta, w2t, indices, counts, out, GROUP)
 
 
-    def writeback(adder: str = "bulk"):
+    one_buffer_default = mod.SCATTER_ONE_BUFFER
+
+    def writeback(adder: str = "bulk", one_buffer: bool | None = None):
         def run():
             mod.SCATTER_ADDER = adder  # how the transposed tiles are added into the cache
+            # a launch of one CTA per tile: one smem buffer per CTA or two
+            mod.SCATTER_ONE_BUFFER = one_buffer_default if one_buffer is None else one_buffer
             try:
                 mod.scatter_add(src, dest, indices, counts, group=GROUP)
             finally:
-                mod.SCATTER_ADDER = None
+                mod.SCATTER_ADDER, mod.SCATTER_ONE_BUFFER = None, one_buffer_default
         return run
 
     def gemm():
@@ -455,7 +460,9 @@ def concurrent_part(m: int, rounds: int, gen, adders=ADDERS, partitions=PARTITIO
 
     fns = {"mm2 alone": lambda _: mm2(), "torch.mm alone": lambda _: gemm(),
            **{f"writeback alone (all SMs), {w}": (lambda f: lambda _: f())(writeback(w))
-              for w in adders}}
+              for w in adders},
+           "writeback alone (all SMs), bulk, two buffers": (
+               lambda f: lambda _: f())(writeback("bulk", False))}
     parts, info = {}, {}
     for mode, n, fine in partitions:
         try:
@@ -475,6 +482,12 @@ def concurrent_part(m: int, rounds: int, gen, adders=ADDERS, partitions=PARTITIO
             fns[f"mm2 + writeback, {name}, {tag}"] = lambda _, p=part, w=wb: p.run(mm2, w)
             fns[f"writeback, {name} on the side SMs, {tag}"] = \
                 lambda _, p=part, w=wb: p.run(lambda: None, w)
+        if mode == "green" and "bulk" in adders:  # one CTA per tile: one buffer or two
+            two = writeback("bulk", False)
+            fns[f"mm2 + writeback, bulk, two buffers, {tag}"] = (
+                lambda _, p=part, w=two: p.run(mm2, w))
+            fns[f"writeback, bulk, two buffers on the side SMs, {tag}"] = (
+                lambda _, p=part, w=two: p.run(lambda: None, w))
         if mode == "green" and n == 16:
             fns[f"torch.mm + writeback, {tag}"] = lambda _, p=part: p.run(gemm, writeback())
     skipped = {}

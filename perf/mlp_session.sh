@@ -14,6 +14,7 @@
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh adders
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh scatter-final
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh power   (SM clock, power)
+#   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh one-buffer
 # Prints a summary last.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-mlp}
@@ -25,6 +26,14 @@ if [ "$PART" = tests ]; then
     tests/test_column_sparse_mlp_gpu.py
   step memcheck-hopper 60 "${SANITIZE[@]}" --tool memcheck python perf/mlp_delta_probe.py hopper
   step perf-mlp-quick 150 python perf/column_sparse_mlp.py --quick --out "$OUT"
+fi
+if [ "$PART" = one-buffer ]; then  # scatter_add's one-CTA-per-tile launches on one buffer
+  step scatter-tests 240 python -m pytest -q --tb=short -p no:logging \
+    tests/test_partition_gpu.py tests/test_column_sparse_mlp_gpu.py -k "partition or scatter"
+  step concurrent 240 python perf/column_sparse_mlp.py --parts concurrent --adders bulk,rmw \
+    --partitions green:8,green:6:fine,green:4:fine --rounds 7 --out "$OUT"
+  step memcheck-hopper 60 "${SANITIZE[@]}" --tool memcheck python perf/mlp_delta_probe.py hopper
+  step racecheck-hopper 60 "${SANITIZE[@]}" --tool racecheck python perf/mlp_delta_probe.py hopper
 fi
 if [ "$PART" = tune ]; then
   step mlp-gpu-tests 240 python -m pytest -q --tb=short -p no:logging \

@@ -885,3 +885,20 @@ def test_short_query_attention_ptx(head_dim, causal, split_kv):
     ptx = compile_ptx(build, "sm_90a")
     assert "wgmma.mma_async" in ptx and "setmaxnreg" not in ptx
     _assert_no_spills(ptx, "sm_90a")
+
+
+@pytest.mark.parametrize("buffers", [1, 2])
+def test_scatter_add_bulk_buffers_ptx(buffers):
+    """``scatter_add``'s bulk path on sm_90a with one transposed-tile buffer (a launch of one
+    CTA per tile) or two (persistent CTAs): bulk reductions either way; before refilling a
+    buffer, a CTA waits until the reductions of ``buffers`` tiles ago have read it."""
+    import torch
+
+    from cute_kernels.ops.column_sparse_mlp import make_build
+    from cute_kernels.runtime.compile import compile_ptx
+
+    ptx = compile_ptx(make_build("scatter", (torch.bfloat16, 128, True, True, True, "bulk",
+                                             buffers)), "sm_90a")
+    assert instruction_mix(ptx)["cp.reduce.async.bulk"] > 0
+    assert f"cp.async.bulk.wait_group.read \t{buffers - 1};" in ptx
+    _assert_no_spills(ptx, "sm_90a")

@@ -7,17 +7,20 @@ writeback on a few SMs next to a GEMM). Per tile the chunk's feature ids go to s
 
 * **bulk** (Hopper, M-major ``dest`` with 16-byte aligned columns): the (group, 64) source
   tile is transposed into smem so each listed column's ``group`` rows are contiguous, and
-  one thread per column issues ``cp.reduce.async.bulk .add`` of those rows into ``dest`` (the
-  TMA unit adds them in the L2: no register round trip, atomic per element; Chipmunk Part
-  III measured it 3x faster than in-register reductions). The transposed tile is double
-  buffered: a tile's loads and transpose run while the bulk reductions of the tile before
-  still read the other buffer, so a CTA keeps two tiles in flight (what a few SMs of an
-  ``SmPartition`` need). With ``vec`` (source rows 16-byte aligned) a thread loads a row's
-  64 positions as 16-byte vectors (32 data registers instead of 64 scalars' worth). Two
-  other adders of the transposed tile (``ops.column_sparse_mlp.SCATTER_ADDER``): ``"red"``,
-  the threads' ``red.global.add.noftz.v4`` (within 3% of the bulk reduction on an H200, on
-  8 SMs and on all), and ``"rmw"``, 16-byte loads of ``dest``, an fp32 add and 16-byte
-  stores (no atomics: race-free as the element path is);
+  one thread per column issues ``cp.reduce.async.bulk .add`` of those rows into ``dest``
+  (the TMA unit adds them in the L2: no register round trip, atomic per element; Chipmunk
+  Part III measured it 3x faster than in-register reductions). A CTA that walks several
+  tiles double-buffers the transposed tile: a tile's loads and transpose run while the bulk
+  reductions of the tile before still read the other buffer. A launch of one CTA per tile
+  (the op's default, also on the side SMs of a green-context ``SmPartition``) takes one
+  buffer: half the smem, so 9 CTAs fit an SM instead of 6 (by registers, 56 a thread), which
+  keeps more tiles in flight per SM (perf/RESULTS.md: 1.33x the GB/s on 8 SMs). With ``vec``
+  (source rows 16-byte aligned) a thread loads a row's 64 positions as 16-byte vectors (32
+  data registers instead of 64 scalars' worth). Two other adders of the transposed tile
+  (``ops.column_sparse_mlp.SCATTER_ADDER``): ``"red"``, the threads'
+  ``red.global.add.noftz.v4`` (within 3% of the bulk reduction on an H200, on 8 SMs and on
+  all), and ``"rmw"``, 16-byte loads of ``dest``, an fp32 add and 16-byte stores (no
+  atomics: race-free as the element path is);
 * **elements** (Ampere, row-major ``dest``, unaligned columns): each thread reads its
   elements' source and destination values (``CACHE_BATCH`` loads in flight first), adds in
   fp32 and stores; lanes run along ``dest``'s contiguous dimension. Race-free because a
@@ -46,7 +49,8 @@ TILE_COLS = 64
 COL_PAD = 8
 #: elements per 16-byte source load (``vec``)
 VEC = 8
-#: transposed-tile buffers of the bulk path (``bulk_tiles``)
+#: transposed-tile buffers of the bulk path (``bulk_tiles``) when its CTAs walk several tiles;
+#: a launch of one CTA per tile takes one (half the smem: more CTAs per SM)
 BULK_BUFFERS = 2
 #: how the bulk path adds its transposed tile into ``dest``: TMA bulk reductions, the threads'
 #: vector ``red.global``, or the threads' 16-byte read-add-writes
@@ -59,8 +63,8 @@ class ScatterAdd:
     Warps: 4, all loading and adding (elements) or transposing, then adding 16-byte pieces
     (red, rmw) or issuing bulk reductions (bulk: one thread per listed column). Schedule:
     persistent, tile ``t`` = (group ``t // chunks``, chunk ``t % chunks``), CTAs striding by
-    the grid. Shared memory: 64 feature ids + (bulk path) two transposed (group, 64) tiles,
-    2 x 64 x (group + 8) x 2 bytes (34 KiB at group 128).
+    the grid. Shared memory: 64 feature ids per buffer + (bulk path) ``buffers`` transposed
+    (group, 64) tiles of 64 x (group + 8) x 2 bytes (17 KiB each at group 128).
 
     Tensors: ``mSrc`` (M, L) (unit column stride), ``mDest`` (M, F) row-major, or M-major with
     ``m_major``, ``mIdx`` (G, L) / ``mCounts`` (G,) int32.
@@ -69,7 +73,7 @@ class ScatterAdd:
     threads = 128
 
     def __init__(self, group: int, m_major: bool, bulk: bool, vec: bool = False,
-                 adder: str = "bulk"):
+                 adder: str = "bulk", buffers: int = BULK_BUFFERS):
         if bulk and not m_major:
             raise ValueError("the bulk reduction needs an M-major dest (a listed column's rows "
                              "contiguous)")
@@ -78,8 +82,11 @@ class ScatterAdd:
         if (vec or adder != "bulk") and not bulk:
             raise ValueError("vec (16-byte source loads) and the red / rmw adders are variants "
                              "of the bulk path")
+        if buffers not in (1, 2):
+            raise ValueError(f"buffers (transposed tiles in flight per CTA) must be 1 or 2, "
+                             f"got {buffers}")
         self.group, self.m_major, self.bulk, self.vec = group, m_major, bulk, vec
-        self.adder = adder
+        self.adder, self.buffers = adder, buffers
 
     @cute.jit
     def __call__(self, mSrc: cute.Tensor, mDest: cute.Tensor, mIdx: cute.Tensor,
@@ -90,20 +97,21 @@ class ScatterAdd:
     @cute.jit
     def smem(self, dtype: cutlass.Constexpr):
         col_stride = self.group + COL_PAD
-        tile_elems = col_stride * TILE_COLS * BULK_BUFFERS if self.bulk else 8
+        buffers = self.buffers
+        tile_elems = col_stride * TILE_COLS * buffers if self.bulk else 8
 
         @cute.struct
         class SharedStorage:
             tile: cute.struct.Align[cute.struct.MemRange[dtype, tile_elems], 128]
-            feat: cute.struct.Align[cute.struct.MemRange[Int32, TILE_COLS * BULK_BUFFERS], 16]
+            feat: cute.struct.Align[cute.struct.MemRange[Int32, TILE_COLS * buffers], 16]
 
         storage = cutlass.memory.SmemAllocator().allocate(SharedStorage)
         # (row, position, buffer): a listed column's rows contiguous (the bulk copy's source)
         sT = cute.make_tensor(storage.tile.data_ptr(), cute.make_layout(
-            (self.group, TILE_COLS, BULK_BUFFERS),
+            (self.group, TILE_COLS, buffers),
             stride=(1, col_stride, col_stride * TILE_COLS)))
         return sT, cute.make_tensor(storage.feat.data_ptr(),
-                                    cute.make_layout((TILE_COLS, BULK_BUFFERS)))
+                                    cute.make_layout((TILE_COLS, buffers)))
 
     @cute.kernel
     def kernel(self, mSrc: cute.Tensor, mDest: cute.Tensor, mIdx: cute.Tensor,
@@ -197,7 +205,7 @@ class ScatterAdd:
                     if tidx < TILE_COLS:
                         sFeat[tidx, buf] = feat
                 elif tidx < TILE_COLS:
-                    cute.arch.cp_async_bulk_wait_group(BULK_BUFFERS - 1, read=True)
+                    cute.arch.cp_async_bulk_wait_group(self.buffers - 1, read=True)
                 cute.arch.sync_threads()  # buffer ``buf`` is free for every thread
                 self.store_tile(sT, frag, buf, tidx)
                 if cutlass.const_expr(self.adder == "bulk"):
@@ -215,7 +223,7 @@ class ScatterAdd:
                         src = sT.iterator + cute.crd2idx((0, tidx, buf), sT.layout)
                         bulk_reduce_add_s2g(dst.toint(), src.toint(), rows_valid * 2, suffix)
                     cute.arch.cp_async_bulk_commit_group()
-                buf = (buf + 1) % BULK_BUFFERS
+                buf = (buf + 1) % self.buffers
         if cutlass.const_expr(self.adder == "bulk"):
             if tidx < TILE_COLS:  # smem must outlive the last reductions' reads
                 cute.arch.cp_async_bulk_wait_group(0, read=True)

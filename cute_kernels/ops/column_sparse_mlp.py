@@ -67,6 +67,11 @@ DOWN_CONFIG = {"tile_n": 64, "tile_k": TILE_K, "stages": 3, "warps": (2, 2)}
 #: against bulk's 0.282 on all SMs; on 8 side SMs of an SmPartition bulk moves 355 GB/s against
 #: rmw's 291, whose 134 registers allow 3 CTAs per SM; with scalar source loads rmw needs 255)
 SCATTER_ADDER = None
+#: Whether scatter_add launches of one CTA per tile take one transposed-tile buffer (17 KiB
+#: of smem, 9 CTAs per SM by registers) instead of two (34 KiB, 6 per SM). H200, bulk, ms one
+#: / two: on 8 green side SMs 1.315-1.328 / 1.726-1.760 (467 / 355 GB/s), on 6 fine-grained
+#: ones 1.758 / 2.415, on all SMs 0.204-0.205 / 0.217 (perf/RESULTS.md)
+SCATTER_ONE_BUFFER = True
 
 #: groups are the kernels' grid z
 MAX_GROUPS = 65535
@@ -474,10 +479,13 @@ def _run_scatter(src_packed, dest, indices, counts, group, num_sms) -> None:
     whole_gpu = num_sms is None and sm_count(dest.device) == device_sm_count(dest.device)
     if num_sms is None:  # one CTA per tile, unless an SmPartition region without green
         num_sms = confining_grid(dest.device)  # contexts must keep it on its SMs
-    key = (dest.dtype, group, m_major, bulk, vec, scatter_adder(bulk, vec, whole_gpu))
+    num_ctas = min(tiles, num_sms) if num_sms is not None else tiles
+    # one transposed-tile buffer when every CTA adds one tile (more CTAs fit an SM), two when
+    # CTAs walk several (a tile's loads overlap the reductions of the one before)
+    buffers = 1 if num_ctas == tiles and SCATTER_ONE_BUFFER else 2
+    key = (dest.dtype, group, m_major, bulk, vec, scatter_adder(bulk, vec, whole_gpu), buffers)
     _launch("scatter", dest.device, key, mSrc=src_packed,
-            mDest=dest, mIdx=indices, mCounts=counts,
-            num_ctas=min(tiles, num_sms) if num_sms is not None else tiles)
+            mDest=dest, mIdx=indices, mCounts=counts, num_ctas=num_ctas)
 
 
 @torch.library.custom_op("cute_kernels::scatter_add", mutates_args=("dest",))
@@ -546,8 +554,8 @@ def make_build(op: str, key: tuple):
                      mIdx=fake_compact(INDEX_DTYPE, 2), mCounts=fake_compact(INDEX_DTYPE, 1),
                      mOut=rows16(), num_ctas=cutlass.Int32(1))
     elif op == "scatter":
-        _, group, m_major, bulk, vec, adder = key
-        kernel = scatter_add_kernel.ScatterAdd(group, m_major, bulk, vec, adder)
+        _, group, m_major, bulk, vec, adder, buffers = key
+        kernel = scatter_add_kernel.ScatterAdd(group, m_major, bulk, vec, adder, buffers)
         dest = make_fake_tensor(dt, (sym(), sym()), (1, sym(8) if bulk else sym()) if m_major
                                 else (sym(), 1), assumed_align=16 if bulk else 2)
         # vec: 16-byte aligned rows of any width (a padded packed buffer's view)
