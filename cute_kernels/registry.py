@@ -203,7 +203,7 @@ def _mlp_delta_entry() -> KernelEntry:
         # launch takes two; tests/test_ptx.py builds both)
         return make_build(op, (dtype, 128, m_major, bulk, bulk and variant.endswith(("-vec",
                                                                                      "-rmw")),
-                               "rmw" if rmw else "bulk", 1))
+                               "rmw" if rmw else "bulk", 1, False))
 
     return KernelEntry("column_sparse_mlp", "bf16 column-sparse MLP delta: mm1 with gathered W1 "
                        "rows and the cache epilogue, mm2 with gathered W2 columns (WGMMA with a "

@@ -37,7 +37,8 @@ them after sorting), every count the same.
    contexts with 8 and 16 side SMs, fine-grained with 4 and 6, plain streams with 8 and 16),
    the writeback by bulk copies, by vector ``red.global`` and by 16-byte read-add-writes
    (``SCATTER_ADDER``: bulk, red, rmw), on green side SMs also the bulk writeback with two
-   transposed-tile buffers per CTA instead of one (``SCATTER_ONE_BUFFER``); also each side
+   transposed-tile buffers per CTA instead of one (``SCATTER_ONE_BUFFER``) and from an M-major
+   source (bulk copies in, bulk reductions out); also each side
    alone in the partition (what losing the SMs costs mm2, and the writeback's GB/s on few
    SMs) and torch.mm (M, L8) x (L8, D) beside the writeback. Bar: the best partitioned run
    <= 1.05x mm2 alone. ``--power S``: mm2, the writeback and the first partition's runs
@@ -429,6 +430,7 @@ def concurrent_part(m: int, rounds: int, gen, adders=ADDERS, partitions=PARTITIO
     count = count_for(P_LAYOUT)
     indices, counts = random_lists(m, count, gen)
     src = normal(m, -(-count // 8) * 8, gen=gen)[:, :count]  # a padded packed buffer
+    src_m = normal(count, m, gen=gen).t()  # the same values' M-major form (bulk copies)
     dest = m_major(m, FF, gen)
     padded = -(-count // mod.TILE_N) * mod.TILE_N
     delta = normal(m, padded, gen=gen, std=0.05)
@@ -444,13 +446,14 @@ def concurrent_part(m: int, rounds: int, gen, adders=ADDERS, partitions=PARTITIO
 
     one_buffer_default = mod.SCATTER_ONE_BUFFER
 
-    def writeback(adder: str = "bulk", one_buffer: bool | None = None):
+    def writeback(adder: str = "bulk", one_buffer: bool | None = None, m_major_src=False):
         def run():
             mod.SCATTER_ADDER = adder  # how the transposed tiles are added into the cache
             # a launch of one CTA per tile: one smem buffer per CTA or two
             mod.SCATTER_ONE_BUFFER = one_buffer_default if one_buffer is None else one_buffer
             try:
-                mod.scatter_add(src, dest, indices, counts, group=GROUP)
+                mod.scatter_add(src_m if m_major_src else src, dest, indices, counts,
+                                group=GROUP)
             finally:
                 mod.SCATTER_ADDER, mod.SCATTER_ONE_BUFFER = None, one_buffer_default
         return run
@@ -462,7 +465,9 @@ def concurrent_part(m: int, rounds: int, gen, adders=ADDERS, partitions=PARTITIO
            **{f"writeback alone (all SMs), {w}": (lambda f: lambda _: f())(writeback(w))
               for w in adders},
            "writeback alone (all SMs), bulk, two buffers": (
-               lambda f: lambda _: f())(writeback("bulk", False))}
+               lambda f: lambda _: f())(writeback("bulk", False)),
+           "writeback alone (all SMs), M-major source": (
+               lambda f: lambda _: f())(writeback("bulk", m_major_src=True))}
     parts, info = {}, {}
     for mode, n, fine in partitions:
         try:
@@ -483,11 +488,12 @@ def concurrent_part(m: int, rounds: int, gen, adders=ADDERS, partitions=PARTITIO
             fns[f"writeback, {name} on the side SMs, {tag}"] = \
                 lambda _, p=part, w=wb: p.run(lambda: None, w)
         if mode == "green" and "bulk" in adders:  # one CTA per tile: one buffer or two
-            two = writeback("bulk", False)
-            fns[f"mm2 + writeback, bulk, two buffers, {tag}"] = (
-                lambda _, p=part, w=two: p.run(mm2, w))
-            fns[f"writeback, bulk, two buffers on the side SMs, {tag}"] = (
-                lambda _, p=part, w=two: p.run(lambda: None, w))
+            for label, wb in (("two buffers", writeback("bulk", False)),
+                              ("M-major source", writeback("bulk", m_major_src=True))):
+                fns[f"mm2 + writeback, bulk, {label}, {tag}"] = (
+                    lambda _, p=part, w=wb: p.run(mm2, w))
+                fns[f"writeback, bulk, {label} on the side SMs, {tag}"] = (
+                    lambda _, p=part, w=wb: p.run(lambda: None, w))
         if mode == "green" and n == 16:
             fns[f"torch.mm + writeback, {tag}"] = lambda _, p=part: p.run(gemm, writeback())
     skipped = {}

@@ -95,6 +95,10 @@ def main(path: str) -> None:
                 ck.scatter_add(padded.bfloat16()[:, :width], dest, gi, gc, group=group,
                                num_sms=2)
             OPS.SCATTER_ADDER = None
+            # an M-major source: bulk copies in (one CTA per tile, then two CTAs walking)
+            src_m = src.t().contiguous().t()
+            ck.scatter_add(src_m, dest, gi, gc, group=group)
+            ck.scatter_add(src_m, dest, gi, gc, group=group, num_sms=2)
     torch.cuda.synchronize()
     print("probe ok", path)
 

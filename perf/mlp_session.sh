@@ -15,6 +15,7 @@
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh scatter-final
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh power   (SM clock, power)
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh one-buffer
+#   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh m-major-src
 # Prints a summary last.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-mlp}
@@ -31,6 +32,15 @@ if [ "$PART" = one-buffer ]; then  # scatter_add's one-CTA-per-tile launches on 
   step scatter-tests 240 python -m pytest -q --tb=short -p no:logging \
     tests/test_partition_gpu.py tests/test_column_sparse_mlp_gpu.py -k "partition or scatter"
   step concurrent 240 python perf/column_sparse_mlp.py --parts concurrent --adders bulk,rmw \
+    --partitions green:8,green:6:fine,green:4:fine --rounds 7 --out "$OUT"
+  step memcheck-hopper 60 "${SANITIZE[@]}" --tool memcheck python perf/mlp_delta_probe.py hopper
+  step racecheck-hopper 60 "${SANITIZE[@]}" --tool racecheck python perf/mlp_delta_probe.py hopper
+fi
+if [ "$PART" = m-major-src ]; then  # scatter_add from an M-major source (bulk copies)
+  step probe-hopper 60 python perf/mlp_delta_probe.py hopper
+  step scatter-tests 240 python -m pytest -q --tb=short -p no:logging \
+    tests/test_partition_gpu.py tests/test_column_sparse_mlp_gpu.py -k "partition or scatter"
+  step concurrent 240 python perf/column_sparse_mlp.py --parts concurrent --adders bulk \
     --partitions green:8,green:6:fine,green:4:fine --rounds 7 --out "$OUT"
   step memcheck-hopper 60 "${SANITIZE[@]}" --tool memcheck python perf/mlp_delta_probe.py hopper
   step racecheck-hopper 60 "${SANITIZE[@]}" --tool racecheck python perf/mlp_delta_probe.py hopper

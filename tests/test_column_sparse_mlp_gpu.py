@@ -424,10 +424,33 @@ def test_scatter_add_vector_source(m, f, width, stride, group, num_sms, dtype, a
     check_scatter_add(m, f, width, group, "m", num_sms, dtype, "mixed", src_stride=stride)
 
 
-def check_scatter_add(m, f, width, group, layout, num_sms, dtype, counts, src_stride=None):
+M_MAJOR_SCATTER_CASES = [  # (M, F, L, source column stride, group, num_sms, dtype)
+    (1000, 520, 37, 1000, 128, None, BF16),  # a partial last group, one CTA per tile
+    (1000, 520, 130, 1024, 64, 2, FP16),  # padded columns; two CTAs walking the tiles
+    (2048, 700, 200, 2048, 192, None, BF16),  # three 64-position tiles per group
+    (1000, 300, 64, 1003, 128, None, BF16),  # columns not 16-byte aligned: copied, then bulk
+]
+
+
+@pytest.mark.parametrize("m, f, width, stride, group, num_sms, dtype", M_MAJOR_SCATTER_CASES,
+                         ids=lambda v: str(v).replace("torch.", ""))
+def test_scatter_add_m_major_source(m, f, width, stride, group, num_sms, dtype, path):
+    """An M-major source (``torch.empty(L, M).t()``, a listed position's rows contiguous) and
+    an M-major dest: on Hopper one bulk copy in and one bulk reduction out per listed column
+    (columns 16-byte aligned) or the row-major copy's path (not aligned); on Ampere the element
+    path. The same contract as ``test_scatter_add``."""
+    check_scatter_add(m, f, width, group, "m", num_sms, dtype, "mixed", src_stride=stride,
+                      src_m_major=True)
+
+
+def check_scatter_add(m, f, width, group, layout, num_sms, dtype, counts, src_stride=None,
+                      src_m_major=False):
     g = gen()
     indices, cnt = make_lists(m, f, width, group, counts, g)
-    src = randn(m, src_stride or width, g=g, dtype=dtype)[:, :width]
+    if src_m_major:  # (L, stride) storage seen as (M, L) with unit row stride
+        src = randn(width, src_stride, g=g, dtype=dtype)[:, :m].t()
+    else:
+        src = randn(m, src_stride or width, g=g, dtype=dtype)[:, :width]
     storage, dest = cache(m, f, layout, group, g, dtype, scale=1.0)
     want = OPS.scatter_add_reference(src, dest, indices, cnt, group=group)
     before = storage.clone()

@@ -898,7 +898,25 @@ def test_scatter_add_bulk_buffers_ptx(buffers):
     from cute_kernels.runtime.compile import compile_ptx
 
     ptx = compile_ptx(make_build("scatter", (torch.bfloat16, 128, True, True, True, "bulk",
-                                             buffers)), "sm_90a")
+                                             buffers, False)), "sm_90a")
     assert instruction_mix(ptx)["cp.reduce.async.bulk"] > 0
     assert f"cp.async.bulk.wait_group.read \t{buffers - 1};" in ptx
+    _assert_no_spills(ptx, "sm_90a")
+
+
+def test_scatter_add_m_major_source_ptx():
+    """``scatter_add`` from an M-major source on sm_90a: each listed column in by one bulk
+    copy completing an mbarrier's transaction count, out by one bulk reduction; no source
+    loads through registers, no spills."""
+    import torch
+
+    from cute_kernels.ops.column_sparse_mlp import make_build
+    from cute_kernels.runtime.compile import compile_ptx
+
+    ptx = compile_ptx(make_build("scatter", (torch.bfloat16, 128, True, True, False, "bulk", 1,
+                                             True)), "sm_90a")
+    assert ptx.count("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes") == 1
+    assert instruction_mix(ptx)["cp.reduce.async.bulk"] == 1
+    assert "mbarrier.arrive.expect_tx" in ptx
+    assert "ld.global.v4" not in ptx and "ld.global.b16" not in ptx
     _assert_no_spills(ptx, "sm_90a")

@@ -40,7 +40,7 @@ import cutlass.memory
 from cutlass import Float32, Int32
 
 from .common.dsl import python_unrolled
-from .common.warp_ptx import bulk_reduce_add_s2g, red_add_v4_16x2
+from .common.warp_ptx import bulk_copy_g2s, bulk_reduce_add_s2g, red_add_v4_16x2
 from .mlp_delta import CACHE_BATCH, group_count
 
 #: list positions per tile
@@ -73,7 +73,7 @@ class ScatterAdd:
     threads = 128
 
     def __init__(self, group: int, m_major: bool, bulk: bool, vec: bool = False,
-                 adder: str = "bulk", buffers: int = BULK_BUFFERS):
+                 adder: str = "bulk", buffers: int = BULK_BUFFERS, src_m_major: bool = False):
         if bulk and not m_major:
             raise ValueError("the bulk reduction needs an M-major dest (a listed column's rows "
                              "contiguous)")
@@ -85,8 +85,17 @@ class ScatterAdd:
         if buffers not in (1, 2):
             raise ValueError(f"buffers (transposed tiles in flight per CTA) must be 1 or 2, "
                              f"got {buffers}")
+        if src_m_major and not (bulk and adder == "bulk" and not vec):
+            raise ValueError("src_m_major (an M-major source moved by bulk copies) is the bulk "
+                             "path with the bulk adder and no vector loads")
         self.group, self.m_major, self.bulk, self.vec = group, m_major, bulk, vec
         self.adder, self.buffers = adder, buffers
+        # src_m_major: a listed position's rows are contiguous in the source too, so each
+        # column goes smem-ward by one bulk copy and back out by one bulk reduction (no
+        # registers, no transpose): one warp pair, thread j owning position j of the tile
+        self.src_m_major = src_m_major
+        if src_m_major:
+            self.threads = TILE_COLS
 
     @cute.jit
     def __call__(self, mSrc: cute.Tensor, mDest: cute.Tensor, mIdx: cute.Tensor,
@@ -113,12 +122,32 @@ class ScatterAdd:
         return sT, cute.make_tensor(storage.feat.data_ptr(),
                                     cute.make_layout((TILE_COLS, buffers)))
 
+    @cute.jit
+    def column_smem(self, dtype: cutlass.Constexpr):
+        """The ``src_m_major`` path's smem: a dense (group, 64) tile, each position's rows
+        contiguous (16-byte aligned: bulk copies land there and bulk reductions leave from
+        there), and the mbarrier the copies complete."""
+
+        @cute.struct
+        class SharedStorage:
+            mbar: cute.struct.MemRange[cutlass.Int64, 1]
+            tile: cute.struct.Align[cute.struct.MemRange[dtype, self.group * TILE_COLS], 128]
+
+        storage = cutlass.memory.SmemAllocator().allocate(SharedStorage)
+        sT = cute.make_tensor(storage.tile.data_ptr(),
+                              cute.make_layout((self.group, TILE_COLS), stride=(1, self.group)))
+        return sT, storage.mbar.data_ptr()
+
     @cute.kernel
     def kernel(self, mSrc: cute.Tensor, mDest: cute.Tensor, mIdx: cute.Tensor,
                mCounts: cute.Tensor):
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         gdim, _, _ = cute.arch.grid_dim()
+        if cutlass.const_expr(self.src_m_major):
+            sT, mbar = self.column_smem(mSrc.element_type)
+            self.column_tiles(mSrc, mDest, mIdx, mCounts, sT, mbar, tidx, bidx, gdim)
+            return
         sT, sFeat = self.smem(mSrc.element_type)
         if cutlass.const_expr(self.bulk):
             self.bulk_tiles(mSrc, mDest, mIdx, mCounts, sT, sFeat, tidx, bidx, gdim)
@@ -227,6 +256,46 @@ class ScatterAdd:
         if cutlass.const_expr(self.adder == "bulk"):
             if tidx < TILE_COLS:  # smem must outlive the last reductions' reads
                 cute.arch.cp_async_bulk_wait_group(0, read=True)
+
+    @cute.jit
+    def column_tiles(self, mSrc, mDest, mIdx, mCounts, sT, mbar, tidx, bidx, gdim):
+        """The ``src_m_major`` path's loop: per tile, thread j < the tile's listed count copies
+        position j's rows from the source into smem column j (one bulk copy onto ``mbar``,
+        which every thread arrives on with its bytes expected), then, once all have landed,
+        adds them into ``dest`` with one bulk reduction and waits until it has read the
+        column. A CTA-wide sync ends each tile (the mbarrier's next phase starts after every
+        thread has seen this one end)."""
+        width = mIdx.shape[1]
+        chunks = cute.ceil_div(width, TILE_COLS)
+        suffix = "bf16" if mDest.element_type == cutlass.BFloat16 else "f16"
+        if tidx == 0:
+            cute.arch.mbarrier_init(mbar, self.threads)
+        cute.arch.mbarrier_init_fence()
+        cute.arch.sync_threads()
+        phase = Int32(0)
+        for tile in cutlass.range(bidx, mIdx.shape[0] * chunks, gdim, unroll=1):
+            g, j0 = tile // chunks, (tile % chunks) * TILE_COLS
+            count = group_count(mCounts, g, width)
+            row0 = g * self.group
+            if j0 < count and row0 < mDest.shape[0]:
+                nbytes = Int32(0)
+                feat = Int32(0)
+                if tidx < count - j0:
+                    nbytes = cutlass.min(mDest.shape[0] - row0, self.group) * 2
+                    feat = cutlass.min(cutlass.max(mIdx[g, j0 + tidx], 0), mDest.shape[1] - 1)
+                cute.arch.mbarrier_arrive_and_expect_tx(mbar, nbytes)
+                column = sT.iterator + cute.crd2idx((0, tidx), sT.layout)
+                if tidx < count - j0:
+                    src = mSrc.iterator + cute.crd2idx((row0, j0 + tidx), mSrc.layout)
+                    bulk_copy_g2s(column.toint(), src.toint(), nbytes, mbar.toint())
+                cute.arch.mbarrier_wait(mbar, phase)
+                phase = phase ^ 1
+                if tidx < count - j0:
+                    dst = mDest.iterator + cute.crd2idx((row0, feat), mDest.layout)
+                    bulk_reduce_add_s2g(dst.toint(), column.toint(), nbytes, suffix)
+                    cute.arch.cp_async_bulk_commit_group()
+                    cute.arch.cp_async_bulk_wait_group(0, read=True)
+                cute.arch.sync_threads()
 
     @cute.jit
     def red_tile(self, mDest, sT, sFeat, buf, row0, rows_valid, cols_valid, tidx, suffix):

@@ -390,7 +390,11 @@ def scatter_add(src_packed, dest, indices, counts, *, group: int = 128,
     rows, j]`` for j below ``counts[g]``.
 
     Args:
-        src_packed: (M, L) bf16/fp16 with a unit column stride (copied otherwise).
+        src_packed: (M, L) bf16/fp16 with a unit column stride, or M-major
+            (``torch.empty(L, M).t()``), which on the bulk path (below) with 16-byte aligned
+            columns moves each listed column by one bulk copy in and one bulk reduction out
+            (the fastest form: no registers, no transpose); copied to a unit column stride
+            otherwise.
         dest: (M, F) in src's dtype, row-major or M-major (``torch.empty(F, M).t()``); updated
             in place and returned. On Hopper an M-major ``dest`` with M and its column stride
             multiples of 8 takes the TMA bulk reduction (``cp.reduce.async.bulk .add``).
@@ -468,11 +472,14 @@ def _run_scatter(src_packed, dest, indices, counts, group, num_sms) -> None:
     if m == 0 or f == 0:
         return
     m_major = _cache_m_major("dest", dest)
-    if src_packed.stride(1) != 1:
-        src_packed = src_packed.contiguous()
     indices, counts = indices.contiguous(), counts.contiguous()
     bulk = (m_major and device_target(dest.device)[0] == "hopper" and m % 8 == 0
             and dest.stride(1) % 8 == 0 and dest.data_ptr() % 16 == 0)
+    # an M-major source with 16-byte aligned columns: bulk copies in, bulk reductions out
+    src_m_major = (bulk and SCATTER_ADDER in (None, "bulk") and src_packed.stride(0) == 1
+                   and src_packed.stride(1) % 8 == 0 and src_packed.data_ptr() % 16 == 0)
+    if src_packed.stride(1) != 1 and not src_m_major:
+        src_packed = src_packed.contiguous()
     # 16-byte source loads where its rows allow (a packed buffer padded to 8 columns does)
     vec = bulk and src_packed.stride(0) % 8 == 0 and src_packed.data_ptr() % 16 == 0
     tiles = indices.shape[0] * -(-indices.shape[1] // 64)
@@ -483,7 +490,9 @@ def _run_scatter(src_packed, dest, indices, counts, group, num_sms) -> None:
     # one transposed-tile buffer when every CTA adds one tile (more CTAs fit an SM), two when
     # CTAs walk several (a tile's loads overlap the reductions of the one before)
     buffers = 1 if num_ctas == tiles and SCATTER_ONE_BUFFER else 2
-    key = (dest.dtype, group, m_major, bulk, vec, scatter_adder(bulk, vec, whole_gpu), buffers)
+    adder = "bulk" if src_m_major else scatter_adder(bulk, vec, whole_gpu)
+    key = (dest.dtype, group, m_major, bulk, vec and not src_m_major, adder, buffers,
+           src_m_major)
     _launch("scatter", dest.device, key, mSrc=src_packed,
             mDest=dest, mIdx=indices, mCounts=counts, num_ctas=num_ctas)
 
@@ -554,13 +563,18 @@ def make_build(op: str, key: tuple):
                      mIdx=fake_compact(INDEX_DTYPE, 2), mCounts=fake_compact(INDEX_DTYPE, 1),
                      mOut=rows16(), num_ctas=cutlass.Int32(1))
     elif op == "scatter":
-        _, group, m_major, bulk, vec, adder, buffers = key
-        kernel = scatter_add_kernel.ScatterAdd(group, m_major, bulk, vec, adder, buffers)
+        _, group, m_major, bulk, vec, adder, buffers, src_m_major = key
+        kernel = scatter_add_kernel.ScatterAdd(group, m_major, bulk, vec, adder, buffers,
+                                               src_m_major)
         dest = make_fake_tensor(dt, (sym(), sym()), (1, sym(8) if bulk else sym()) if m_major
                                 else (sym(), 1), assumed_align=16 if bulk else 2)
-        # vec: 16-byte aligned rows of any width (a padded packed buffer's view)
-        src = make_fake_tensor(dt, (sym(), sym()), (sym(8) if vec else sym(), 1),
-                               assumed_align=16 if vec else 2)
+        # vec: 16-byte aligned rows of any width (a padded packed buffer's view); src_m_major:
+        # 16-byte aligned columns
+        if src_m_major:
+            src = make_fake_tensor(dt, (sym(), sym()), (1, sym(8)), assumed_align=16)
+        else:
+            src = make_fake_tensor(dt, (sym(), sym()), (sym(8) if vec else sym(), 1),
+                                   assumed_align=16 if vec else 2)
         named = dict(mSrc=src,
                      mDest=dest, mIdx=fake_compact(INDEX_DTYPE, 2),
                      mCounts=fake_compact(INDEX_DTYPE, 1), num_ctas=cutlass.Int32(1))

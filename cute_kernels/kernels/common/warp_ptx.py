@@ -91,6 +91,20 @@ def bulk_reduce_add_s2g(gmem_address, smem_address, nbytes, dtype_suffix: str, *
 
 
 @dsl_user_op
+def bulk_copy_g2s(smem_address, gmem_address, nbytes, mbar_address, *, loc=None,
+                  ip=None) -> None:
+    """``cp.async.bulk`` global -> shared: ``nbytes`` (a multiple of 16) contiguous bytes, both
+    addresses 16-byte aligned, completing ``nbytes`` of the transaction count of the mbarrier
+    at ``mbar_address`` (smem addresses as 32-bit ints, the global one as an Int64). sm_90+."""
+    llvm.inline_asm(
+        None, [Int32(smem_address).ir_value(), Int64(gmem_address).ir_value(),
+               Int32(nbytes).ir_value(), Int32(mbar_address).ir_value()],
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1], $2, "
+        "[$3];", "r,l,r,r", has_side_effects=True, is_align_stack=False,
+        asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip)
+
+
+@dsl_user_op
 def red_max_s32(gmem_address, value, *, loc=None, ip=None) -> None:
     """``red.relaxed.gpu.global.max.s32``: raise the int32 at ``gmem_address`` (an Int64 from
     ``ptr.toint()``) to ``value`` without returning the old value, so the issuing warp does not
