@@ -159,9 +159,7 @@ class ScatterAdd:
         width = mIdx.shape[1]
         chunks = cute.ceil_div(width, TILE_COLS)
         for tile in cutlass.range(bidx, mIdx.shape[0] * chunks, gdim, unroll=1):
-            g, j0 = tile // chunks, (tile % chunks) * TILE_COLS
-            count = group_count(mCounts, g, width)
-            row0 = g * self.group
+            g, j0, count, row0 = self._tile_at(tile, chunks, mCounts, width)
             if j0 < count and row0 < mDest.shape[0]:
                 if tidx < TILE_COLS:
                     pos = cutlass.min(j0 + tidx, count - 1)
@@ -191,6 +189,13 @@ class ScatterAdd:
                     if r < rows_valid and c < cols_valid:
                         mDest[row0 + r, sFeat[c, 0]] = (old[u] + add[u]).to(mDest.element_type)
 
+    def _tile_at(self, tile, chunks, mCounts, width):
+        """Tile ``tile``'s group, first list position, the group's (clamped) count and first
+        row: it adds something where the position is below the count and the row inside
+        ``dest``."""
+        g, j0 = tile // chunks, (tile % chunks) * TILE_COLS
+        return g, j0, group_count(mCounts, g, width), g * self.group
+
     def _element(self, e, tidx):
         """(row, position) of a thread's ``e``-th element: lanes along ``dest``'s contiguous
         dimension (rows when M-major, list positions when row-major)."""
@@ -219,9 +224,7 @@ class ScatterAdd:
         frag = cute.make_rmem_tensor((per_thread,), mSrc.element_type)
         buf = Int32(0)
         for tile in cutlass.range(bidx, mIdx.shape[0] * chunks, gdim, unroll=1):
-            g, j0 = tile // chunks, (tile % chunks) * TILE_COLS
-            count = group_count(mCounts, g, width)
-            row0 = g * self.group
+            g, j0, count, row0 = self._tile_at(tile, chunks, mCounts, width)
             if j0 < count and row0 < mDest.shape[0]:
                 rows_valid = cutlass.min(mDest.shape[0] - row0, self.group)
                 cols_valid = cutlass.min(count - j0, TILE_COLS)
@@ -274,9 +277,7 @@ class ScatterAdd:
         cute.arch.sync_threads()
         phase = Int32(0)
         for tile in cutlass.range(bidx, mIdx.shape[0] * chunks, gdim, unroll=1):
-            g, j0 = tile // chunks, (tile % chunks) * TILE_COLS
-            count = group_count(mCounts, g, width)
-            row0 = g * self.group
+            g, j0, count, row0 = self._tile_at(tile, chunks, mCounts, width)
             if j0 < count and row0 < mDest.shape[0]:
                 nbytes = Int32(0)
                 feat = Int32(0)
