@@ -179,7 +179,7 @@ def _mlp_delta_entry() -> KernelEntry:
     def build(variant: str, path: str) -> Build:
         import torch
 
-        from .ops.column_sparse_mlp import DOWN_CONFIG, UP_CONFIG, make_build
+        from .ops.column_sparse_mlp import DOWN_CONFIG, SM90_DOWN_CHUNK, UP_CONFIG, make_build
 
         op, m_major = MLP_DELTA_VARIANTS[variant]
         dtype = torch.bfloat16
@@ -188,7 +188,7 @@ def _mlp_delta_entry() -> KernelEntry:
         if op == "up" and path == "hopper":
             return make_build("up_sm90", (dtype, "gelu_tanh", True, m_major))
         if op == "down" and path == "hopper":
-            return make_build("down_sm90", (dtype,))
+            return make_build("down_sm90", (dtype, SM90_DOWN_CHUNK))
         if op == "up":
             return make_build(op, (dtype, "gelu_tanh", True, 128, 128, m_major,
                                    tuple(UP_CONFIG.items())))

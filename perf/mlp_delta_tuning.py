@@ -79,9 +79,11 @@ def main() -> None:
         fns["up sm90 (WGMMA, gather producer)"] = lambda _: mlp._launch(
             "up_sm90", dev, (torch.bfloat16, "gelu_tanh", True, m_major), mX=x.unsqueeze(-1),
             mW1=w1, mB1=b1, mIdx=idx, mCounts=counts, mAct=act, mDelta=delta, num_ctas=ctas)
-        fns["down sm90 (WGMMA, gather producer)"] = lambda _: mlp._launch(
-            "down_sm90", dev, (torch.bfloat16,), mDelta=delta.unsqueeze(-1), mW2t=w2t,
-            mIdx=idx, mCounts=counts, mOut=out, num_ctas=ctas)
+        for chunk in (0, 8, 16):  # the list staged per k-tile (one ahead) or in chunks
+            fns[f"down sm90 (WGMMA, gather producer), list chunk {chunk}"] = (
+                lambda _, chunk=chunk: mlp._launch(
+                    "down_sm90", dev, (torch.bfloat16, chunk), mDelta=delta.unsqueeze(-1),
+                    mW2t=w2t, mIdx=idx, mCounts=counts, mOut=out, num_ctas=ctas))
     xp = torch.randn(m, padded, device="cuda", generator=gen).bfloat16()
     wp = torch.randn(padded, k, device="cuda", generator=gen).bfloat16()
     fns["torch.mm mm1-sized (M,K)x(K,Lpad)"] = lambda _: torch.mm(x, wp.t())

@@ -118,6 +118,9 @@ CASES = [
     Case(1000, 256, 1024, 256, 130, 128, "gelu", False, "row", "row", BF16, "mixed"),
     Case(20000, 128, 520, 128, 37, 128, "silu", True, "m", "col", FP16, "mixed"),
     Case(333, 192, 520, 256, 300, 128, "gelu_tanh", True, "m", "row", BF16, "full"),
+    # lists longer than the Hopper mm2's 16-k-tile staging chunk (1024 positions): two chunks,
+    # the second partial, next to groups of one chunk and of none
+    Case(1000, 128, 2048, 256, 1500, 128, "gelu", True, "m", "col", BF16, "mixed"),
     # the gated (Llama-style) forms: w1 / b1 as pack_gated_weight's interleaved (up, gate)
     # rows, 64 features per mm1 tile
     Case(1000, 256, 520, 256, 130, 128, "swiglu", True, "m", "col", BF16, "mixed"),
@@ -218,16 +221,19 @@ WGMMA_CASES = [c for c in CASES if c.group == 128 and c.k % 64 == 0 and c.d % 12
 
 
 @pytest.mark.skipif(not HOPPER, reason="the WGMMA kernels need a Hopper GPU")
+@pytest.mark.parametrize("chunk", [0, 16], ids=["list-per-k-tile", "list-chunks"])
 @pytest.mark.parametrize("case", WGMMA_CASES, ids=str)
-def test_wgmma_kernels_match_reference(case, monkeypatch):
+def test_wgmma_kernels_match_reference(case, chunk, monkeypatch):
     """The Hopper path's warp-specialized WGMMA kernels, both on (mm1's is off by default:
-    ``SM90_UP_ON``, perf/RESULTS.md), on the cases they take; the default pairing (mm1
-    mma.sync, mm2 WGMMA) runs in test_matches_reference."""
+    ``SM90_UP_ON``, perf/RESULTS.md), on the cases they take, mm2 staging its list per k-tile
+    or in chunks of 16 k-tiles (``SM90_DOWN_CHUNK``); the default pairing (mm1 mma.sync, mm2
+    WGMMA) runs in test_matches_reference."""
     import cute_kernels as ck
 
     assert WGMMA_CASES
     monkeypatch.setattr(OPS, "SM90_UP_ON", True)
     monkeypatch.setattr(OPS, "SM90_DOWN_ON", True)
+    monkeypatch.setattr(OPS, "SM90_DOWN_CHUNK", chunk)
     with ck.force_path("hopper"):
         run_and_check(Problem(case, gen()))
 

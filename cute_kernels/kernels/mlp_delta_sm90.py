@@ -44,6 +44,9 @@ PRODUCER_REGS, CONSUMER_REGS = 40, 232
 CONSUMERS_BARRIER, INDICES_BARRIER = 1, 2
 TILE = (128, 128, 64)
 STAGES = 4
+#: mm2 stages its list in chunks of this many k-tiles (64 indices each, 4 KiB a chunk): one
+#: index round trip per chunk instead of one per k-tile (``MlpDeltaDownSm90(chunk_tiles=)``)
+CHUNK_TILES = 16
 
 
 class _Sm90Delta:
@@ -55,10 +58,12 @@ class _Sm90Delta:
     block_threads = 128 * (1 + consumer_wgs)
     b_major = "k"
 
-    def _sm90_setup(self):
+    def _sm90_setup(self, index_slots: int = 0):
         # the inherited epilogue helpers run on the 256 consumer threads
         self.threads = 128 * self.consumer_wgs
         self.stages = STAGES
+        # columns of the loader's index area: its ring of one per stage, or more (a chunk)
+        self.index_slots = index_slots or STAGES
 
     def _mma(self, dtype):
         b_mode = OperandMajorMode.K if self.b_major == "k" else OperandMajorMode.MN
@@ -102,7 +107,8 @@ class _Sm90Delta:
             "sA": cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sA_layout)], 1024],
             "sB": cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sB_layout)], 1024],
             "sF": cute.struct.Align[cute.struct.MemRange[Float32, cute.cosize(sF_layout)], 16],
-            "sIdx": cute.struct.Align[cute.struct.MemRange[Int32, self.loader.ring_words(S)],
+            "sIdx": cute.struct.Align[cute.struct.MemRange[Int32, self.loader.ring_words(
+                self.index_slots)],
                                       16],
             "sFeat": cute.struct.Align[cute.struct.MemRange[Int32, BN], 16],
         }
@@ -168,7 +174,7 @@ class _Sm90Delta:
         sB = storage.sB.get_tensor(sB_layout.outer, swizzle=sB_layout.inner)
         sF = cute.make_tensor(storage.sF.data_ptr(), padded_f32_tile(self.tile_m, self.tile_n))
         sFeat = cute.make_tensor(storage.sFeat.data_ptr(), cute.make_layout(self.tile_n))
-        sIdx = self.loader.ring(storage.sIdx.data_ptr(), self.stages)
+        sIdx = self.loader.ring(storage.sIdx.data_ptr(), self.index_slots)
         cute.arch.sync_threads()  # the pipelines' barriers are initialised
         return a_pipe, b_pipe, sA, sB, sF, sFeat, sIdx
 
@@ -312,9 +318,12 @@ class MlpDeltaDownSm90(_Sm90Delta, MlpDeltaDown):
 
     b_major = "mn"
 
-    def __init__(self, group: int):
+    def __init__(self, group: int, chunk_tiles: int = CHUNK_TILES):
         MlpDeltaDown.__init__(self, group, tile=TILE, stages=STAGES, warps=(2, 2))
-        self._sm90_setup()
+        # chunk_tiles: the list staged that many k-tiles at a time (0: fetched per k-tile, one
+        # ahead, by the loader)
+        self.chunk_tiles = chunk_tiles
+        self._sm90_setup(chunk_tiles)
         # W2's columns are the loader's "V" rows: block_n = the k-tile, head_dim = the D tile
         self.loader = GatherKVLoader(self.tile_k, self.tile_n, INDICES_BARRIER,
                                      hoist_swizzle=False, stage_addresses=False)
@@ -353,14 +362,25 @@ class MlpDeltaDownSm90(_Sm90Delta, MlpDeltaDown):
                     part = self.loader.partition(tidx, mW2v, mW2v, sB, sB, sIdx, mIdx[g, None],
                                                  count, mW2v.shape[2])
                     k_tiles = cute.ceil_div(count, BK)
-                    # each k-tile's rows fetched while the one before is copied
-                    row = self.loader.fetch_row(part, 0)
-                    for kt in cutlass.range(k_tiles, unroll=1):
-                        self._load_a(tma_a, tAgA, tAsA, a_pipe, a_state, g, kt, warp)
-                        a_state.advance()
-                        row = self.loader.load_v_rows(part, b_pipe, b_state, kt, j, 0, row,
-                                                      cutlass.min(kt + 1, k_tiles - 1))
-                        b_state.advance()
+                    if cutlass.const_expr(self.chunk_tiles > 0):
+                        for kt in cutlass.range(k_tiles, unroll=1):
+                            if kt % self.chunk_tiles == 0:
+                                self._stage_chunk(sIdx, mIdx, g, count, kt * BK,
+                                                  mW2v.shape[2], tidx)
+                            self._load_a(tma_a, tAgA, tAsA, a_pipe, a_state, g, kt, warp)
+                            a_state.advance()
+                            self.loader.load_v_rows_staged(part, b_pipe, b_state,
+                                                           kt % self.chunk_tiles, j, 0)
+                            b_state.advance()
+                    else:
+                        # each k-tile's rows fetched while the one before is copied
+                        row = self.loader.fetch_row(part, 0)
+                        for kt in cutlass.range(k_tiles, unroll=1):
+                            self._load_a(tma_a, tAgA, tAsA, a_pipe, a_state, g, kt, warp)
+                            a_state.advance()
+                            row = self.loader.load_v_rows(part, b_pipe, b_state, kt, j, 0, row,
+                                                          cutlass.min(kt + 1, k_tiles - 1))
+                            b_state.advance()
             if warp == 0:
                 a_pipe.producer_tail(a_state)
             b_pipe.producer_tail(b_state)
@@ -379,3 +399,21 @@ class MlpDeltaDownSm90(_Sm90Delta, MlpDeltaDown):
                     self._consumers_sync()
                     row0 = g * self.group
                     self.accumulate(sF, mOut, row0, cutlass.min(m - row0, BM), j * BN, ctid)
+
+    @cute.jit
+    def _stage_chunk(self, sIdx, mIdx, g, count, first, rows, ptid):
+        """The producer warpgroup stages list positions ``first ..`` (``chunk_tiles`` k-tiles of
+        them) of group ``g`` into ``sIdx``, position ``first + c * tile_k + r`` at ``[r, c]``:
+        every thread's loads in flight first, then its stores; positions past the count repeat
+        the last listed one and every index is clamped into [0, rows), as the loader's
+        ``fetch_row`` does. Named barriers before (the last chunk's copies are all issued) and
+        after (the chunk is visible)."""
+        cute.arch.barrier(barrier_id=INDICES_BARRIER, number_of_threads=128)
+        per_thread = self.chunk_tiles * self.tile_k // 128
+        flat = cute.make_tensor(sIdx.iterator, cute.make_layout(self.chunk_tiles * self.tile_k))
+        vals = cute.make_rmem_tensor((per_thread,), Int32)
+        for i in cutlass.range_constexpr(per_thread):
+            vals[i] = mIdx[g, cutlass.min(first + ptid + 128 * i, count - 1)]
+        for i in cutlass.range_constexpr(per_thread):
+            flat[ptid + 128 * i] = cutlass.min(cutlass.max(vals[i], 0), rows - 1)
+        cute.arch.barrier(barrier_id=INDICES_BARRIER, number_of_threads=128)

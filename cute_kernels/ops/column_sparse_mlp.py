@@ -51,6 +51,9 @@ MLP_KERNELS = {"up": "cute_kernels.kernels.mlp_delta:MlpDeltaUp",
 #: 1.99 against 2.33
 SM90_UP_ON = False
 SM90_DOWN_ON = True
+#: k-tiles of mm2's list the Hopper kernel stages per index round trip (0: one k-tile, fetched
+#: one ahead)
+SM90_DOWN_CHUNK = 16
 #: the kernels' (rows, columns, k) tile: rows a divisor of the group, columns the packed width
 #: one mm1 CTA covers (the packed delta is padded to a multiple of it)
 TILE_N, TILE_K = 128, 64
@@ -359,7 +362,8 @@ def _run_down(delta, w2t, indices, counts, out_cache, group) -> None:
     d = out_cache.shape[1]
     device = delta.device
     if SM90_DOWN_ON and group == 128 and device_target(device)[0] == "hopper" and d % 128 == 0:
-        _launch("down_sm90", device, (delta.dtype,), mDelta=delta.unsqueeze(-1), mW2t=w2t,
+        _launch("down_sm90", device, (delta.dtype, SM90_DOWN_CHUNK), mDelta=delta.unsqueeze(-1),
+                mW2t=w2t,
                 mIdx=indices, mCounts=counts, mOut=out_cache,
                 num_ctas=min(indices.shape[0] * (d // 128), sm_count(device)))
     else:
@@ -558,7 +562,7 @@ def make_build(op: str, key: tuple):
                      mIdx=fake_compact(INDEX_DTYPE, 2), mCounts=fake_compact(INDEX_DTYPE, 1),
                      mAct=act, mDelta=rows16(), num_ctas=cutlass.Int32(1))
     elif op == "down_sm90":
-        kernel = mlp_delta_sm90.MlpDeltaDownSm90(128)
+        kernel = mlp_delta_sm90.MlpDeltaDownSm90(128, chunk_tiles=key[1])
         named = dict(mDelta=fake_mkl(dtype, "k"), mW2t=rows16(),
                      mIdx=fake_compact(INDEX_DTYPE, 2), mCounts=fake_compact(INDEX_DTYPE, 1),
                      mOut=rows16(), num_ctas=cutlass.Int32(1))

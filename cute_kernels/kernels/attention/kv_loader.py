@@ -315,10 +315,14 @@ class GatherKVLoader:
         return next(iter(found)) * 2
 
     @cute.jit
-    def _gather(self, part: GatherRows, src, dst_rows, slot, kv_head, batch):
+    def _gather(self, part: GatherRows, src, dst_rows, slot, kv_head, batch, idx_slot=None):
+        """Step 2 from staged indices: the rows named by column ``idx_slot`` of ``part.sIdx``
+        (default: ``slot``, the ring slot of the stage) into stage ``slot``."""
         atom = cute.make_copy_atom(cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL),
                                    src.element_type, num_bits_per_copy=128)
         chunk, row0, sIdx = part.ptid % self.chunks, part.ptid // self.chunks, part.sIdx
+        if cutlass.const_expr(idx_slot is None):
+            idx_slot = slot
         if cutlass.const_expr(self.hoist_swizzle):
             # Pass p writes row0 + p * rows_per_pass: whole 8-row swizzle atoms further, which
             # the 128B swizzle (byte address bits 4-6 ^= bits 7-9) leaves alone, so the XOR is
@@ -329,7 +333,7 @@ class GatherKVLoader:
             first = cutlass.Int32(a) ^ ((cutlass.Int32(a) >> 3) & 0x70)
             for p in cutlass.range(self.passes, unroll=2):
                 r = row0 + p * self.rows_per_pass
-                src_row = cute.zipped_divide(src[batch, kv_head, sIdx[r, slot], None], (8,))
+                src_row = cute.zipped_divide(src[batch, kv_head, sIdx[r, idx_slot], None], (8,))
                 dst = cute.make_tensor(
                     cute.make_ptr(src.element_type, first + p * pass_bytes,
                                   cute.AddressSpace.smem, assumed_align=16), cute.make_layout(8))
@@ -337,7 +341,7 @@ class GatherKVLoader:
         else:
             for p in cutlass.range(self.passes, unroll=2):
                 r = row0 + p * self.rows_per_pass
-                src_row = cute.zipped_divide(src[batch, kv_head, sIdx[r, slot], None], (8,))
+                src_row = cute.zipped_divide(src[batch, kv_head, sIdx[r, idx_slot], None], (8,))
                 dst_row = cute.zipped_divide(dst_rows[r, None, slot], (8,))
                 cute.copy(atom, src_row[None, chunk], dst_row[None, chunk])
 
@@ -372,6 +376,18 @@ class GatherKVLoader:
         this way). ``row`` / ``n_next`` and the return value as ``load_k``'s."""
         return self._load_rows(part, part.mV, part.sV_rows, v_pipe, v_state, n, kv_head, batch,
                                row, n_next)
+
+    def load_v_rows_staged(self, part: GatherRows, v_pipe, v_state, idx_slot, kv_head,
+                           batch):
+        """Only V rows (MN-major) into stage ``v_state``, by indices the caller staged in
+        ``part.sIdx`` beforehand (column ``idx_slot``, clamped): no per-block fetch or named
+        barrier. The MLP delta's mm2 stages a chunk of its list at once this way, so one
+        index round trip serves many k-tiles. Needs ``stage_addresses`` off."""
+        if cutlass.const_expr(self.stage_addresses):
+            raise ValueError("load_v_rows_staged reads int32 indices (stage_addresses=False)")
+        v_pipe.producer_acquire(v_state)
+        self._gather(part, part.mV, part.sV_rows, v_state.index, kv_head, batch, idx_slot)
+        v_pipe.producer_commit(v_state)
 
     def load_v(self, part: GatherRows, v_pipe, v_state, n, kv_head, batch):
         """V rows of key block ``n`` into stage ``v_state``, by the indices ``load_k`` staged
