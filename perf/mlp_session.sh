@@ -16,6 +16,7 @@
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh power   (SM clock, power)
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh one-buffer
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh m-major-src
+#   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh mm2-chunks
 # Prints a summary last.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-mlp}
@@ -42,6 +43,13 @@ if [ "$PART" = m-major-src ]; then  # scatter_add from an M-major source (bulk c
     tests/test_partition_gpu.py tests/test_column_sparse_mlp_gpu.py -k "partition or scatter"
   step concurrent 240 python perf/column_sparse_mlp.py --parts concurrent --adders bulk \
     --partitions green:8,green:6:fine,green:4:fine --rounds 7 --out "$OUT"
+  step memcheck-hopper 60 "${SANITIZE[@]}" --tool memcheck python perf/mlp_delta_probe.py hopper
+  step racecheck-hopper 60 "${SANITIZE[@]}" --tool racecheck python perf/mlp_delta_probe.py hopper
+fi
+if [ "$PART" = mm2-chunks ]; then  # mm2 staging its list in chunks
+  step mlp-tuning 200 python perf/mlp_delta_tuning.py --rounds 7
+  step mlp-tests 330 python -m pytest -q --tb=short -p no:logging \
+    tests/test_column_sparse_mlp_gpu.py -k "wgmma or matches_reference"
   step memcheck-hopper 60 "${SANITIZE[@]}" --tool memcheck python perf/mlp_delta_probe.py hopper
   step racecheck-hopper 60 "${SANITIZE[@]}" --tool racecheck python perf/mlp_delta_probe.py hopper
 fi

@@ -121,6 +121,8 @@ CASES = [
     # lists longer than the Hopper mm2's 16-k-tile staging chunk (1024 positions): two chunks,
     # the second partial, next to groups of one chunk and of none
     Case(1000, 128, 2048, 256, 1500, 128, "gelu", True, "m", "col", BF16, "mixed"),
+    # two output tiles per group and more work units than SMs (each CTA walks several)
+    Case(20000, 128, 520, 256, 64, 128, "gelu", False, "m", "col", BF16, "mixed"),
     # the gated (Llama-style) forms: w1 / b1 as pack_gated_weight's interleaved (up, gate)
     # rows, 64 features per mm1 tile
     Case(1000, 256, 520, 256, 130, 128, "swiglu", True, "m", "col", BF16, "mixed"),
