@@ -61,13 +61,16 @@ class ScatterAdd:
     """``mDest[g rows, feat] += mSrc[g rows, j]`` (module docstring).
 
     Warps: 4, all loading and adding (elements) or transposing, then adding 16-byte pieces
-    (red, rmw) or issuing bulk reductions (bulk: one thread per listed column). Schedule:
-    persistent, tile ``t`` = (group ``t // chunks``, chunk ``t % chunks``), CTAs striding by
-    the grid. Shared memory: 64 feature ids per buffer + (bulk path) ``buffers`` transposed
-    (group, 64) tiles of 64 x (group + 8) x 2 bytes (17 KiB each at group 128).
+    (red, rmw) or issuing bulk reductions (bulk: one thread per listed column); with
+    ``src_m_major`` 2, thread j moving list position j by one bulk copy in and one bulk
+    reduction out. Schedule: persistent, tile ``t`` = (group ``t // chunks``, chunk ``t %
+    chunks``), CTAs striding by the grid. Shared memory: 64 feature ids per buffer + (bulk
+    path) ``buffers`` transposed (group, 64) tiles of 64 x (group + 8) x 2 bytes (17 KiB each at
+    group 128); with ``src_m_major`` one dense (group, 64) tile (16 KiB) and an mbarrier.
 
-    Tensors: ``mSrc`` (M, L) (unit column stride), ``mDest`` (M, F) row-major, or M-major with
-    ``m_major``, ``mIdx`` (G, L) / ``mCounts`` (G,) int32.
+    Tensors: ``mSrc`` (M, L) (unit column stride; with ``src_m_major`` unit row stride and
+    16-byte aligned columns), ``mDest`` (M, F) row-major, or M-major with ``m_major``,
+    ``mIdx`` (G, L) / ``mCounts`` (G,) int32.
     """
 
     threads = 128
