@@ -432,7 +432,7 @@ def concurrent_part(m: int, rounds: int, gen, adders=ADDERS, partitions=PARTITIO
     count = count_for(P_LAYOUT)
     indices, counts = random_lists(m, count, gen)
     src = normal(m, -(-count // 8) * 8, gen=gen)[:, :count]  # a padded packed buffer
-    src_m = normal(count, m, gen=gen).t()  # the same values' M-major form (bulk copies)
+    src_m = normal(count, m, gen=gen).t()  # an M-major source (bulk copies in)
     dest = m_major(m, FF, gen)
     padded = -(-count // mod.TILE_N) * mod.TILE_N
     delta = normal(m, padded, gen=gen, std=0.05)
