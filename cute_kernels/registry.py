@@ -179,14 +179,20 @@ def _mlp_delta_entry() -> KernelEntry:
     def build(variant: str, path: str) -> Build:
         import torch
 
-        from .ops.column_sparse_mlp import DOWN_CONFIG, SM90_DOWN_CHUNK, UP_CONFIG, make_build
+        from .ops.column_sparse_mlp import (
+            DOWN_CONFIG,
+            SM90_DOWN_CHUNK,
+            SM90_UP_ADDRESSES,
+            UP_CONFIG,
+            make_build,
+        )
 
         op, m_major = MLP_DELTA_VARIANTS[variant]
         dtype = torch.bfloat16
-        # the group-128 kernels of each path: on Hopper the WGMMA ones (mm2's is the op's
-        # default there, mm1's runs with ops.column_sparse_mlp.SM90_UP_ON), mma.sync on Ampere
+        # the group-128 kernels of each path: on Hopper the WGMMA ones (the op's defaults
+        # there, ops.column_sparse_mlp.SM90_UP_ON / SM90_DOWN_ON), mma.sync on Ampere
         if op == "up" and path == "hopper":
-            return make_build("up_sm90", (dtype, "gelu_tanh", True, m_major))
+            return make_build("up_sm90", (dtype, "gelu_tanh", True, m_major, SM90_UP_ADDRESSES))
         if op == "down" and path == "hopper":
             return make_build("down_sm90", (dtype, SM90_DOWN_CHUNK))
         if op == "up":

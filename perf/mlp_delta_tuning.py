@@ -76,9 +76,12 @@ def main() -> None:
     if torch.cuda.get_device_capability() == (9, 0):  # the WGMMA kernels
         ctas = min(groups * max(padded // mlp.TILE_N, d // 128),
                    torch.cuda.get_device_properties(0).multi_processor_count)
-        fns["up sm90 (WGMMA, gather producer)"] = lambda _: mlp._launch(
-            "up_sm90", dev, (torch.bfloat16, "gelu_tanh", True, m_major), mX=x.unsqueeze(-1),
-            mW1=w1, mB1=b1, mIdx=idx, mCounts=counts, mAct=act, mDelta=delta, num_ctas=ctas)
+        for addresses in (False, True):  # the ring holds each row's index or its address
+            fns[f"up sm90 (WGMMA, gather producer){', staged addresses' * addresses}"] = (
+                lambda _, key=(torch.bfloat16, "gelu_tanh", True, m_major, addresses): (
+                    mlp._launch("up_sm90", dev, key, mX=x.unsqueeze(-1), mW1=w1, mB1=b1,
+                                mIdx=idx, mCounts=counts, mAct=act, mDelta=delta,
+                                num_ctas=ctas)))
         for chunk in (0, 8, 16):  # the list staged per k-tile (one ahead) or in chunks
             fns[f"down sm90 (WGMMA, gather producer), list chunk {chunk}"] = (
                 lambda _, chunk=chunk: mlp._launch(

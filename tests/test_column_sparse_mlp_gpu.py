@@ -223,19 +223,22 @@ WGMMA_CASES = [c for c in CASES if c.group == 128 and c.k % 64 == 0 and c.d % 12
 
 
 @pytest.mark.skipif(not HOPPER, reason="the WGMMA kernels need a Hopper GPU")
-@pytest.mark.parametrize("chunk", [0, 16], ids=["list-per-k-tile", "list-chunks"])
+@pytest.mark.parametrize("chunk, addresses", [(0, False), (16, True)],
+                         ids=["indices-per-k-tile", "list-chunks-staged-addresses"])
 @pytest.mark.parametrize("case", WGMMA_CASES, ids=str)
-def test_wgmma_kernels_match_reference(case, chunk, monkeypatch):
-    """The Hopper path's warp-specialized WGMMA kernels, both on (mm1's is off by default:
-    ``SM90_UP_ON``, perf/RESULTS.md), on the cases they take, mm2 staging its list per k-tile
-    or in chunks of 16 k-tiles (``SM90_DOWN_CHUNK``); the default pairing (mm1 mma.sync, mm2
-    WGMMA) runs in test_matches_reference."""
+def test_wgmma_kernels_match_reference(case, chunk, addresses, monkeypatch):
+    """The Hopper path's warp-specialized WGMMA kernels, both on, on the cases they take, in
+    their earlier forms (mm2 fetching each k-tile's list one ahead, mm1 staging row indices)
+    and the defaults (mm2 staging its list 16 k-tiles at a time, ``SM90_DOWN_CHUNK``; mm1
+    staging row addresses, ``SM90_UP_ADDRESSES``). The default route (the gated forms and
+    other shapes on mma.sync) runs in test_matches_reference."""
     import cute_kernels as ck
 
     assert WGMMA_CASES
     monkeypatch.setattr(OPS, "SM90_UP_ON", True)
     monkeypatch.setattr(OPS, "SM90_DOWN_ON", True)
     monkeypatch.setattr(OPS, "SM90_DOWN_CHUNK", chunk)
+    monkeypatch.setattr(OPS, "SM90_UP_ADDRESSES", addresses)
     with ck.force_path("hopper"):
         run_and_check(Problem(case, gen()))
 

@@ -226,15 +226,18 @@ class MlpDeltaUpSm90(_Sm90Delta, MlpDeltaUp):
     packed columns tile ``t % tiles``; units past the group's count are skipped by both
     roles."""
 
-    def __init__(self, activation: str, bias: bool, group: int, cache_m_major: bool):
+    def __init__(self, activation: str, bias: bool, group: int, cache_m_major: bool,
+                 gather_addresses: bool = False):
         MlpDeltaUp.__init__(self, activation, bias, group, cache_m_major, tile=TILE,
                             stages=STAGES, warps=(2, 2), cache_batch=64)
         if self.gate_act is not None:
             raise ValueError("the gated form runs on the mma.sync kernel (MlpDeltaUp)")
         self._sm90_setup()
-        # int32 indices in the ring (staged addresses are not measured here yet)
+        # gather_addresses: the ring holds each row's 64-bit k-tile address (the attention
+        # gather's staged addresses, with the swizzle's XOR hoisted) instead of its index
         self.loader = GatherKVLoader(self.tile_n, self.tile_k, INDICES_BARRIER,
-                                     hoist_swizzle=False, stage_addresses=False)
+                                     hoist_swizzle=gather_addresses,
+                                     stage_addresses=gather_addresses)
 
     @cute.jit
     def __call__(self, mX: cute.Tensor, mW1: cute.Tensor, mB1, mIdx: cute.Tensor,

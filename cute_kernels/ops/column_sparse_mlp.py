@@ -46,10 +46,14 @@ MLP_KERNELS = {"up": "cute_kernels.kernels.mlp_delta:MlpDeltaUp",
 #: Whether the Hopper path runs mm1 / mm2 as the warp-specialized WGMMA kernels
 #: (kernels/mlp_delta_sm90.py) where they apply (group 128; mm1 K % 64 == 0, mm2 D % 128 ==
 #: 0); else the mma.sync kernels. perf/mlp_delta_tuning.py on an H200 at HunyuanVideo's MLP
-#: (p 0.93, ms): mm1 WGMMA 2.22 against mma.sync 2.07 (its producer warpgroup, gathering 16
-#: KiB per k-tile with 16-byte cp.async, is issue-bound, as the attention gather); mm2 WGMMA
-#: 1.99 against 2.33
-SM90_UP_ON = False
+#: (p 0.93, ms): mm1 WGMMA 2.22 against mma.sync 2.07 while its producer warpgroup, gathering
+#: 16 KiB per k-tile with 16-byte cp.async, computed every address from a staged index
+#: (issue-bound, as the attention gather was); with staged addresses (below) 1.928 against
+#: mma.sync's 2.128 (2026-11-27); mm2 WGMMA 1.99 against 2.33
+SM90_UP_ON = True
+#: Whether that mm1 stages each gathered row's 64-bit address (the attention gather's staged
+#: addresses, the swizzle's XOR hoisted) instead of its index: 1.928 against 2.184 ms (H200)
+SM90_UP_ADDRESSES = True
 SM90_DOWN_ON = True
 #: k-tiles of mm2's list the Hopper kernel stages per index round trip (0: one k-tile, fetched
 #: one ahead)
@@ -342,7 +346,8 @@ def _run_mlp(x, w1, b1, w2, indices, counts, act_cache, out_cache, group, activa
     groups, sms = indices.shape[0], sm_count(x.device)
     tile_m = _tile_m(group)
     if SM90_UP_ON and hopper and x.shape[1] % 64 == 0 and activation not in MLP_GATED:
-        _launch("up_sm90", x.device, (x.dtype, activation, b1 is not None, m_major),
+        _launch("up_sm90", x.device, (x.dtype, activation, b1 is not None, m_major,
+                                      SM90_UP_ADDRESSES),
                 mX=x.unsqueeze(-1), mW1=w1, mB1=b1, mIdx=indices, mCounts=counts,
                 mAct=act_cache, mDelta=delta, num_ctas=min(groups * (padded // TILE_N), sms))
     else:
@@ -553,8 +558,8 @@ def make_build(op: str, key: tuple):
         named = dict(mDelta=rows16(), mW2t=rows16(), mIdx=fake_compact(INDEX_DTYPE, 2),
                      mCounts=fake_compact(INDEX_DTYPE, 1), mOut=rows16())
     elif op == "up_sm90":
-        _, activation, bias, m_major = key
-        kernel = mlp_delta_sm90.MlpDeltaUpSm90(activation, bias, 128, m_major)
+        _, activation, bias, m_major, addresses = key
+        kernel = mlp_delta_sm90.MlpDeltaUpSm90(activation, bias, 128, m_major, addresses)
         act = make_fake_tensor(dt, (sym(), sym()), (1, sym()) if m_major else (sym(), 1),
                                assumed_align=2)
         named = dict(mX=fake_mkl(dtype, "k"), mW1=rows16(),
