@@ -12,9 +12,10 @@ intermediate columns (features):
 
 Both are the Ampere GEMM's mainloop (``common.sm80.mma_mainloop``: cp.async ring,
 ldmatrix, mma.sync m16n8k16, fp32 accumulators) with one operand gathered row by row into the
-same swizzled stage: the "gathered operand" seam of docs/gemm.md. They run on both paths
-(mma.sync is valid on sm_90a; a WGMMA variant with a warp-specialized gather producer is not
-built yet, see docs/column_sparse_mlp.md).
+same swizzled stage: the "gathered operand" seam of docs/gemm.md. They run on Ampere, and
+on Hopper where the WGMMA kernels with a warp-specialized gather producer
+(``mlp_delta_sm90.py``) do not apply (the gated forms, groups other than 128, K or D off
+their tiles; mma.sync is valid on sm_90a).
 
 Caches: ``act_cache`` is (M, F) either row-major or M-major (``torch.empty(F, M).t()``). The
 epilogue's cache pass maps consecutive lanes to consecutive rows for the M-major cache (one
