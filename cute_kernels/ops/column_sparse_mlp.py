@@ -71,8 +71,10 @@ DOWN_CONFIG = {"tile_n": 64, "tile_k": TILE_K, "stages": 3, "warps": (2, 2)}
 #: (``cp.reduce.async.bulk``), "red" (the threads' vector ``red.global.add.v4``), "rmw" (16-byte
 #: loads, add, stores) or None (default, ``scatter_adder``): rmw with the whole GPU and a
 #: 16-byte aligned source, else bulk (perf/column_sparse_mlp.py on an H100: rmw 0.244 ms
-#: against bulk's 0.282 on all SMs; on 8 side SMs of an SmPartition bulk moves 355 GB/s against
-#: rmw's 291, whose 134 registers allow 3 CTAs per SM; with scalar source loads rmw needs 255)
+#: against bulk's 0.282 on all SMs, 0.266 against 0.273 once bulk's one-CTA-per-tile launches
+#: took one buffer (``SCATTER_ONE_BUFFER``); on 8 side SMs of an SmPartition bulk moves 355 GB/s
+#: against rmw's 291, whose 134 registers allow 3 CTAs per SM; with scalar source loads rmw
+#: needs 255). An M-major source takes its own bulk route unless this forces red or rmw
 SCATTER_ADDER = None
 #: Whether scatter_add launches of one CTA per tile take one transposed-tile buffer (17 KiB
 #: of smem, 9 CTAs per SM by registers) instead of two (34 KiB, 6 per SM). H200, bulk, ms one
@@ -367,10 +369,9 @@ def _run_down(delta, w2t, indices, counts, out_cache, group) -> None:
     d = out_cache.shape[1]
     device = delta.device
     if SM90_DOWN_ON and group == 128 and device_target(device)[0] == "hopper" and d % 128 == 0:
-        _launch("down_sm90", device, (delta.dtype, SM90_DOWN_CHUNK), mDelta=delta.unsqueeze(-1),
-                mW2t=w2t,
-                mIdx=indices, mCounts=counts, mOut=out_cache,
-                num_ctas=min(indices.shape[0] * (d // 128), sm_count(device)))
+        _launch("down_sm90", device, (delta.dtype, SM90_DOWN_CHUNK),
+                mDelta=delta.unsqueeze(-1), mW2t=w2t, mIdx=indices, mCounts=counts,
+                mOut=out_cache, num_ctas=min(indices.shape[0] * (d // 128), sm_count(device)))
     else:
         _launch("down", device, (delta.dtype, group, _tile_m(group),
                                  tuple(sorted(DOWN_CONFIG.items()))),
