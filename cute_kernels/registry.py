@@ -169,6 +169,7 @@ def _bsr_entry() -> KernelEntry:
 
 
 MLP_DELTA_VARIANTS = {"up-m-major": ("up", True), "up-row-major": ("up", False),
+                      "up-gated": ("up", True),
                       "down": ("down", None), "scatter-m-major": ("scatter", True),
                       "scatter-m-major-vec": ("scatter", True),
                       "scatter-m-major-rmw": ("scatter", True),
@@ -189,14 +190,16 @@ def _mlp_delta_entry() -> KernelEntry:
 
         op, m_major = MLP_DELTA_VARIANTS[variant]
         dtype = torch.bfloat16
+        # "-gated": SwiGLU on interleaved (up, gate) W1 rows
+        act = "swiglu" if variant.endswith("-gated") else "gelu_tanh"
         # the group-128 kernels of each path: on Hopper the WGMMA ones (the op's defaults
         # there, ops.column_sparse_mlp.SM90_UP_ON / SM90_DOWN_ON), mma.sync on Ampere
         if op == "up" and path == "hopper":
-            return make_build("up_sm90", (dtype, "gelu_tanh", True, m_major, SM90_UP_ADDRESSES))
+            return make_build("up_sm90", (dtype, act, True, m_major, SM90_UP_ADDRESSES))
         if op == "down" and path == "hopper":
             return make_build("down_sm90", (dtype, SM90_DOWN_CHUNK))
         if op == "up":
-            return make_build(op, (dtype, "gelu_tanh", True, 128, 128, m_major,
+            return make_build(op, (dtype, act, True, 128, 128, m_major,
                                    tuple(UP_CONFIG.items())))
         if op == "down":
             return make_build(op, (dtype, 128, 128, tuple(DOWN_CONFIG.items())))

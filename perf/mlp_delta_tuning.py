@@ -1,9 +1,10 @@
 """The column-sparse MLP delta's two kernels timed separately, per configuration (issue 16):
 
-    python perf/mlp_delta_tuning.py [--m M] [--p 0.93] [--rows-major]
+    python perf/mlp_delta_tuning.py [--m M] [--p 0.93] [--rows-major] [--activation swiglu]
 
 HunyuanVideo's MLP (K = D = 3072, F = 12,288, bf16, GELU-tanh, group 128), M tokens (default
-118,784), count = ceil((1 - p) F) random sorted columns per group, M-major act_cache. Times
+118,784), count = ceil((1 - p) F) random sorted columns per group, M-major act_cache; with a
+gated ``--activation`` W1 / b1 are (2F, K) / (2F,) interleaved (up, gate) rows. Times
 mm1 (``MlpDeltaUp``) over ``UP_CONFIGS`` and mm2 (``MlpDeltaDown``) over ``DOWN_CONFIGS``
 through the op's own launcher, next to torch.mm of the same dense sizes (the padded list as
 N or K), interleaved (cute_kernels/bench.py). TFLOP/s count the listed columns only. Picks
@@ -38,7 +39,12 @@ def main() -> None:
     ap.add_argument("--p", type=float, default=0.93)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--row-major", action="store_true", help="row-major act_cache")
+    ap.add_argument("--activation", default="gelu_tanh",
+                    choices=mlp.MLP_ACTIVATIONS + tuple(mlp.MLP_GATED))
+    ap.add_argument("--no-down", action="store_true", help="time mm1's kernels only")
     args = ap.parse_args()
+    act_name = args.activation
+    w1_rows = 2 if act_name in mlp.MLP_GATED else 1  # W1 rows per feature
     k = d = 3072
     f, group = 12_288, 128
     m = args.m
@@ -49,8 +55,8 @@ def main() -> None:
     idx = idx.sort(-1).values.to(torch.int32).contiguous()
     counts = torch.full((groups,), count, dtype=torch.int32, device="cuda")
     x = torch.randn(m, k, device="cuda", generator=gen).bfloat16()
-    w1 = (torch.randn(f, k, device="cuda", generator=gen) * k ** -0.5).bfloat16()
-    b1 = torch.randn(f, device="cuda", generator=gen).bfloat16()
+    w1 = (torch.randn(w1_rows * f, k, device="cuda", generator=gen) * k ** -0.5).bfloat16()
+    b1 = torch.randn(w1_rows * f, device="cuda", generator=gen).bfloat16()
     w2t = (torch.randn(f, d, device="cuda", generator=gen) * f ** -0.5).bfloat16()
     act = torch.randn(m, f, device="cuda", generator=gen).bfloat16()
     m_major = not args.row_major
@@ -62,7 +68,7 @@ def main() -> None:
     dev = x.device
     fns = {}
     for c in UP_CONFIGS:
-        key = (torch.bfloat16, "gelu_tanh", True, group, 128, m_major, tuple(sorted(c.items())))
+        key = (torch.bfloat16, act_name, True, group, 128, m_major, tuple(sorted(c.items())))
         fns["up " + " ".join(f"{a}={b}" for a, b in c.items()).replace(" ", "")
             .replace("=", ":").replace(",", " ", 3)] = (
             lambda _, key=key: mlp._launch("up", dev, key, mX=x, mW1=w1, mB1=b1, mIdx=idx,
@@ -74,19 +80,22 @@ def main() -> None:
             lambda _, key=key: mlp._launch("down", dev, key, mDelta=delta, mW2t=w2t, mIdx=idx,
                                            mCounts=counts, mOut=out))
     if torch.cuda.get_device_capability() == (9, 0):  # the WGMMA kernels
-        ctas = min(groups * max(padded // mlp.TILE_N, d // 128),
-                   torch.cuda.get_device_properties(0).multi_processor_count)
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        ctas = min(groups * max(padded // mlp.TILE_N, d // 128), sms)
+        up_ctas = min(groups * -(-count // (mlp.TILE_N // w1_rows)), sms)
         for addresses in (False, True):  # the ring holds each row's index or its address
             fns[f"up sm90 (WGMMA, gather producer){', staged addresses' * addresses}"] = (
-                lambda _, key=(torch.bfloat16, "gelu_tanh", True, m_major, addresses): (
+                lambda _, key=(torch.bfloat16, act_name, True, m_major, addresses): (
                     mlp._launch("up_sm90", dev, key, mX=x.unsqueeze(-1), mW1=w1, mB1=b1,
                                 mIdx=idx, mCounts=counts, mAct=act, mDelta=delta,
-                                num_ctas=ctas)))
+                                num_ctas=up_ctas)))
         for chunk in (0, 8, 16):  # the list staged per k-tile (one ahead) or in chunks
             fns[f"down sm90 (WGMMA, gather producer), list chunk {chunk}"] = (
                 lambda _, chunk=chunk: mlp._launch(
                     "down_sm90", dev, (torch.bfloat16, chunk), mDelta=delta.unsqueeze(-1),
                     mW2t=w2t, mIdx=idx, mCounts=counts, mOut=out, num_ctas=ctas))
+    if args.no_down:
+        fns = {name: fn for name, fn in fns.items() if not name.startswith("down")}
     xp = torch.randn(m, padded, device="cuda", generator=gen).bfloat16()
     wp = torch.randn(padded, k, device="cuda", generator=gen).bfloat16()
     fns["torch.mm mm1-sized (M,K)x(K,Lpad)"] = lambda _: torch.mm(x, wp.t())
@@ -117,11 +126,13 @@ def main() -> None:
         fn(None)
     torch.cuda.synchronize()
     t = bench_interleaved(fns, [None], rounds=args.rounds, warmup=2)
-    flops = 2 * m * count * k
-    rows = [(name, f"{t[name].median_ms:.3f}", f"{flops / t[name].median_ms / 1e9:.0f}")
+    flops = {"up": 2 * m * count * k * w1_rows, "down": 2 * m * count * d}
+    rows = [(name, f"{t[name].median_ms:.3f}",
+             f"{flops.get(name.split()[0], flops['up']) / t[name].median_ms / 1e9:.0f}")
             for name in fns]
-    print(f"M {m}, p {args.p}, count {count}, {'M-major' if m_major else 'row-major'} "
-          f"act_cache; TFLOP/s over the listed columns")
+    print(f"M {m}, p {args.p}, count {count}, {act_name}, "
+          f"{'M-major' if m_major else 'row-major'} act_cache; TFLOP/s over the listed columns "
+          f"(gated mm1: both rows of each)")
     print(format_table(["kernel / config", "ms", "TFLOP/s"], rows))
 
 

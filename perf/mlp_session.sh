@@ -17,6 +17,8 @@
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh one-buffer
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh m-major-src
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh mm2-chunks
+#   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh gated-checks
+#   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh mm1-timing
 # Prints a summary last.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-mlp}
@@ -52,6 +54,17 @@ if [ "$PART" = mm2-chunks ]; then  # mm2 staging its list in chunks
     tests/test_column_sparse_mlp_gpu.py -k "wgmma or matches_reference"
   step memcheck-hopper 60 "${SANITIZE[@]}" --tool memcheck python perf/mlp_delta_probe.py hopper
   step racecheck-hopper 60 "${SANITIZE[@]}" --tool racecheck python perf/mlp_delta_probe.py hopper
+fi
+if [ "$PART" = gated-checks ]; then  # the gated forms on the WGMMA mm1
+  step probe-hopper 90 python perf/mlp_delta_probe.py hopper
+  step gated-tests 300 python -m pytest -q --tb=short -p no:logging \
+    tests/test_column_sparse_mlp_gpu.py -k "wgmma or swiglu or geglu or reglu"
+  step memcheck-hopper 60 "${SANITIZE[@]}" --tool memcheck python perf/mlp_delta_probe.py hopper
+  step racecheck-hopper 60 "${SANITIZE[@]}" --tool racecheck python perf/mlp_delta_probe.py hopper
+fi
+if [ "$PART" = mm1-timing ]; then  # mm1's kernels, gated and GELU-tanh, side by side
+  step mm1-gated 240 python perf/mlp_delta_tuning.py --activation swiglu --no-down --rounds 5
+  step mm1-gelu 240 python perf/mlp_delta_tuning.py --no-down --rounds 7
 fi
 if [ "$PART" = tune ]; then
   step mlp-gpu-tests 240 python -m pytest -q --tb=short -p no:logging \

@@ -124,8 +124,11 @@ CASES = [
     # two output tiles per group and more work units than SMs (each CTA walks several)
     Case(20000, 128, 520, 256, 64, 128, "gelu", False, "m", "col", BF16, "mixed"),
     # the gated (Llama-style) forms: w1 / b1 as pack_gated_weight's interleaved (up, gate)
-    # rows, 64 features per mm1 tile
+    # rows, 64 features per mm1 tile; group 128 with K % 64 == 0 on the Hopper WGMMA mm1 (a
+    # row-major fp16 cache with full counts, more work units than SMs)
     Case(1000, 256, 520, 256, 130, 128, "swiglu", True, "m", "col", BF16, "mixed"),
+    Case(333, 192, 520, 256, 300, 128, "geglu_tanh", False, "row", "row", FP16, "full"),
+    Case(20000, 128, 520, 128, 130, 128, "reglu", True, "m", "col", BF16, "mixed"),
     Case(333, 136, 520, 136, 77, 64, "geglu_tanh", False, "row", "row", FP16, "full"),
     Case(1000, 200, 1024, 136, 200, 192, "reglu", True, "m", "col", BF16, "mixed"),
 ]
@@ -230,8 +233,9 @@ def test_wgmma_kernels_match_reference(case, chunk, addresses, monkeypatch):
     """The Hopper path's warp-specialized WGMMA kernels, both on, on the cases they take, in
     their earlier forms (mm2 fetching each k-tile's list one ahead, mm1 staging row indices)
     and the defaults (mm2 staging its list 16 k-tiles at a time, ``SM90_DOWN_CHUNK``; mm1
-    staging row addresses, ``SM90_UP_ADDRESSES``). The default route (the gated forms and
-    other shapes on mma.sync) runs in test_matches_reference."""
+    staging row addresses, ``SM90_UP_ADDRESSES``), the gated forms included (64 features a
+    tile, gated in registers). The default route (other shapes on mma.sync) runs in
+    test_matches_reference."""
     import cute_kernels as ck
 
     assert WGMMA_CASES
@@ -239,8 +243,18 @@ def test_wgmma_kernels_match_reference(case, chunk, addresses, monkeypatch):
     monkeypatch.setattr(OPS, "SM90_DOWN_ON", True)
     monkeypatch.setattr(OPS, "SM90_DOWN_CHUNK", chunk)
     monkeypatch.setattr(OPS, "SM90_UP_ADDRESSES", addresses)
+    monkeypatch.setattr(OPS, "SM90_UP_GATED", True)
+    launched = []
+    launch = OPS._launch
+
+    def record(op, device, key, **named):
+        launched.append(op)
+        launch(op, device, key, **named)
+
+    monkeypatch.setattr(OPS, "_launch", record)
     with ck.force_path("hopper"):
         run_and_check(Problem(case, gen()))
+    assert launched and set(launched) == {"up_sm90", "down_sm90"}, launched
 
 
 def test_strided_x_and_two_calls(path):

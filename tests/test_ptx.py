@@ -43,7 +43,7 @@ EXPECTED = {
     # reduces through the TMA unit on Hopper when the cache is M-major
     **{("column_sparse_mlp", v): {"sm_80": AMPERE | {"st.global.v4"},
                                   "sm_90a": HOPPER | {"cp.async", "st.global.v4"}}
-       for v in ("up-m-major", "up-row-major")},
+       for v in ("up-m-major", "up-row-major", "up-gated")},
     ("column_sparse_mlp", "down"): {"sm_80": AMPERE | {"ld.global.v4", "st.global.v4"},
                                     "sm_90a": HOPPER | {"cp.async", "ld.global.v4",
                                                         "st.global.v4"}},

@@ -14,8 +14,8 @@ Both are the Ampere GEMM's mainloop (``common.sm80.mma_mainloop``: cp.async ring
 ldmatrix, mma.sync m16n8k16, fp32 accumulators) with one operand gathered row by row into the
 same swizzled stage: the "gathered operand" seam of docs/gemm.md. They run on Ampere, and
 on Hopper where the WGMMA kernels with a warp-specialized gather producer
-(``mlp_delta_sm90.py``) do not apply (the gated forms, groups other than 128, K or D off
-their tiles; mma.sync is valid on sm_90a).
+(``mlp_delta_sm90.py``) do not apply (groups other than 128, K or D off their tiles;
+mma.sync is valid on sm_90a).
 
 Caches: ``act_cache`` is (M, F) either row-major or M-major (``torch.empty(F, M).t()``). The
 epilogue's cache pass maps consecutive lanes to consecutive rows for the M-major cache (one
@@ -285,7 +285,7 @@ class MlpDeltaUp(_DeltaGemm):
             thr_mma = tiled_mma.get_slice(tidx)
             tCcC = thr_mma.partition_C(cute.make_identity_tensor((BM, BN)))
             if cutlass.const_expr(self.gate_act is not None):
-                self.gate_pairs_to_smem(acc, tCcC, sRows, mB1, sF)
+                self.gate_pairs_to_smem(acc, tCcC, sFeat, mB1, sF)
             else:
                 self.bias_activation(acc, tCcC, sFeat, mB1)
                 cute.autovec_copy(acc, thr_mma.partition_C(sF))
@@ -307,17 +307,19 @@ class MlpDeltaUp(_DeltaGemm):
                 acc[i] = activate(v, self.activation)
 
     @cute.jit
-    def gate_pairs_to_smem(self, acc, tCcC, sRows, mB1, sF):
+    def gate_pairs_to_smem(self, acc, tCcC, sFeat, mB1, sF):
         """The gated epilogue: each thread's accumulator pair (2v, 2v + 1) is tile columns
-        (2f, 2f + 1), the up and gate rows of feature f (the pair property ``gate_pairs``
-        relies on); bias on both, then ``sF[m, f] = act(gate) * up``."""
+        (2f, 2f + 1), the up and gate rows of the tile's feature f (the pair property
+        ``gate_pairs`` relies on; mma.sync's and WGMMA's C layouts both have it), W1 / b1 rows
+        2 feat[f] and 2 feat[f] + 1; bias on both, then ``sF[m, f] = act(gate) * up``."""
         with python_unrolled():
             for v in cutlass.range_constexpr(cute.size(acc) // 2):
                 m, c = tCcC[2 * v]
                 up, gate = acc[2 * v], acc[2 * v + 1]
                 if cutlass.const_expr(self.bias):
-                    up = up + Float32(mB1[sRows[c]])
-                    gate = gate + Float32(mB1[sRows[c + 1]])
+                    row = 2 * sFeat[c // 2]
+                    up = up + Float32(mB1[row])
+                    gate = gate + Float32(mB1[row + 1])
                 sF[m, c // 2] = activate(gate, self.gate_act) * up
 
     @cute.jit

@@ -17,10 +17,16 @@ consumer threads). What changes is the mainloop:
   next unit's k-tiles while the consumers run this unit's epilogue (the overlap Chipmunk Part
   III found mattered most for this epilogue-heavy kernel).
 
+The gated mm1 (Llama-style ``act(gate) * up``, W1 as ``pack_gated_weight``'s interleaved (up,
+gate) rows) gathers 64 features a tile as 128 rows: the loader's ``entry_keys=2`` turns list
+position ``p`` into W1 row ``2 idx[p / 2] + p % 2``, and since WGMMA leaves each thread the
+pair of adjacent accumulator columns (up, gate) of a feature, as mma.sync does, the epilogue
+gates in registers (``gate_pairs_to_smem``) into a (128, 64) fp32 tile.
+
 Shared memory at 128 x 128 x 64, 4 stages: 4 x 32 KiB of A and B stages, the 66 KiB fp32
-epilogue tile, 2 KiB of staged row indices, 512 B of feature ids (198 KiB: one CTA per SM).
-Constraints (the op falls back to the mma.sync kernels otherwise): group 128, K a multiple of
-64 (mm1), D a multiple of 128 (mm2).
+epilogue tile (33 KiB gated), 2 KiB of staged row indices (4 KiB of addresses), 512 B of
+feature ids (198 KiB: one CTA per SM). Constraints (the op falls back to the mma.sync kernels
+otherwise): group 128, K a multiple of 64 (mm1), D a multiple of 128 (mm2).
 """
 
 from __future__ import annotations
@@ -97,7 +103,7 @@ class _Sm90Delta:
 
     def _storage(self, dtype, sA_layout, sB_layout):
         S, BN = self.stages, self.tile_n
-        sF_layout = padded_f32_tile(self.tile_m, BN)
+        sF_layout = padded_f32_tile(self.tile_m, self.out_n)
 
         # fields as real objects: ``from __future__ import annotations`` would turn a class
         # body's annotations into strings this helper's scope cannot resolve
@@ -172,7 +178,7 @@ class _Sm90Delta:
         a_pipe, b_pipe = self._pipes(storage, self.a_stage_bytes)
         sA = storage.sA.get_tensor(sA_layout.outer, swizzle=sA_layout.inner)
         sB = storage.sB.get_tensor(sB_layout.outer, swizzle=sB_layout.inner)
-        sF = cute.make_tensor(storage.sF.data_ptr(), padded_f32_tile(self.tile_m, self.tile_n))
+        sF = cute.make_tensor(storage.sF.data_ptr(), padded_f32_tile(self.tile_m, self.out_n))
         sFeat = cute.make_tensor(storage.sFeat.data_ptr(), cute.make_layout(self.tile_n))
         sIdx = self.loader.ring(storage.sIdx.data_ptr(), self.index_slots)
         cute.arch.sync_threads()  # the pipelines' barriers are initialised
@@ -223,20 +229,21 @@ class _Sm90Delta:
 class MlpDeltaUpSm90(_Sm90Delta, MlpDeltaUp):
     """mm1 + the fused cache epilogue on Hopper (module docstring; the math and tensors of
     ``MlpDeltaUp``, with ``mX`` as (M, K, 1) for TMA). Work unit ``t``: group ``t // tiles``,
-    packed columns tile ``t % tiles``; units past the group's count are skipped by both
-    roles."""
+    packed columns tile ``t % tiles`` (``out_n`` features: 128, or 64 gated); units past the
+    group's count are skipped by both roles."""
 
     def __init__(self, activation: str, bias: bool, group: int, cache_m_major: bool,
                  gather_addresses: bool = False):
+        # warps: the inherited epilogue's thread count, the 256 consumers (8 warps)
         MlpDeltaUp.__init__(self, activation, bias, group, cache_m_major, tile=TILE,
-                            stages=STAGES, warps=(2, 2), cache_batch=64)
-        if self.gate_act is not None:
-            raise ValueError("the gated form runs on the mma.sync kernel (MlpDeltaUp)")
+                            stages=STAGES, warps=(2 * self.consumer_wgs, 2), cache_batch=64)
         self._sm90_setup()
         # gather_addresses: the ring holds each row's 64-bit k-tile address (the attention
-        # gather's staged addresses, with the swizzle's XOR hoisted) instead of its index
+        # gather's staged addresses, with the swizzle's XOR hoisted) instead of its index;
+        # gated: list position p is W1 row 2 idx[p / 2] + p % 2 (entry_keys, module docstring)
         self.loader = GatherKVLoader(self.tile_n, self.tile_k, INDICES_BARRIER,
                                      hoist_swizzle=gather_addresses,
+                                     entry_keys=self.rows_per_feature,
                                      stage_addresses=gather_addresses)
 
     @cute.jit
@@ -256,14 +263,15 @@ class MlpDeltaUpSm90(_Sm90Delta, MlpDeltaUp):
                mW1v: cute.Tensor, mB1, mIdx: cute.Tensor, mCounts: cute.Tensor,
                mAct: cute.Tensor, mDelta: cute.Tensor, sA_layout: cute.ComposedLayout,
                sB_layout: cute.ComposedLayout):
-        BM, BN = self.tile_m, self.tile_n
+        BM, BN, FN = self.tile_m, self.tile_n, self.out_n  # FN features (BN rows) a unit
+        R = self.rows_per_feature
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         gdim, _, _ = cute.arch.grid_dim()
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         a_pipe, b_pipe, sA, sB, sF, sFeat, sIdx = self._shared(tma_a, sA_layout, sB_layout)
         width = mIdx.shape[1]
-        tiles = cute.ceil_div(width, BN)
+        tiles = cute.ceil_div(width, FN)
         units = mIdx.shape[0] * tiles
         k_tiles = mW1v.shape[1]
         m = mAct.shape[0]
@@ -273,9 +281,10 @@ class MlpDeltaUpSm90(_Sm90Delta, MlpDeltaUp):
             for unit in cutlass.range(bidx, units, gdim, unroll=1):
                 g, j = unit // tiles, unit % tiles
                 count = group_count(mCounts, g, width)
-                if j * BN < count:
+                if j * FN < count:
+                    # the list in W1 rows: R positions a feature
                     part = self.loader.partition(tidx, mW1v, mW1v, sB, sB, sIdx, mIdx[g, None],
-                                                 count, mW1v.shape[2])
+                                                 count * R, mW1v.shape[2])
                     # the unit's rows are the same for every k-tile: fetched once
                     row = self.loader.fetch_row(part, j)
                     for kt in cutlass.range(k_tiles, unroll=1):
@@ -294,18 +303,21 @@ class MlpDeltaUpSm90(_Sm90Delta, MlpDeltaUp):
             for unit in cutlass.range(bidx, units, gdim, unroll=1):
                 g, j = unit // tiles, unit % tiles
                 count = group_count(mCounts, g, width)
-                n0 = j * BN
+                n0 = j * FN
                 if n0 < count:
-                    if ctid < BN:  # the unit's features (the last listed one past the count)
+                    if ctid < FN:  # the unit's features (the last listed one past the count)
                         pos = cutlass.min(n0 + ctid, count - 1)
                         sFeat[ctid] = cutlass.min(cutlass.max(mIdx[g, pos], 0),
-                                                  mW1v.shape[2] - 1)
+                                                  mW1v.shape[2] // R - 1)
                     rd, rel = self._mainloop(tiled_mma, frag_a, frag_b, acc, a_pipe, b_pipe,
                                              k_tiles, rd, rel)
                     # sFeat written; the last unit's epilogue has left sF
                     self._consumers_sync()
-                    self.bias_activation(acc, tCcC, sFeat, mB1)
-                    cute.autovec_copy(acc, thr_mma.partition_C(sF))
+                    if cutlass.const_expr(self.gate_act is not None):
+                        self.gate_pairs_to_smem(acc, tCcC, sFeat, mB1, sF)
+                    else:
+                        self.bias_activation(acc, tCcC, sFeat, mB1)
+                        cute.autovec_copy(acc, thr_mma.partition_C(sF))
                     self._consumers_sync()
                     row0 = g * self.group
                     rows_valid = cutlass.min(m - row0, BM)

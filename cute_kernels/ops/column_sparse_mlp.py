@@ -54,6 +54,8 @@ SM90_UP_ON = True
 #: Whether that mm1 stages each gathered row's 64-bit address (the attention gather's staged
 #: addresses, the swizzle's XOR hoisted) instead of its index: 1.928 against 2.184 ms (H200)
 SM90_UP_ADDRESSES = True
+#: Whether the gated forms take that WGMMA mm1 too (64 features a tile, gated in registers)
+SM90_UP_GATED = True
 SM90_DOWN_ON = True
 #: k-tiles of mm2's list the Hopper kernel stages per index round trip (0: one k-tile, fetched
 #: one ahead)
@@ -347,11 +349,15 @@ def _run_mlp(x, w1, b1, w2, indices, counts, act_cache, out_cache, group, activa
     hopper = group == 128 and device_target(x.device)[0] == "hopper"
     groups, sms = indices.shape[0], sm_count(x.device)
     tile_m = _tile_m(group)
-    if SM90_UP_ON and hopper and x.shape[1] % 64 == 0 and activation not in MLP_GATED:
+    if SM90_UP_ON and hopper and x.shape[1] % 64 == 0 and (SM90_UP_GATED
+                                                          or activation not in MLP_GATED):
+        # work units: a group's packed columns in tiles of TILE_N features (half, gated)
+        tile_features = TILE_N // 2 if activation in MLP_GATED else TILE_N
+        units = groups * -(-indices.shape[1] // tile_features)
         _launch("up_sm90", x.device, (x.dtype, activation, b1 is not None, m_major,
                                       SM90_UP_ADDRESSES),
                 mX=x.unsqueeze(-1), mW1=w1, mB1=b1, mIdx=indices, mCounts=counts,
-                mAct=act_cache, mDelta=delta, num_ctas=min(groups * (padded // TILE_N), sms))
+                mAct=act_cache, mDelta=delta, num_ctas=min(units, sms))
     else:
         up = tuple(sorted(UP_CONFIG.items()))
         _launch("up", x.device, (x.dtype, activation, b1 is not None, group, tile_m, m_major,
