@@ -184,6 +184,7 @@ def _mlp_delta_entry() -> KernelEntry:
             DOWN_CONFIG,
             SM90_DOWN_CHUNK,
             SM90_UP_ADDRESSES,
+            SM90_UP_EPILOGUE_WG,
             UP_CONFIG,
             make_build,
         )
@@ -195,7 +196,8 @@ def _mlp_delta_entry() -> KernelEntry:
         # the group-128 kernels of each path: on Hopper the WGMMA ones (the op's defaults
         # there, ops.column_sparse_mlp.SM90_UP_ON / SM90_DOWN_ON), mma.sync on Ampere
         if op == "up" and path == "hopper":
-            return make_build("up_sm90", (dtype, act, True, m_major, SM90_UP_ADDRESSES))
+            return make_build("up_sm90", (dtype, act, True, m_major, SM90_UP_ADDRESSES,
+                                          SM90_UP_EPILOGUE_WG))
         if op == "down" and path == "hopper":
             return make_build("down_sm90", (dtype, SM90_DOWN_CHUNK))
         if op == "up":

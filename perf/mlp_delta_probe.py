@@ -13,8 +13,9 @@ adder (bulk, red, rmw), first on the whole GPU, then on the 8 side SMs of a gree
 ``SmPartition`` (what ncu should look at: ``--kernel-name regex:ScatterAdd``).
 
 ``column_sparse_mlp`` with both act_cache layouts (a partial last group, odd counts, a group
-with count 0, K / D off the tiles) and ``scatter_add`` with both dest layouts (M-major with
-M a multiple of 8 takes the TMA bulk reduction on Hopper), once each, then a sync."""
+with count 0, K / D off the tiles; the Hopper mm1's two epilogue arrangements on 314 units)
+and ``scatter_add`` with both dest layouts (M-major with M a multiple of 8 takes the TMA bulk
+reduction on Hopper), once each, then a sync."""
 
 from __future__ import annotations
 
@@ -79,6 +80,23 @@ def main(path: str) -> None:
         with ck.force_path(path):
             ck.column_sparse_mlp(x, w1g, None, w2, idx, counts, act, out, group=group,
                                  activation="swiglu")
+    # the WGMMA mm1 in both epilogue arrangements (consumers, or an epilogue warpgroup taking
+    # each tile over) on more work units than SMs, plain and gated
+    m, k, f, d = 20_000, 128, 520, 256
+    x = torch.randn(m, k, device="cuda", generator=gen).bfloat16()
+    w2 = (torch.randn(d, f, device="cuda", generator=gen) * f ** -0.5).bfloat16()
+    idx, counts = lists(-(-m // group), width, f, gen)
+    act = torch.randn(f, m, device="cuda", generator=gen).bfloat16().t()
+    out = torch.randn(m, d, device="cuda", generator=gen).bfloat16()
+    default = OPS.SM90_UP_EPILOGUE_WG
+    with ck.force_path(path):
+        for epilogue_wg in (False, True):
+            OPS.SM90_UP_EPILOGUE_WG = epilogue_wg
+            for rows, activation in ((1, "gelu_tanh"), (2, "swiglu")):
+                w1 = (torch.randn(rows * f, k, device="cuda", generator=gen) * k ** -0.5)
+                ck.column_sparse_mlp(x, w1.bfloat16(), None, w2, idx, counts, act, out,
+                                     group=group, activation=activation)
+    OPS.SM90_UP_EPILOGUE_WG = default
     m, f = 333, 520
     with ck.force_path(path):
         for rows, m_major in ((336, True), (333, False)):

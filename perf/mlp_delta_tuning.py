@@ -83,9 +83,13 @@ def main() -> None:
         sms = torch.cuda.get_device_properties(0).multi_processor_count
         ctas = min(groups * max(padded // mlp.TILE_N, d // 128), sms)
         up_ctas = min(groups * -(-count // (mlp.TILE_N // w1_rows)), sms)
-        for addresses in (False, True):  # the ring holds each row's index or its address
-            fns[f"up sm90 (WGMMA, gather producer){', staged addresses' * addresses}"] = (
-                lambda _, key=(torch.bfloat16, act_name, True, m_major, addresses): (
+        # the ring holds each row's index or its address; the consumers run the cache pass
+        # or hand it to an epilogue warpgroup
+        for addresses, epi in ((False, False), (True, False), (True, True)):
+            name = ("up sm90 (WGMMA, gather producer)" + ", staged addresses" * addresses
+                    + ", epilogue warpgroup" * epi)
+            fns[name] = (
+                lambda _, key=(torch.bfloat16, act_name, True, m_major, addresses, epi): (
                     mlp._launch("up_sm90", dev, key, mX=x.unsqueeze(-1), mW1=w1, mB1=b1,
                                 mIdx=idx, mCounts=counts, mAct=act, mDelta=delta,
                                 num_ctas=up_ctas)))

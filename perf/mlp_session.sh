@@ -19,6 +19,7 @@
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh mm2-chunks
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh gated-checks
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh mm1-timing
+#   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh op-timing
 # Prints a summary last.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-mlp}
@@ -62,9 +63,12 @@ if [ "$PART" = gated-checks ]; then  # the gated forms on the WGMMA mm1
   step memcheck-hopper 60 "${SANITIZE[@]}" --tool memcheck python perf/mlp_delta_probe.py hopper
   step racecheck-hopper 60 "${SANITIZE[@]}" --tool racecheck python perf/mlp_delta_probe.py hopper
 fi
-if [ "$PART" = mm1-timing ]; then  # mm1's kernels, gated and GELU-tanh, side by side
+if [ "$PART" = mm1-timing ] || [ "$PART" = op-timing ]; then  # mm1's kernels side by side
   step mm1-gated 240 python perf/mlp_delta_tuning.py --activation swiglu --no-down --rounds 5
   step mm1-gelu 240 python perf/mlp_delta_tuning.py --no-down --rounds 7
+fi
+if [ "$PART" = op-timing ]; then  # then the whole op, GELU-tanh and gated, against dense
+  step perf-mlp 300 python perf/column_sparse_mlp.py --parts mlp,gated --rounds 5 --out "$OUT"
 fi
 if [ "$PART" = tune ]; then
   step mlp-gpu-tests 240 python -m pytest -q --tb=short -p no:logging \

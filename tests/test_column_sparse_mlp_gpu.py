@@ -226,15 +226,18 @@ WGMMA_CASES = [c for c in CASES if c.group == 128 and c.k % 64 == 0 and c.d % 12
 
 
 @pytest.mark.skipif(not HOPPER, reason="the WGMMA kernels need a Hopper GPU")
-@pytest.mark.parametrize("chunk, addresses", [(0, False), (16, True)],
-                         ids=["indices-per-k-tile", "list-chunks-staged-addresses"])
+@pytest.mark.parametrize("chunk, addresses, epilogue_wg",
+                         [(0, False, False), (16, True, False), (16, True, True)],
+                         ids=["indices-per-k-tile", "list-chunks-staged-addresses",
+                              "epilogue-warpgroup"])
 @pytest.mark.parametrize("case", WGMMA_CASES, ids=str)
-def test_wgmma_kernels_match_reference(case, chunk, addresses, monkeypatch):
+def test_wgmma_kernels_match_reference(case, chunk, addresses, epilogue_wg, monkeypatch):
     """The Hopper path's warp-specialized WGMMA kernels, both on, on the cases they take, in
     their earlier forms (mm2 fetching each k-tile's list one ahead, mm1 staging row indices)
     and the defaults (mm2 staging its list 16 k-tiles at a time, ``SM90_DOWN_CHUNK``; mm1
     staging row addresses, ``SM90_UP_ADDRESSES``), the gated forms included (64 features a
-    tile, gated in registers). The default route (other shapes on mma.sync) runs in
+    tile, gated in registers), and mm1 handing each tile to an epilogue warpgroup
+    (``SM90_UP_EPILOGUE_WG``). The default route (other shapes on mma.sync) runs in
     test_matches_reference."""
     import cute_kernels as ck
 
@@ -244,6 +247,7 @@ def test_wgmma_kernels_match_reference(case, chunk, addresses, monkeypatch):
     monkeypatch.setattr(OPS, "SM90_DOWN_CHUNK", chunk)
     monkeypatch.setattr(OPS, "SM90_UP_ADDRESSES", addresses)
     monkeypatch.setattr(OPS, "SM90_UP_GATED", True)
+    monkeypatch.setattr(OPS, "SM90_UP_EPILOGUE_WG", epilogue_wg)
     launched = []
     launch = OPS._launch
 

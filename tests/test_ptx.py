@@ -920,3 +920,33 @@ def test_scatter_add_m_major_source_ptx():
     assert "mbarrier.arrive.expect_tx" in ptx
     assert "ld.global.v4" not in ptx and "ld.global.b16" not in ptx
     _assert_no_spills(ptx, "sm_90a")
+
+
+@pytest.mark.parametrize("activation", ["gelu_tanh", "swiglu"])
+@pytest.mark.parametrize("epilogue_wg", [False, True], ids=["consumers", "epilogue-warpgroup"])
+def test_mlp_delta_up_sm90_ptx(activation, epilogue_wg):
+    """The Hopper mm1 (plain and gated): WGMMA fed by the gather producer; with the epilogue
+    warpgroup (the default) 512 threads in three register budgets (producer, consumers,
+    epilogue), the fp32 tile handed over by mbarriers, not named-barrier arrives, no spills."""
+    import torch
+
+    from cute_kernels.kernels.mlp_delta_sm90 import EPILOGUE_WG_REGS
+    from cute_kernels.ops.column_sparse_mlp import make_build
+    from cute_kernels.runtime.compile import compile_ptx
+
+    build = make_build("up_sm90", (torch.bfloat16, activation, True, True, True, epilogue_wg))
+    threads = 512 if epilogue_wg else 384
+    ptx = compile_ptx(build, "sm_90a")
+    assert f".reqntid {threads}, 1, 1" in ptx
+    assert "wgmma.mma_async" in ptx
+    regs = [int(line.split()[-1].rstrip(";")) for line in ptx.splitlines()
+            if "setmaxnreg" in line]
+    if epilogue_wg:
+        assert sorted(regs) == sorted(EPILOGUE_WG_REGS)
+        assert 128 * sum(EPILOGUE_WG_REGS[:1] + EPILOGUE_WG_REGS[1:2] * 2
+                         + EPILOGUE_WG_REGS[2:]) <= 65536
+    else:
+        assert len(regs) == 2
+    assert "bar.arrive" not in ptx and "barrier.arrive" not in ptx.replace("mbarrier.arrive", "")
+    # the consumers' form (the A/B baseline) spills a word under its 168-register launch cap
+    _assert_no_spills(ptx, "sm_90a", allowed=0 if epilogue_wg else 16)

@@ -3,7 +3,7 @@ WGMMA, with the gathered weight operand filled by the attention gather loader.
 
 Same math, tensors and epilogues as ``mlp_delta.MlpDeltaUp`` / ``MlpDeltaDown`` (whose
 ``cache_pass``, ``store_delta`` and ``accumulate`` these classes inherit, run by the 256
-consumer threads). What changes is the mainloop:
+consumer threads, or for mm1 by an epilogue warpgroup). What changes is the mainloop:
 
 * warpgroup 0 produces: its warp 0 brings the dense A k-tile (x for mm1, the packed delta for
   mm2) by TMA into a ``PipelineTmaAsync`` ring; all 128 threads gather the weight k-tile with
@@ -15,7 +15,13 @@ consumer threads). What changes is the mainloop:
   then the epilogue (fp32 tile staged in smem, named barrier among the consumers);
 * persistent: CTAs stride over (group, column tile) work units, so the producer streams the
   next unit's k-tiles while the consumers run this unit's epilogue (the overlap Chipmunk Part
-  III found mattered most for this epilogue-heavy kernel).
+  III found mattered most for this epilogue-heavy kernel);
+* mm1 with ``epilogue_warpgroup`` (the op's default): warpgroup 3 takes the cache pass and the
+  delta store off the consumers. They stage bias + activation into the fp32 tile and hand it
+  over through a one-stage ``PipelineAsync`` (full / empty mbarriers), then start the next
+  unit's k-tiles while warpgroup 3 reads and writes the cache: the WGMMAs wait only for the
+  activation, not for the cache's scattered round trips (HunyuanVideo's MLP: the cache pass
+  was 0.56 of mm1's 2.27 ms on an H100, and the whole epilogue 0.79).
 
 The gated mm1 (Llama-style ``act(gate) * up``, W1 as ``pack_gated_weight``'s interleaved (up,
 gate) rows) gathers 64 features a tile as 128 rows: the loader's ``entry_keys=2`` turns list
@@ -24,9 +30,11 @@ pair of adjacent accumulator columns (up, gate) of a feature, as mma.sync does, 
 gates in registers (``gate_pairs_to_smem``) into a (128, 64) fp32 tile.
 
 Shared memory at 128 x 128 x 64, 4 stages: 4 x 32 KiB of A and B stages, the 66 KiB fp32
-epilogue tile (33 KiB gated), 2 KiB of staged row indices (4 KiB of addresses), 512 B of
-feature ids (198 KiB: one CTA per SM). Constraints (the op falls back to the mma.sync kernels
-otherwise): group 128, K a multiple of 64 (mm1), D a multiple of 128 (mm2).
+epilogue tile (33 KiB gated), 2 KiB of staged row indices (8 KiB of addresses), 512 B of
+feature ids, 16 B of tile barriers (about 202 KiB: one CTA per SM). Threads: 384, or 512 with
+the epilogue warpgroup (registers after ``setmaxnreg``: 40 / 232, or 40 / 200 / 72).
+Constraints (the op falls back to the mma.sync kernels otherwise): group 128, K a multiple of
+64 (mm1), D a multiple of 128 (mm2).
 """
 
 from __future__ import annotations
@@ -46,8 +54,16 @@ from .mlp_delta import MlpDeltaDown, MlpDeltaUp, group_count
 
 #: (producer, consumer) registers per thread after ``setmaxnreg``
 PRODUCER_REGS, CONSUMER_REGS = 40, 232
-#: named barriers: 0 is the CTA's, 1 the consumers' (epilogue), 2 the loader's index staging
-CONSUMERS_BARRIER, INDICES_BARRIER = 1, 2
+#: the same with an epilogue warpgroup (``MlpDeltaUpSm90(epilogue_warpgroup=True)``, 512
+#: threads): (producer, consumers, epilogue), 128 x (40 + 2 x 200 + 72) = 64 Ki registers;
+#: its cache pass loads ``EPILOGUE_CACHE_BATCH`` values ahead per thread (ptxas spilled in
+#: some of the activations' builds at 184 / 104 with 32, 176 / 120 with 32 or 64, 168 / 136)
+EPILOGUE_WG_REGS = (40, 200, 72)
+EPILOGUE_CACHE_BATCH = 16
+#: named barriers: 0 is the CTA's, 1 the consumers' (epilogue), 2 the loader's index staging,
+#: 3 the epilogue warpgroup's (the fp32 tile itself is handed over by a one-stage mbarrier
+#: pipeline)
+CONSUMERS_BARRIER, INDICES_BARRIER, EPILOGUE_BARRIER = 1, 2, 3
 TILE = (128, 128, 64)
 STAGES = 4
 #: mm2 stages its list in chunks of this many k-tiles (64 indices each, 4 KiB a chunk): one
@@ -61,12 +77,15 @@ class _Sm90Delta:
     what the epilogue does."""
 
     consumer_wgs = 2
-    block_threads = 128 * (1 + consumer_wgs)
     b_major = "k"
 
-    def _sm90_setup(self, index_slots: int = 0):
-        # the inherited epilogue helpers run on the 256 consumer threads
-        self.threads = 128 * self.consumer_wgs
+    def _sm90_setup(self, index_slots: int = 0, epilogue_wgs: int = 0):
+        # the inherited epilogue helpers run on the 256 consumer threads, or on the epilogue
+        # warpgroup's 128 when there is one
+        self.epilogue_wgs = epilogue_wgs
+        self.threads = 128 * (epilogue_wgs or self.consumer_wgs)
+        self.block_threads = 128 * (1 + self.consumer_wgs + epilogue_wgs)
+        self.regs = EPILOGUE_WG_REGS if epilogue_wgs else (PRODUCER_REGS, CONSUMER_REGS, 0)
         self.stages = STAGES
         # columns of the loader's index area: its ring of one per stage, or more (a chunk)
         self.index_slots = index_slots or STAGES
@@ -118,6 +137,8 @@ class _Sm90Delta:
                                       16],
             "sFeat": cute.struct.Align[cute.struct.MemRange[Int32, BN], 16],
         }
+        if self.epilogue_wgs:  # the fp32 tile's full / empty barriers
+            fields["tile_mbar"] = cute.struct.MemRange[cutlass.Int64, 2]
         return cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
 
     @cute.jit
@@ -181,14 +202,23 @@ class _Sm90Delta:
         sF = cute.make_tensor(storage.sF.data_ptr(), padded_f32_tile(self.tile_m, self.out_n))
         sFeat = cute.make_tensor(storage.sFeat.data_ptr(), cute.make_layout(self.tile_n))
         sIdx = self.loader.ring(storage.sIdx.data_ptr(), self.index_slots)
+        tile_pipe = None
+        if cutlass.const_expr(self.epilogue_wgs):
+            # the consumers hand the staged tile to the epilogue warpgroup, which hands it back
+            tile_pipe = pipeline.PipelineAsync.create(
+                barrier_storage=storage.tile_mbar.data_ptr(), num_stages=1,
+                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
+                                                         128 * self.consumer_wgs),
+                consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
+                                                         128 * self.epilogue_wgs))
         cute.arch.sync_threads()  # the pipelines' barriers are initialised
-        return a_pipe, b_pipe, sA, sB, sF, sFeat, sIdx
+        return a_pipe, b_pipe, sA, sB, sF, sFeat, sIdx, tile_pipe
 
     @cute.jit
     def _producer_start(self, tma_a, tA, sA):
         """The producer warpgroup's registers lowered, its TMA views of A and its two
         pipeline states."""
-        cute.arch.setmaxregister_decrease(PRODUCER_REGS)
+        cute.arch.setmaxregister_decrease(self.regs[0])
         gA = cute.local_tile(tA, (self.tile_m, self.tile_k), (None, None, None))
         tAsA, tAgA = cpasync.tma_partition(tma_a, 0, cute.make_layout(1),
                                            cute.group_modes(sA, 0, 2),
@@ -211,7 +241,7 @@ class _Sm90Delta:
         """The consumers' registers raised, their WGMMA views of the stages, the accumulators
         (the MMA set to accumulate: ``_mainloop`` zeroes them) and the read / release
         states."""
-        cute.arch.setmaxregister_increase(CONSUMER_REGS)
+        cute.arch.setmaxregister_increase(self.regs[1])
         thr_mma = tiled_mma.get_slice(ctid)
         frag_a = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
         frag_b = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
@@ -223,7 +253,7 @@ class _Sm90Delta:
         return thr_mma, frag_a, frag_b, acc, rd, rel
 
     def _consumers_sync(self):
-        cute.arch.barrier(barrier_id=CONSUMERS_BARRIER, number_of_threads=self.threads)
+        cute.arch.barrier(barrier_id=CONSUMERS_BARRIER, number_of_threads=128 * self.consumer_wgs)
 
 
 class MlpDeltaUpSm90(_Sm90Delta, MlpDeltaUp):
@@ -233,11 +263,15 @@ class MlpDeltaUpSm90(_Sm90Delta, MlpDeltaUp):
     group's count are skipped by both roles."""
 
     def __init__(self, activation: str, bias: bool, group: int, cache_m_major: bool,
-                 gather_addresses: bool = False):
-        # warps: the inherited epilogue's thread count, the 256 consumers (8 warps)
+                 gather_addresses: bool = False, epilogue_warpgroup: bool = False):
+        # warps: the inherited cache pass's thread count, the 256 consumers (8 warps), or the
+        # epilogue warpgroup's 128 (4 warps)
         MlpDeltaUp.__init__(self, activation, bias, group, cache_m_major, tile=TILE,
-                            stages=STAGES, warps=(2 * self.consumer_wgs, 2), cache_batch=64)
-        self._sm90_setup()
+                            stages=STAGES, warps=(2 if epilogue_warpgroup else 4, 2),
+                            cache_batch=EPILOGUE_CACHE_BATCH if epilogue_warpgroup else 64)
+        # epilogue_warpgroup: a fourth warpgroup runs the cache pass and the delta store from
+        # the fp32 tile while the consumers run the next unit's mainloop (class docstring)
+        self._sm90_setup(epilogue_wgs=int(epilogue_warpgroup))
         # gather_addresses: the ring holds each row's 64-bit k-tile address (the attention
         # gather's staged addresses, with the swizzle's XOR hoisted) instead of its index;
         # gated: list position p is W1 row 2 idx[p / 2] + p % 2 (entry_keys, module docstring)
@@ -269,7 +303,8 @@ class MlpDeltaUpSm90(_Sm90Delta, MlpDeltaUp):
         bidx, _, _ = cute.arch.block_idx()
         gdim, _, _ = cute.arch.grid_dim()
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-        a_pipe, b_pipe, sA, sB, sF, sFeat, sIdx = self._shared(tma_a, sA_layout, sB_layout)
+        a_pipe, b_pipe, sA, sB, sF, sFeat, sIdx, tile_pipe = self._shared(tma_a, sA_layout,
+                                                                          sB_layout)
         width = mIdx.shape[1]
         tiles = cute.ceil_div(width, FN)
         units = mIdx.shape[0] * tiles
@@ -295,22 +330,30 @@ class MlpDeltaUpSm90(_Sm90Delta, MlpDeltaUp):
             if warp == 0:
                 a_pipe.producer_tail(a_state)
             b_pipe.producer_tail(b_state)
-        else:
+        elif warp < 4 * (1 + self.consumer_wgs):
             ctid = tidx - 128
             thr_mma, frag_a, frag_b, acc, rd, rel = self._consumer_start(tiled_mma, sA, sB,
                                                                          ctid)
             tCcC = thr_mma.partition_C(cute.make_identity_tensor((BM, BN)))
+            tile_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
             for unit in cutlass.range(bidx, units, gdim, unroll=1):
                 g, j = unit // tiles, unit % tiles
                 count = group_count(mCounts, g, width)
                 n0 = j * FN
                 if n0 < count:
+                    feat = Int32(0)
                     if ctid < FN:  # the unit's features (the last listed one past the count)
                         pos = cutlass.min(n0 + ctid, count - 1)
-                        sFeat[ctid] = cutlass.min(cutlass.max(mIdx[g, pos], 0),
-                                                  mW1v.shape[2] // R - 1)
+                        feat = cutlass.min(cutlass.max(mIdx[g, pos], 0), mW1v.shape[2] // R - 1)
+                        if cutlass.const_expr(not self.epilogue_wgs):
+                            sFeat[ctid] = feat
                     rd, rel = self._mainloop(tiled_mma, frag_a, frag_b, acc, a_pipe, b_pipe,
                                              k_tiles, rd, rel)
+                    if cutlass.const_expr(self.epilogue_wgs):
+                        # the epilogue warpgroup is done with the last unit's sF and sFeat
+                        tile_pipe.producer_acquire(tile_state)
+                        if ctid < FN:
+                            sFeat[ctid] = feat
                     # sFeat written; the last unit's epilogue has left sF
                     self._consumers_sync()
                     if cutlass.const_expr(self.gate_act is not None):
@@ -318,12 +361,40 @@ class MlpDeltaUpSm90(_Sm90Delta, MlpDeltaUp):
                     else:
                         self.bias_activation(acc, tCcC, sFeat, mB1)
                         cute.autovec_copy(acc, thr_mma.partition_C(sF))
-                    self._consumers_sync()
-                    row0 = g * self.group
-                    rows_valid = cutlass.min(m - row0, BM)
-                    self.cache_pass(sF, sFeat, mAct, row0, rows_valid, count - n0, ctid)
-                    self._consumers_sync()
-                    self.store_delta(sF, mDelta, row0, rows_valid, n0, ctid)
+                    if cutlass.const_expr(self.epilogue_wgs):
+                        tile_pipe.producer_commit(tile_state)
+                        tile_state.advance()
+                    else:
+                        self._consumers_sync()
+                        self._cache_epilogue(sF, sFeat, mAct, mDelta, g, n0, count, m, ctid,
+                                             CONSUMERS_BARRIER)
+        else:
+            if cutlass.const_expr(self.epilogue_wgs):
+                # the epilogue warpgroup: each unit's tile from the consumers, its cache pass and
+                # delta store, the tile handed back
+                etid = tidx - 128 * (1 + self.consumer_wgs)
+                cute.arch.setmaxregister_decrease(self.regs[2])
+                tile_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
+                for unit in cutlass.range(bidx, units, gdim, unroll=1):
+                    g, j = unit // tiles, unit % tiles
+                    count = group_count(mCounts, g, width)
+                    n0 = j * FN
+                    if n0 < count:
+                        tile_pipe.consumer_wait(tile_state)
+                        self._cache_epilogue(sF, sFeat, mAct, mDelta, g, n0, count, m, etid,
+                                             EPILOGUE_BARRIER)
+                        tile_pipe.consumer_release(tile_state)
+                        tile_state.advance()
+
+    @cute.jit
+    def _cache_epilogue(self, sF, sFeat, mAct, mDelta, g, n0, count, m, tid, barrier_id):
+        """The staged tile's cache pass and delta store by the ``self.threads`` threads that
+        run them (``tid`` 0 ...), a named barrier among them in between."""
+        row0 = g * self.group
+        rows_valid = cutlass.min(m - row0, self.tile_m)
+        self.cache_pass(sF, sFeat, mAct, row0, rows_valid, count - n0, tid)
+        cute.arch.barrier(barrier_id=barrier_id, number_of_threads=self.threads)
+        self.store_delta(sF, mDelta, row0, rows_valid, n0, tid)
 
 
 class MlpDeltaDownSm90(_Sm90Delta, MlpDeltaDown):
@@ -362,7 +433,7 @@ class MlpDeltaDownSm90(_Sm90Delta, MlpDeltaDown):
         bidx, _, _ = cute.arch.block_idx()
         gdim, _, _ = cute.arch.grid_dim()
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-        a_pipe, b_pipe, sA, sB, sF, _sFeat, sIdx = self._shared(tma_a, sA_layout, sB_layout)
+        a_pipe, b_pipe, sA, sB, sF, _sFeat, sIdx, _ = self._shared(tma_a, sA_layout, sB_layout)
         width = mIdx.shape[1]
         tiles = mW2v.shape[1]
         units = mIdx.shape[0] * tiles

@@ -49,13 +49,21 @@ MLP_KERNELS = {"up": "cute_kernels.kernels.mlp_delta:MlpDeltaUp",
 #: (p 0.93, ms): mm1 WGMMA 2.22 against mma.sync 2.07 while its producer warpgroup, gathering
 #: 16 KiB per k-tile with 16-byte cp.async, computed every address from a staged index
 #: (issue-bound, as the attention gather was); with staged addresses (below) 1.928 against
-#: mma.sync's 2.128 (2026-11-27); mm2 WGMMA 1.99 against 2.33
+#: mma.sync's 2.128 (2026-11-27; an H100: 2.182 against 2.161); with the epilogue warpgroup
+#: (below) H200 1.789 against 2.140, H100 1.930-1.933 against 2.147-2.178; mm2 WGMMA 1.99
+#: against 2.33
 SM90_UP_ON = True
 #: Whether that mm1 stages each gathered row's 64-bit address (the attention gather's staged
 #: addresses, the swizzle's XOR hoisted) instead of its index: 1.928 against 2.184 ms (H200)
 SM90_UP_ADDRESSES = True
-#: Whether the gated forms take that WGMMA mm1 too (64 features a tile, gated in registers)
+#: Whether the gated forms take that WGMMA mm1 too (64 features a tile, gated in registers):
+#: SwiGLU at the same shape, ms, with the epilogue warpgroup: H200 3.658 against mma.sync's
+#: 4.028; H100 4.012-4.024 against 3.913-4.080 (on a par there)
 SM90_UP_GATED = True
+#: Whether that mm1 hands each unit's fp32 tile to a fourth (epilogue) warpgroup, which runs
+#: the cache pass and the delta store while the consumers run the next unit's mainloop:
+#: 1.789 against 1.995 ms (H200), 1.930 against 2.182 (H100)
+SM90_UP_EPILOGUE_WG = True
 SM90_DOWN_ON = True
 #: k-tiles of mm2's list the Hopper kernel stages per index round trip (0: one k-tile, fetched
 #: one ahead)
@@ -355,7 +363,7 @@ def _run_mlp(x, w1, b1, w2, indices, counts, act_cache, out_cache, group, activa
         tile_features = TILE_N // 2 if activation in MLP_GATED else TILE_N
         units = groups * -(-indices.shape[1] // tile_features)
         _launch("up_sm90", x.device, (x.dtype, activation, b1 is not None, m_major,
-                                      SM90_UP_ADDRESSES),
+                                      SM90_UP_ADDRESSES, SM90_UP_EPILOGUE_WG),
                 mX=x.unsqueeze(-1), mW1=w1, mB1=b1, mIdx=indices, mCounts=counts,
                 mAct=act_cache, mDelta=delta, num_ctas=min(units, sms))
     else:
@@ -565,8 +573,9 @@ def make_build(op: str, key: tuple):
         named = dict(mDelta=rows16(), mW2t=rows16(), mIdx=fake_compact(INDEX_DTYPE, 2),
                      mCounts=fake_compact(INDEX_DTYPE, 1), mOut=rows16())
     elif op == "up_sm90":
-        _, activation, bias, m_major, addresses = key
-        kernel = mlp_delta_sm90.MlpDeltaUpSm90(activation, bias, 128, m_major, addresses)
+        _, activation, bias, m_major, addresses, epilogue_wg = key
+        kernel = mlp_delta_sm90.MlpDeltaUpSm90(activation, bias, 128, m_major, addresses,
+                                               epilogue_wg)
         act = make_fake_tensor(dt, (sym(), sym()), (1, sym()) if m_major else (sym(), 1),
                                assumed_align=2)
         named = dict(mX=fake_mkl(dtype, "k"), mW1=rows16(),
