@@ -314,9 +314,8 @@ class MlpDeltaUpSm90(_Sm90Delta, MlpDeltaUp):
         if warp < 4:
             tAsA, tAgA, a_state, b_state = self._producer_start(tma_a, tA, sA)
             for unit in cutlass.range(bidx, units, gdim, unroll=1):
-                g, j = unit // tiles, unit % tiles
-                count = group_count(mCounts, g, width)
-                if j * FN < count:
+                g, j, count, n0 = self._unit(unit, tiles, mCounts, width)
+                if n0 < count:
                     # the list in W1 rows: R positions a feature
                     part = self.loader.partition(tidx, mW1v, mW1v, sB, sB, sIdx, mIdx[g, None],
                                                  count * R, mW1v.shape[2])
@@ -337,9 +336,7 @@ class MlpDeltaUpSm90(_Sm90Delta, MlpDeltaUp):
             tCcC = thr_mma.partition_C(cute.make_identity_tensor((BM, BN)))
             tile_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
             for unit in cutlass.range(bidx, units, gdim, unroll=1):
-                g, j = unit // tiles, unit % tiles
-                count = group_count(mCounts, g, width)
-                n0 = j * FN
+                g, _, count, n0 = self._unit(unit, tiles, mCounts, width)
                 if n0 < count:
                     feat = Int32(0)
                     if ctid < FN:  # the unit's features (the last listed one past the count)
@@ -376,15 +373,19 @@ class MlpDeltaUpSm90(_Sm90Delta, MlpDeltaUp):
                 cute.arch.setmaxregister_decrease(self.regs[2])
                 tile_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
                 for unit in cutlass.range(bidx, units, gdim, unroll=1):
-                    g, j = unit // tiles, unit % tiles
-                    count = group_count(mCounts, g, width)
-                    n0 = j * FN
+                    g, _, count, n0 = self._unit(unit, tiles, mCounts, width)
                     if n0 < count:
                         tile_pipe.consumer_wait(tile_state)
                         self._cache_epilogue(sF, sFeat, mAct, mDelta, g, n0, count, m, etid,
                                              EPILOGUE_BARRIER)
                         tile_pipe.consumer_release(tile_state)
                         tile_state.advance()
+
+    def _unit(self, unit, tiles, mCounts, width):
+        """Work unit ``unit``'s (group, column tile, clamped count, first packed feature): the
+        walk all three roles share (a unit past its group's count is skipped by each)."""
+        g, j = unit // tiles, unit % tiles
+        return g, j, group_count(mCounts, g, width), j * self.out_n
 
     @cute.jit
     def _cache_epilogue(self, sF, sFeat, mAct, mDelta, g, n0, count, m, tid, barrier_id):
