@@ -260,7 +260,7 @@ class MlpDeltaUpSm90(_Sm90Delta, MlpDeltaUp):
     """mm1 + the fused cache epilogue on Hopper (module docstring; the math and tensors of
     ``MlpDeltaUp``, with ``mX`` as (M, K, 1) for TMA). Work unit ``t``: group ``t // tiles``,
     packed columns tile ``t % tiles`` (``out_n`` features: 128, or 64 gated); units past the
-    group's count are skipped by both roles."""
+    group's count are skipped by every role (``_unit``)."""
 
     def __init__(self, activation: str, bias: bool, group: int, cache_m_major: bool,
                  gather_addresses: bool = False, epilogue_warpgroup: bool = False):
