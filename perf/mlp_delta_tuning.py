@@ -101,8 +101,9 @@ def main() -> None:
     if args.no_down:
         fns = {name: fn for name, fn in fns.items() if not name.startswith("down")}
     xp = torch.randn(m, padded, device="cuda", generator=gen).bfloat16()
-    wp = torch.randn(padded, k, device="cuda", generator=gen).bfloat16()
-    fns["torch.mm mm1-sized (M,K)x(K,Lpad)"] = lambda _: torch.mm(x, wp.t())
+    # the dense mm1 of the same padded width: both rows of each feature when gated
+    wp = torch.randn(w1_rows * padded, k, device="cuda", generator=gen).bfloat16()
+    fns[f"torch.mm mm1-sized (M,K)x(K,{'2 ' * (w1_rows > 1)}Lpad)"] = lambda _: torch.mm(x, wp.t())
     fns["torch.mm mm2-sized (M,Lpad)x(Lpad,D)"] = lambda _: torch.mm(xp, w2t[:padded])
     # every configuration computes the same thing: one call each from the same caches,
     # compared with the first configuration's result (then the timed calls may drift them)
@@ -131,9 +132,9 @@ def main() -> None:
     torch.cuda.synchronize()
     t = bench_interleaved(fns, [None], rounds=args.rounds, warmup=2)
     flops = {"up": 2 * m * count * k * w1_rows, "down": 2 * m * count * d}
+    kind = {name: "down" if name.startswith("down") or "mm2" in name else "up" for name in fns}
     rows = [(name, f"{t[name].median_ms:.3f}",
-             f"{flops.get(name.split()[0], flops['up']) / t[name].median_ms / 1e9:.0f}")
-            for name in fns]
+             f"{flops[kind[name]] / t[name].median_ms / 1e9:.0f}") for name in fns]
     print(f"M {m}, p {args.p}, count {count}, {act_name}, "
           f"{'M-major' if m_major else 'row-major'} act_cache; TFLOP/s over the listed columns "
           f"(gated mm1: both rows of each)")

@@ -942,9 +942,9 @@ def test_mlp_delta_up_sm90_ptx(activation, epilogue_wg):
     regs = [int(line.split()[-1].rstrip(";")) for line in ptx.splitlines()
             if "setmaxnreg" in line]
     if epilogue_wg:
+        producer, consumer, epilogue = EPILOGUE_WG_REGS
         assert sorted(regs) == sorted(EPILOGUE_WG_REGS)
-        assert 128 * sum(EPILOGUE_WG_REGS[:1] + EPILOGUE_WG_REGS[1:2] * 2
-                         + EPILOGUE_WG_REGS[2:]) <= 65536
+        assert 128 * (producer + 2 * consumer + epilogue) <= 65536  # two consumer warpgroups
     else:
         assert len(regs) == 2
     assert "bar.arrive" not in ptx and "barrier.arrive" not in ptx.replace("mbarrier.arrive", "")
