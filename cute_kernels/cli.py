@@ -187,18 +187,28 @@ def _cmd_attention_schedule(args) -> int:
 def _cmd_demo(args) -> int:
     import torch
 
+    from .registry import entries
+
+    names = args.kernel or list(entries())
+    unknown = [n for n in names if n not in entries()]
+    if unknown:
+        raise CLIError(f"--kernel: unknown kernel(s) {', '.join(unknown)}; pick from "
+                       f"{', '.join(entries())}")
     if torch.cuda.is_available() and not args.cpu:
+        if args.kernel:
+            raise CLIError("--kernel selects kernels of the no-GPU PTX report: add --cpu")
         return _demo_gpu()
-    return _demo_cpu()
+    return _demo_cpu(names)
 
 
-def _demo_cpu() -> int:
+def _demo_cpu(names) -> int:
     from .bench import format_table
     from .registry import INSTRUCTIONS, entries, instruction_mix, ptx_for
 
-    print("No GPU: compiling every kernel for sm_80 and sm_90a and counting PTX instructions.\n")
+    which = "every kernel" if len(names) == len(entries()) else ", ".join(names)
+    print(f"No GPU: compiling {which} for sm_80 and sm_90a and counting PTX instructions.\n")
     rows = []
-    for entry in entries().values():
+    for entry in (entries()[name] for name in names):
         for target in ("sm_80", "sm_90a"):
             for variant in entry.variants:
                 t0 = time.perf_counter()
@@ -322,6 +332,9 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("demo", help="run every kernel vs its baseline (GPU) or show PTX mix")
     p.add_argument("--cpu", action="store_true", help="the no-GPU report even on a GPU machine")
+    p.add_argument("--kernel", action="append", metavar="NAME",
+                   help="the no-GPU report for this kernel only (repeatable; names: "
+                        "cute-kernels ptx --list)")
     p.set_defaults(func=_cmd_demo)
 
     p = sub.add_parser("schedule", help="how the Hopper GEMM would run an M x N x K problem",
