@@ -1,6 +1,7 @@
 """The column-sparse MLP delta's two kernels timed separately, per configuration (issue 16):
 
     python perf/mlp_delta_tuning.py [--m M] [--p 0.93] [--rows-major] [--activation swiglu]
+                                    [--no-down | --no-up]
 
 HunyuanVideo's MLP (K = D = 3072, F = 12,288, bf16, GELU-tanh, group 128), M tokens (default
 118,784), count = ceil((1 - p) F) random sorted columns per group, M-major act_cache; with a
@@ -42,6 +43,9 @@ def main() -> None:
     ap.add_argument("--activation", default="gelu_tanh",
                     choices=mlp.MLP_ACTIVATIONS + tuple(mlp.MLP_GATED))
     ap.add_argument("--no-down", action="store_true", help="time mm1's kernels only")
+    ap.add_argument("--no-up", action="store_true",
+                    help="time mm2's kernels (and the first mm1 configuration, which makes "
+                         "their delta)")
     args = ap.parse_args()
     act_name = args.activation
     w1_rows = 2 if act_name in mlp.MLP_GATED else 1  # W1 rows per feature
@@ -100,6 +104,9 @@ def main() -> None:
                     mW2t=w2t, mIdx=idx, mCounts=counts, mOut=out, num_ctas=ctas))
     if args.no_down:
         fns = {name: fn for name, fn in fns.items() if not name.startswith("down")}
+    if args.no_up:
+        ups = [name for name in fns if name.startswith("up")]
+        fns = {name: fn for name, fn in fns.items() if name not in ups[1:]}
     xp = torch.randn(m, padded, device="cuda", generator=gen).bfloat16()
     # the dense mm1 of the same padded width: both rows of each feature when gated
     wp = torch.randn(w1_rows * padded, k, device="cuda", generator=gen).bfloat16()

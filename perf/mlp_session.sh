@@ -20,6 +20,7 @@
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh gated-checks
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh mm1-timing
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh op-timing
+#   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh mm-ncu   (where mm1 / mm2 wait)
 # Prints a summary last.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-mlp}
@@ -69,6 +70,16 @@ if [ "$PART" = mm1-timing ] || [ "$PART" = op-timing ]; then  # mm1's kernels si
 fi
 if [ "$PART" = op-timing ]; then  # then the whole op, GELU-tanh and gated, against dense
   step perf-mlp 300 python perf/column_sparse_mlp.py --parts mlp,gated --rounds 5 --out "$OUT"
+fi
+if [ "$PART" = mm-ncu ]; then  # ncu on the Hopper mm1 and mm2 at HunyuanVideo's MLP
+  step mm-ncu 400 ncu --kernel-name regex:MlpDelta --launch-skip 2 --launch-count 2 \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+    --metrics lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sector_hit_rate.pct,\
+dram__bytes_read.sum,l1tex__m_xbar2l1tex_read_bytes.sum,sm__cycles_elapsed.avg.per_second,\
+lts__t_sectors_srcunit_tex.avg.pct_of_peak_sustained_elapsed \
+    python perf/mlp_delta_probe.py hopper --hunyuan
+  grep -v "DEBUG\|Warn\|^==PROF" "$OUT/mm-ncu.log" | grep -E "MlpDelta|Duration|Throughput|\
+Busy|Hit|Stall|lts__|dram__|l1tex__|sm__cycles|Warp Cycles|Issued|Bandwidth|Pipe" | head -90
 fi
 if [ "$PART" = tune ]; then
   step mlp-gpu-tests 240 python -m pytest -q --tb=short -p no:logging \
