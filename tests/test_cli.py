@@ -280,3 +280,13 @@ def test_attention_schedule_command(capsys):
     assert "multiple of H_KV" in capsys.readouterr().err
     assert main(["attention-schedule", "1", "32", "8", "1", "100", "96"]) == 2
     assert "D must be one of" in capsys.readouterr().err
+
+
+def test_demo_kernel_filter_needs_the_cpu_report(monkeypatch, capsys):
+    """On a GPU machine ``demo --kernel`` without ``--cpu`` says the filter belongs to the
+    no-GPU report instead of running the GPU demo unfiltered."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert main(["demo", "--kernel", "pack_mask"]) != 0
+    assert "--cpu" in capsys.readouterr().err
