@@ -183,6 +183,7 @@ def _mlp_delta_entry() -> KernelEntry:
         from .ops.column_sparse_mlp import (
             DOWN_CONFIG,
             SM90_DOWN_CHUNK,
+            SM90_NARROW_STAGING,
             SM90_UP_ADDRESSES,
             SM90_UP_EPILOGUE_WG,
             UP_CONFIG,
@@ -197,9 +198,9 @@ def _mlp_delta_entry() -> KernelEntry:
         # there, ops.column_sparse_mlp.SM90_UP_ON / SM90_DOWN_ON), mma.sync on Ampere
         if op == "up" and path == "hopper":
             return make_build("up_sm90", (dtype, act, True, m_major, SM90_UP_ADDRESSES,
-                                          SM90_UP_EPILOGUE_WG))
+                                          SM90_UP_EPILOGUE_WG, SM90_NARROW_STAGING, 0))
         if op == "down" and path == "hopper":
-            return make_build("down_sm90", (dtype, SM90_DOWN_CHUNK))
+            return make_build("down_sm90", (dtype, SM90_DOWN_CHUNK, SM90_NARROW_STAGING, 0))
         if op == "up":
             return make_build(op, (dtype, act, True, 128, 128, m_major,
                                    tuple(UP_CONFIG.items())))

@@ -89,19 +89,27 @@ def main() -> None:
         up_ctas = min(groups * -(-count // (mlp.TILE_N // w1_rows)), sms)
         # the ring holds each row's index or its address; the consumers run the cache pass
         # or hand it to an epilogue warpgroup
-        for addresses, epi in ((False, False), (True, False), (True, True)):
+        # and the epilogue tile staged as fp32 (4 stages) or 16-bit (4 or 5 stages)
+        for addresses, epi, narrow, stages in ((False, False, False, 4), (True, False, False, 4),
+                                               (True, True, False, 4), (True, True, True, 4),
+                                               (True, True, True, 5)):
             name = ("up sm90 (WGMMA, gather producer)" + ", staged addresses" * addresses
-                    + ", epilogue warpgroup" * epi)
+                    + ", epilogue warpgroup" * epi + f", 16-bit tile, {stages} stages" * narrow)
             fns[name] = (
-                lambda _, key=(torch.bfloat16, act_name, True, m_major, addresses, epi): (
+                lambda _, key=(torch.bfloat16, act_name, True, m_major, addresses, epi, narrow,
+                               stages): (
                     mlp._launch("up_sm90", dev, key, mX=x.unsqueeze(-1), mW1=w1, mB1=b1,
                                 mIdx=idx, mCounts=counts, mAct=act, mDelta=delta,
                                 num_ctas=up_ctas)))
-        for chunk in (0, 8, 16):  # the list staged per k-tile (one ahead) or in chunks
-            fns[f"down sm90 (WGMMA, gather producer), list chunk {chunk}"] = (
-                lambda _, chunk=chunk: mlp._launch(
-                    "down_sm90", dev, (torch.bfloat16, chunk), mDelta=delta.unsqueeze(-1),
-                    mW2t=w2t, mIdx=idx, mCounts=counts, mOut=out, num_ctas=ctas))
+        # the list staged per k-tile (one ahead) or in chunks; the tile fp32 or 16-bit
+        for chunk, narrow, stages in ((0, False, 4), (16, False, 4), (16, True, 4),
+                                      (16, True, 5)):
+            name = (f"down sm90 (WGMMA, gather producer), list chunk {chunk}"
+                    + f", 16-bit tile, {stages} stages" * narrow)
+            fns[name] = (
+                lambda _, key=(torch.bfloat16, chunk, narrow, stages): mlp._launch(
+                    "down_sm90", dev, key, mDelta=delta.unsqueeze(-1), mW2t=w2t, mIdx=idx,
+                    mCounts=counts, mOut=out, num_ctas=ctas))
     if args.no_down:
         fns = {name: fn for name, fn in fns.items() if not name.startswith("down")}
     if args.no_up:

@@ -21,6 +21,7 @@
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh mm1-timing
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh op-timing
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh mm-ncu   (where mm1 / mm2 wait)
+#   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh narrow   (16-bit tile, 5 stages)
 # Prints a summary last.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-mlp}
@@ -80,6 +81,19 @@ lts__t_sectors_srcunit_tex.avg.pct_of_peak_sustained_elapsed \
     python perf/mlp_delta_probe.py hopper --hunyuan
   grep -v "DEBUG\|Warn\|^==PROF" "$OUT/mm-ncu.log" | grep -E "MlpDelta|Duration|Throughput|\
 Busy|Hit|Stall|lts__|dram__|l1tex__|sm__cycles|Warp Cycles|Issued|Bandwidth|Pipe" | head -90
+fi
+if [ "$PART" = narrow ]; then  # the 16-bit staging tile and five stages, timed and checked
+  step mm1-tuning 120 python perf/mlp_delta_tuning.py --no-down --rounds 5
+  step mm2-tuning 90 python perf/mlp_delta_tuning.py --no-up --rounds 5
+  step wgmma-tests 120 python -m pytest -q --tb=short -p no:logging \
+    tests/test_column_sparse_mlp_gpu.py -k "wgmma"
+  step memcheck-hopper 60 "${SANITIZE[@]}" --tool memcheck python perf/mlp_delta_probe.py hopper
+  step racecheck-hopper 90 "${SANITIZE[@]}" --tool racecheck python perf/mlp_delta_probe.py hopper
+  step perf-mlp 100 python perf/column_sparse_mlp.py --parts mlp --rounds 3 --out "$OUT"
+  grep -v DEBUG "$OUT/mm1-tuning.log" | grep "up sm90\|mm1-sized"
+  grep -v DEBUG "$OUT/mm2-tuning.log" | grep "down sm90\|mm2-sized"
+  grep -v DEBUG "$OUT/perf-mlp.log" | grep -A10 "^dense MLP"
+  grep -h "ERROR SUMMARY\|RACECHECK SUMMARY\|hazard" "$OUT"/*check-hopper.log | tail -4
 fi
 if [ "$PART" = tune ]; then
   step mlp-gpu-tests 240 python -m pytest -q --tb=short -p no:logging \

@@ -226,19 +226,22 @@ WGMMA_CASES = [c for c in CASES if c.group == 128 and c.k % 64 == 0 and c.d % 12
 
 
 @pytest.mark.skipif(not HOPPER, reason="the WGMMA kernels need a Hopper GPU")
-@pytest.mark.parametrize("chunk, addresses, epilogue_wg",
-                         [(0, False, False), (16, True, False), (16, True, True)],
+@pytest.mark.parametrize("chunk, addresses, epilogue_wg, narrow",
+                         [(0, False, False, False), (16, True, False, False),
+                          (16, True, True, True)],
                          ids=["indices-per-k-tile", "list-chunks-staged-addresses",
-                              "epilogue-warpgroup"])
+                              "epilogue-warpgroup-16-bit-tile"])
 @pytest.mark.parametrize("case", WGMMA_CASES, ids=str)
-def test_wgmma_kernels_match_reference(case, chunk, addresses, epilogue_wg, monkeypatch):
+def test_wgmma_kernels_match_reference(case, chunk, addresses, epilogue_wg, narrow,
+                                       monkeypatch):
     """The Hopper path's warp-specialized WGMMA kernels, both on, on the cases they take, in
     their earlier forms (mm2 fetching each k-tile's list one ahead, mm1 staging row indices)
     and the defaults (mm2 staging its list 16 k-tiles at a time, ``SM90_DOWN_CHUNK``; mm1
     staging row addresses, ``SM90_UP_ADDRESSES``), the gated forms included (64 features a
-    tile, gated in registers), and mm1 handing each tile to an epilogue warpgroup
-    (``SM90_UP_EPILOGUE_WG``). The default route (other shapes on mma.sync) runs in
-    test_matches_reference."""
+    tile, gated in registers), mm1 handing each tile to an epilogue warpgroup
+    (``SM90_UP_EPILOGUE_WG``), and both staging the epilogue tile in 16 bits with five
+    stages (``SM90_NARROW_STAGING``; the earlier forms keep the fp32 tile and four). The
+    default route (other shapes on mma.sync) runs in test_matches_reference."""
     import cute_kernels as ck
 
     assert WGMMA_CASES
@@ -248,6 +251,7 @@ def test_wgmma_kernels_match_reference(case, chunk, addresses, epilogue_wg, monk
     monkeypatch.setattr(OPS, "SM90_UP_ADDRESSES", addresses)
     monkeypatch.setattr(OPS, "SM90_UP_GATED", True)
     monkeypatch.setattr(OPS, "SM90_UP_EPILOGUE_WG", epilogue_wg)
+    monkeypatch.setattr(OPS, "SM90_NARROW_STAGING", narrow)
     launched = []
     launch = OPS._launch
 

@@ -930,11 +930,12 @@ def test_mlp_delta_up_sm90_ptx(activation, epilogue_wg):
     epilogue), the fp32 tile handed over by mbarriers, not named-barrier arrives, no spills."""
     import torch
 
-    from cute_kernels.kernels.mlp_delta_sm90 import EPILOGUE_WG_REGS
-    from cute_kernels.ops.column_sparse_mlp import make_build
+    from cute_kernels.kernels.mlp_delta_sm90 import EPILOGUE_WG_REGS, NARROW_EPILOGUE_WG_REGS
+    from cute_kernels.ops.column_sparse_mlp import SM90_NARROW_STAGING, make_build
     from cute_kernels.runtime.compile import compile_ptx
 
-    build = make_build("up_sm90", (torch.bfloat16, activation, True, True, True, epilogue_wg))
+    build = make_build("up_sm90", (torch.bfloat16, activation, True, True, True, epilogue_wg,
+                                   SM90_NARROW_STAGING, 0))
     threads = 512 if epilogue_wg else 384
     ptx = compile_ptx(build, "sm_90a")
     assert f".reqntid {threads}, 1, 1" in ptx
@@ -942,11 +943,34 @@ def test_mlp_delta_up_sm90_ptx(activation, epilogue_wg):
     regs = [int(line.split()[-1].rstrip(";")) for line in ptx.splitlines()
             if "setmaxnreg" in line]
     if epilogue_wg:
-        producer, consumer, epilogue = EPILOGUE_WG_REGS
-        assert sorted(regs) == sorted(EPILOGUE_WG_REGS)
+        budgets = NARROW_EPILOGUE_WG_REGS if SM90_NARROW_STAGING else EPILOGUE_WG_REGS
+        producer, consumer, epilogue = budgets
+        assert sorted(regs) == sorted(budgets)
         assert 128 * (producer + 2 * consumer + epilogue) <= 65536  # two consumer warpgroups
     else:
         assert len(regs) == 2
     assert "bar.arrive" not in ptx and "barrier.arrive" not in ptx.replace("mbarrier.arrive", "")
     # the consumers' form (the A/B baseline) spills a word under its 168-register launch cap
     _assert_no_spills(ptx, "sm_90a", allowed=0 if epilogue_wg else 16)
+
+
+@pytest.mark.parametrize("narrow", [False, True], ids=["fp32-tile", "16-bit-tile"])
+def test_mlp_delta_down_sm90_ptx(narrow):
+    """The Hopper mm2 (its list staged in chunks): WGMMA, the delta by TMA, 384 threads in two
+    register budgets, the out_cache update in 16-byte vectors, no spills; its epilogue tile
+    fp32 with four stages or 16-bit with five (``SM90_NARROW_STAGING``, the default), within
+    the 227 KiB of shared memory a CTA may take."""
+    import torch
+
+    from cute_kernels.kernels.mlp_delta_sm90 import NARROW_STAGES, STAGES
+    from cute_kernels.ops.column_sparse_mlp import SM90_DOWN_CHUNK, make_build
+    from cute_kernels.runtime.compile import compile_ptx
+
+    build = make_build("down_sm90", (torch.bfloat16, SM90_DOWN_CHUNK, narrow, 0))
+    ptx = compile_ptx(build, "sm_90a")
+    assert ".reqntid 384, 1, 1" in ptx and "wgmma.mma_async" in ptx
+    assert "cp.async.bulk.tensor" in ptx and "ld.global.v4" in ptx and "st.global.v4" in ptx
+    assert sum("setmaxnreg" in line for line in ptx.splitlines()) == 2
+    assert build.fn.stages == (NARROW_STAGES if narrow else STAGES)
+    assert build.fn.storage_cls.size_in_bytes() <= 227 * 1024
+    _assert_no_spills(ptx, "sm_90a")

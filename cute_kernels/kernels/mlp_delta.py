@@ -146,6 +146,10 @@ class _DeltaGemm:
     after the mainloop as a padded fp32 (tile_m, tile_n) staging tile, and the tile's feature
     ids) and the vector loop over the staged tile."""
 
+    #: the epilogue's staging tile holds 16-bit values (the operands' type) instead of fp32:
+    #: the Hopper kernels' choice (``mlp_delta_sm90``), where the smem it saves buys a stage
+    narrow_staging = False
+
     def __init__(self, group: int, tile=DEFAULT_TILE, stages: int = 3, warps=(2, 2)):
         self.tile_m, self.tile_n, self.tile_k = tile
         if group % self.tile_m:
@@ -198,10 +202,16 @@ class _DeltaGemm:
 
     @cute.jit
     def staged_vector(self, sF, m, chunk):
-        """Row ``m``'s fp32 values ``chunk * 8 ...`` of the staging tile."""
-        frag = cute.make_rmem_tensor((VEC,), Float32)
+        """Row ``m``'s values ``chunk * 8 ...`` of the staging tile, as fp32."""
+        frag = cute.make_rmem_tensor((VEC,), sF.element_type)
         cute.autovec_copy(cute.zipped_divide(sF[m, None], (VEC,))[None, chunk], frag)
+        if cutlass.const_expr(self.narrow_staging):
+            return frag.load().to(Float32)
         return frag.load()
+
+    def to_staged(self, v, sF):
+        """An fp32 value as the staging tile stores it."""
+        return v.to(sF.element_type) if self.narrow_staging else v
 
 
 class MlpDeltaUp(_DeltaGemm):
@@ -320,7 +330,7 @@ class MlpDeltaUp(_DeltaGemm):
                     row = 2 * sFeat[c // 2]
                     up = up + Float32(mB1[row])
                     gate = gate + Float32(mB1[row + 1])
-                sF[m, c // 2] = activate(gate, self.gate_act) * up
+                sF[m, c // 2] = self.to_staged(activate(gate, self.gate_act) * up, sF)
 
     @cute.jit
     def cache_pass(self, sF, sFeat, mAct, row0, rows_valid, cols_valid, tidx):
@@ -339,11 +349,14 @@ class MlpDeltaUp(_DeltaGemm):
                 for u in cutlass.range_constexpr(U):
                     m, n = self._element(b * U + u, tidx)
                     h = sF[m, n]
+                    if cutlass.const_expr(self.narrow_staging):
+                        # h as the cache keeps it: the delta is what the cache entry changes by
+                        h = h.to(Float32)
                     if m < rows_valid and n < cols_valid:
                         mAct[row0 + m, sFeat[n]] = h.to(mAct.element_type)
-                        sF[m, n] = h - old[u]
+                        sF[m, n] = self.to_staged(h - old[u], sF)
                     else:
-                        sF[m, n] = Float32(0.0)
+                        sF[m, n] = self.to_staged(Float32(0.0), sF)
 
     def _element(self, e, tidx):
         """The (m, n) of a thread's ``e``-th element in the cache pass: consecutive lanes take

@@ -12,12 +12,12 @@ consumer threads, or for mm1 by an epilogue warpgroup). What changes is the main
   ``PipelineCpAsync`` ring. The weights are seen as (1, tiles, F, width) views so a k-tile
   (mm1) or output tile (mm2) is the loader's "head";
 * warpgroups 1 and 2 consume: per k-tile ``wgmma.mma_async`` m64n128k16, one batch in flight,
-  then the epilogue (fp32 tile staged in smem, named barrier among the consumers);
+  then the epilogue (the tile staged in smem, named barrier among the consumers);
 * persistent: CTAs stride over (group, column tile) work units, so the producer streams the
   next unit's k-tiles while the consumers run this unit's epilogue (the overlap Chipmunk Part
   III found mattered most for this epilogue-heavy kernel);
 * mm1 with ``epilogue_warpgroup`` (the op's default): warpgroup 3 takes the cache pass and the
-  delta store off the consumers. They stage bias + activation into the fp32 tile and hand it
+  delta store off the consumers. They stage bias + activation into the smem tile and hand it
   over through a one-stage ``PipelineAsync`` (full / empty mbarriers), then start the next
   unit's k-tiles while warpgroup 3 reads and writes the cache: the WGMMAs wait only for the
   activation, not for the cache's scattered round trips (HunyuanVideo's MLP: the cache pass
@@ -27,12 +27,21 @@ The gated mm1 (Llama-style ``act(gate) * up``, W1 as ``pack_gated_weight``'s int
 gate) rows) gathers 64 features a tile as 128 rows: the loader's ``entry_keys=2`` turns list
 position ``p`` into W1 row ``2 idx[p / 2] + p % 2``, and since WGMMA leaves each thread the
 pair of adjacent accumulator columns (up, gate) of a feature, as mma.sync does, the epilogue
-gates in registers (``gate_pairs_to_smem``) into a (128, 64) fp32 tile.
+gates in registers (``gate_pairs_to_smem``) into a (128, 64) tile.
 
-Shared memory at 128 x 128 x 64, 4 stages: 4 x 32 KiB of A and B stages, the 66 KiB fp32
-epilogue tile (33 KiB gated), 2 KiB of staged row indices (8 KiB of addresses), 512 B of
-feature ids, 16 B of tile barriers (about 202 KiB: one CTA per SM). Threads: 384, or 512 with
-the epilogue warpgroup (registers after ``setmaxnreg``: 40 / 232, or 40 / 200 / 72).
+The staging tile (``narrow_staging``, the op's default): in the operands' 16-bit type, 34 KiB
+(17 KiB gated), instead of fp32, 66 KiB. mm1 stages h as the act_cache keeps it, so the
+packed delta is the change of the cache entry; mm2 rounds its sum once more before adding it
+to out_cache. The 32 KiB saved buy a fifth stage (``NARROW_STAGES``) for the gathered rows'
+DRAM round trips the kernels wait on (ncu). H100, HunyuanVideo's MLP at p 0.93, ms: fp32 tile
+with 3 / 4 stages mm1 2.13 / 1.91-1.95, mm2 2.29 / 2.07-2.11; 16-bit tile with 4 / 5 stages
+mm1 1.89 / 1.77, mm2 1.99 / 1.97.
+
+Shared memory at 128 x 128 x 64, 5 stages: 5 x 32 KiB of A and B stages, the 34 KiB tile, 2.5
+KiB of staged row indices (10 KiB of addresses; mm2's list chunk 4 KiB), 512 B of feature ids,
+16 B of tile barriers (about 206 KiB for mm1, 200 KiB for mm2: one CTA per SM; with the fp32
+tile, 4 stages). Threads: 384, or 512 with the epilogue warpgroup (registers after
+``setmaxnreg``: 40 / 232, or 40 / 192 / 88; 40 / 200 / 72 with the fp32 tile).
 Constraints (the op falls back to the mma.sync kernels otherwise): group 128, K a multiple of
 64 (mm1), D a multiple of 128 (mm2).
 """
@@ -49,6 +58,7 @@ from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
 from .attention.kv_loader import GatherKVLoader
+from .common.dsl import python_unrolled
 from .common.sm80 import padded_f32_tile
 from .mlp_delta import MlpDeltaDown, MlpDeltaUp, group_count
 
@@ -59,13 +69,17 @@ PRODUCER_REGS, CONSUMER_REGS = 40, 232
 #: its cache pass loads ``EPILOGUE_CACHE_BATCH`` values ahead per thread (ptxas spilled in
 #: some of the activations' builds at 184 / 104 with 32, 176 / 120 with 32 or 64, 168 / 136)
 EPILOGUE_WG_REGS = (40, 200, 72)
+#: the same with the 16-bit staging tile, whose cache pass converts each value (ptxas spilled
+#: 24 bytes at 72)
+NARROW_EPILOGUE_WG_REGS = (40, 192, 88)
 EPILOGUE_CACHE_BATCH = 16
 #: named barriers: 0 is the CTA's, 1 the consumers' (epilogue), 2 the loader's index staging,
-#: 3 the epilogue warpgroup's (the fp32 tile itself is handed over by a one-stage mbarrier
+#: 3 the epilogue warpgroup's (the staged tile itself is handed over by a one-stage mbarrier
 #: pipeline)
 CONSUMERS_BARRIER, INDICES_BARRIER, EPILOGUE_BARRIER = 1, 2, 3
 TILE = (128, 128, 64)
-STAGES = 4
+#: k-tiles in flight: 4 with the fp32 staging tile, 5 with the 16-bit one (the smem it saves)
+STAGES, NARROW_STAGES = 4, 5
 #: mm2 stages its list in chunks of this many k-tiles (64 indices each, 4 KiB a chunk): one
 #: index round trip per chunk instead of one per k-tile (``MlpDeltaDownSm90(chunk_tiles=)``)
 CHUNK_TILES = 16
@@ -79,16 +93,20 @@ class _Sm90Delta:
     consumer_wgs = 2
     b_major = "k"
 
-    def _sm90_setup(self, index_slots: int = 0, epilogue_wgs: int = 0):
+    def _sm90_setup(self, index_slots: int = 0, epilogue_wgs: int = 0, stages: int = STAGES,
+                    narrow_staging: bool = False):
         # the inherited epilogue helpers run on the 256 consumer threads, or on the epilogue
         # warpgroup's 128 when there is one
         self.epilogue_wgs = epilogue_wgs
         self.threads = 128 * (epilogue_wgs or self.consumer_wgs)
         self.block_threads = 128 * (1 + self.consumer_wgs + epilogue_wgs)
-        self.regs = EPILOGUE_WG_REGS if epilogue_wgs else (PRODUCER_REGS, CONSUMER_REGS, 0)
-        self.stages = STAGES
+        self.regs = ((NARROW_EPILOGUE_WG_REGS if narrow_staging else EPILOGUE_WG_REGS)
+                     if epilogue_wgs else (PRODUCER_REGS, CONSUMER_REGS, 0))
+        # narrow_staging: the epilogue tile in the operands' 16-bit type (half the fp32
+        # tile's 66 KiB), which leaves room for a fifth stage
+        self.stages, self.narrow_staging = stages, narrow_staging
         # columns of the loader's index area: its ring of one per stage, or more (a chunk)
-        self.index_slots = index_slots or STAGES
+        self.index_slots = index_slots or stages
 
     def _mma(self, dtype):
         b_mode = OperandMajorMode.K if self.b_major == "k" else OperandMajorMode.MN
@@ -120,9 +138,18 @@ class _Sm90Delta:
         self.a_stage_bytes = cute.size_in_bytes(dtype, sA_stage)
         return tiled_mma, tma_a, tA, mWv, sA_layout, sB_layout
 
+    def _stage_layout(self):
+        """The epilogue's (tile_m, out_n) staging tile, rows padded by 16 bytes (fp32: the
+        shared ``padded_f32_tile``): 16-byte aligned rows, fragment writes spread over the
+        banks."""
+        if self.narrow_staging:
+            return cute.make_layout((self.tile_m, self.out_n), stride=(self.out_n + 8, 1))
+        return padded_f32_tile(self.tile_m, self.out_n)
+
     def _storage(self, dtype, sA_layout, sB_layout):
         S, BN = self.stages, self.tile_n
-        sF_layout = padded_f32_tile(self.tile_m, self.out_n)
+        sF_layout = self._stage_layout()
+        sF_type = dtype if self.narrow_staging else Float32
 
         # fields as real objects: ``from __future__ import annotations`` would turn a class
         # body's annotations into strings this helper's scope cannot resolve
@@ -131,13 +158,13 @@ class _Sm90Delta:
             "b_mbar": cute.struct.MemRange[cutlass.Int64, 2 * S],
             "sA": cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sA_layout)], 1024],
             "sB": cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sB_layout)], 1024],
-            "sF": cute.struct.Align[cute.struct.MemRange[Float32, cute.cosize(sF_layout)], 16],
+            "sF": cute.struct.Align[cute.struct.MemRange[sF_type, cute.cosize(sF_layout)], 16],
             "sIdx": cute.struct.Align[cute.struct.MemRange[Int32, self.loader.ring_words(
                 self.index_slots)],
                                       16],
             "sFeat": cute.struct.Align[cute.struct.MemRange[Int32, BN], 16],
         }
-        if self.epilogue_wgs:  # the fp32 tile's full / empty barriers
+        if self.epilogue_wgs:  # the staged tile's full / empty barriers
             fields["tile_mbar"] = cute.struct.MemRange[cutlass.Int64, 2]
         return cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
 
@@ -199,7 +226,7 @@ class _Sm90Delta:
         a_pipe, b_pipe = self._pipes(storage, self.a_stage_bytes)
         sA = storage.sA.get_tensor(sA_layout.outer, swizzle=sA_layout.inner)
         sB = storage.sB.get_tensor(sB_layout.outer, swizzle=sB_layout.inner)
-        sF = cute.make_tensor(storage.sF.data_ptr(), padded_f32_tile(self.tile_m, self.out_n))
+        sF = cute.make_tensor(storage.sF.data_ptr(), self._stage_layout())
         sFeat = cute.make_tensor(storage.sFeat.data_ptr(), cute.make_layout(self.tile_n))
         sIdx = self.loader.ring(storage.sIdx.data_ptr(), self.index_slots)
         tile_pipe = None
@@ -252,6 +279,20 @@ class _Sm90Delta:
         rel = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
         return thr_mma, frag_a, frag_b, acc, rd, rel
 
+    @cute.jit
+    def _acc_to_stage(self, acc, thr_mma, sF):
+        """The consumers' fp32 accumulators into the staging tile (rounded to its type)."""
+        if cutlass.const_expr(self.narrow_staging):
+            staged = cute.make_rmem_tensor_like(acc, sF.element_type)
+            # element by element: converting acc.load() as one vector made ptxas serialize
+            # mm2's WGMMAs (C7514)
+            with python_unrolled():
+                for i in cutlass.range_constexpr(cute.size(acc)):
+                    staged[i] = acc[i].to(sF.element_type)
+            cute.autovec_copy(staged, thr_mma.partition_C(sF))
+        else:
+            cute.autovec_copy(acc, thr_mma.partition_C(sF))
+
     def _consumers_sync(self):
         cute.arch.barrier(barrier_id=CONSUMERS_BARRIER, number_of_threads=128 * self.consumer_wgs)
 
@@ -263,15 +304,18 @@ class MlpDeltaUpSm90(_Sm90Delta, MlpDeltaUp):
     group's count are skipped by every role (``_unit``)."""
 
     def __init__(self, activation: str, bias: bool, group: int, cache_m_major: bool,
-                 gather_addresses: bool = False, epilogue_warpgroup: bool = False):
+                 gather_addresses: bool = False, epilogue_warpgroup: bool = False,
+                 narrow_staging: bool = False, stages: int = 0):
+        stages = stages or (NARROW_STAGES if narrow_staging else STAGES)
         # warps: the inherited cache pass's thread count, the 256 consumers (8 warps), or the
         # epilogue warpgroup's 128 (4 warps)
         MlpDeltaUp.__init__(self, activation, bias, group, cache_m_major, tile=TILE,
-                            stages=STAGES, warps=(2 if epilogue_warpgroup else 4, 2),
+                            stages=stages, warps=(2 if epilogue_warpgroup else 4, 2),
                             cache_batch=EPILOGUE_CACHE_BATCH if epilogue_warpgroup else 64)
         # epilogue_warpgroup: a fourth warpgroup runs the cache pass and the delta store from
-        # the fp32 tile while the consumers run the next unit's mainloop (class docstring)
-        self._sm90_setup(epilogue_wgs=int(epilogue_warpgroup))
+        # the staged tile while the consumers run the next unit's mainloop (class docstring)
+        self._sm90_setup(epilogue_wgs=int(epilogue_warpgroup), stages=stages,
+                         narrow_staging=narrow_staging)
         # gather_addresses: the ring holds each row's 64-bit k-tile address (the attention
         # gather's staged addresses, with the swizzle's XOR hoisted) instead of its index;
         # gated: list position p is W1 row 2 idx[p / 2] + p % 2 (entry_keys, module docstring)
@@ -357,7 +401,7 @@ class MlpDeltaUpSm90(_Sm90Delta, MlpDeltaUp):
                         self.gate_pairs_to_smem(acc, tCcC, sFeat, mB1, sF)
                     else:
                         self.bias_activation(acc, tCcC, sFeat, mB1)
-                        cute.autovec_copy(acc, thr_mma.partition_C(sF))
+                        self._acc_to_stage(acc, thr_mma, sF)
                     if cutlass.const_expr(self.epilogue_wgs):
                         tile_pipe.producer_commit(tile_state)
                         tile_state.advance()
@@ -405,12 +449,14 @@ class MlpDeltaDownSm90(_Sm90Delta, MlpDeltaDown):
 
     b_major = "mn"
 
-    def __init__(self, group: int, chunk_tiles: int = CHUNK_TILES):
-        MlpDeltaDown.__init__(self, group, tile=TILE, stages=STAGES, warps=(2, 2))
+    def __init__(self, group: int, chunk_tiles: int = CHUNK_TILES,
+                 narrow_staging: bool = False, stages: int = 0):
+        stages = stages or (NARROW_STAGES if narrow_staging else STAGES)
+        MlpDeltaDown.__init__(self, group, tile=TILE, stages=stages, warps=(2, 2))
         # chunk_tiles: the list staged that many k-tiles at a time (0: fetched per k-tile, one
         # ahead, by the loader)
         self.chunk_tiles = chunk_tiles
-        self._sm90_setup(chunk_tiles)
+        self._sm90_setup(chunk_tiles, stages=stages, narrow_staging=narrow_staging)
         # W2's columns are the loader's "V" rows: block_n = the k-tile, head_dim = the D tile
         self.loader = GatherKVLoader(self.tile_k, self.tile_n, INDICES_BARRIER,
                                      hoist_swizzle=False, stage_addresses=False)
@@ -482,7 +528,7 @@ class MlpDeltaDownSm90(_Sm90Delta, MlpDeltaDown):
                     rd, rel = self._mainloop(tiled_mma, frag_a, frag_b, acc, a_pipe, b_pipe,
                                              cute.ceil_div(count, BK), rd, rel)
                     self._consumers_sync()  # the last unit's epilogue has left sF
-                    cute.autovec_copy(acc, thr_mma.partition_C(sF))
+                    self._acc_to_stage(acc, thr_mma, sF)
                     self._consumers_sync()
                     row0 = g * self.group
                     self.accumulate(sF, mOut, row0, cutlass.min(m - row0, BM), j * BN, ctid)

@@ -65,6 +65,10 @@ SM90_UP_GATED = True
 #: 1.789 against 1.995 ms (H200), 1.930 against 2.182 (H100)
 SM90_UP_EPILOGUE_WG = True
 SM90_DOWN_ON = True
+#: Whether the Hopper mm1 / mm2 stage their epilogue tile in the operands' 16-bit type
+#: instead of fp32 (h as the act_cache keeps it; mm2's sum rounded once more), which frees
+#: the smem for a fifth k-tile stage (``mlp_delta_sm90.NARROW_STAGES``)
+SM90_NARROW_STAGING = True
 #: k-tiles of mm2's list the Hopper kernel stages per index round trip (0: one k-tile, fetched
 #: one ahead)
 SM90_DOWN_CHUNK = 16
@@ -363,7 +367,8 @@ def _run_mlp(x, w1, b1, w2, indices, counts, act_cache, out_cache, group, activa
         tile_features = TILE_N // 2 if activation in MLP_GATED else TILE_N
         units = groups * -(-indices.shape[1] // tile_features)
         _launch("up_sm90", x.device, (x.dtype, activation, b1 is not None, m_major,
-                                      SM90_UP_ADDRESSES, SM90_UP_EPILOGUE_WG),
+                                      SM90_UP_ADDRESSES, SM90_UP_EPILOGUE_WG,
+                                      SM90_NARROW_STAGING, 0),
                 mX=x.unsqueeze(-1), mW1=w1, mB1=b1, mIdx=indices, mCounts=counts,
                 mAct=act_cache, mDelta=delta, num_ctas=min(units, sms))
     else:
@@ -383,7 +388,7 @@ def _run_down(delta, w2t, indices, counts, out_cache, group) -> None:
     d = out_cache.shape[1]
     device = delta.device
     if SM90_DOWN_ON and group == 128 and device_target(device)[0] == "hopper" and d % 128 == 0:
-        _launch("down_sm90", device, (delta.dtype, SM90_DOWN_CHUNK),
+        _launch("down_sm90", device, (delta.dtype, SM90_DOWN_CHUNK, SM90_NARROW_STAGING, 0),
                 mDelta=delta.unsqueeze(-1), mW2t=w2t, mIdx=indices, mCounts=counts,
                 mOut=out_cache, num_ctas=min(indices.shape[0] * (d // 128), sm_count(device)))
     else:
@@ -573,9 +578,10 @@ def make_build(op: str, key: tuple):
         named = dict(mDelta=rows16(), mW2t=rows16(), mIdx=fake_compact(INDEX_DTYPE, 2),
                      mCounts=fake_compact(INDEX_DTYPE, 1), mOut=rows16())
     elif op == "up_sm90":
-        _, activation, bias, m_major, addresses, epilogue_wg = key
+        # narrow: the 16-bit staging tile; stages: 0 for the kernel's default for it
+        _, activation, bias, m_major, addresses, epilogue_wg, narrow, stages = key
         kernel = mlp_delta_sm90.MlpDeltaUpSm90(activation, bias, 128, m_major, addresses,
-                                               epilogue_wg)
+                                               epilogue_wg, narrow, stages)
         act = make_fake_tensor(dt, (sym(), sym()), (1, sym()) if m_major else (sym(), 1),
                                assumed_align=2)
         named = dict(mX=fake_mkl(dtype, "k"), mW1=rows16(),
@@ -583,7 +589,8 @@ def make_build(op: str, key: tuple):
                      mIdx=fake_compact(INDEX_DTYPE, 2), mCounts=fake_compact(INDEX_DTYPE, 1),
                      mAct=act, mDelta=rows16(), num_ctas=cutlass.Int32(1))
     elif op == "down_sm90":
-        kernel = mlp_delta_sm90.MlpDeltaDownSm90(128, chunk_tiles=key[1])
+        _, chunk, narrow, stages = key
+        kernel = mlp_delta_sm90.MlpDeltaDownSm90(128, chunk, narrow, stages)
         named = dict(mDelta=fake_mkl(dtype, "k"), mW2t=rows16(),
                      mIdx=fake_compact(INDEX_DTYPE, 2), mCounts=fake_compact(INDEX_DTYPE, 1),
                      mOut=rows16(), num_ctas=cutlass.Int32(1))
