@@ -974,3 +974,15 @@ def test_mlp_delta_down_sm90_ptx(narrow):
     assert build.fn.stages == (NARROW_STAGES if narrow else STAGES)
     assert build.fn.storage_cls.size_in_bytes() <= 227 * 1024
     _assert_no_spills(ptx, "sm_90a")
+
+
+def test_mlp_delta_sm90_refuses_stages_past_shared_memory():
+    """An fp32 staging tile leaves no room for a fifth stage: building it fails with a
+    ValueError naming the stages and the bytes, not with a launch error on the GPU."""
+    import torch
+
+    from cute_kernels.ops.column_sparse_mlp import make_build
+    from cute_kernels.runtime.compile import compile_ptx
+
+    with pytest.raises(ValueError, match="5 stages with an fp32 staging tile"):
+        compile_ptx(make_build("down_sm90", (torch.bfloat16, 16, False, 5)), "sm_90a")

@@ -78,6 +78,8 @@ EPILOGUE_CACHE_BATCH = 16
 #: pipeline)
 CONSUMERS_BARRIER, INDICES_BARRIER, EPILOGUE_BARRIER = 1, 2, 3
 TILE = (128, 128, 64)
+#: shared memory one CTA may take on sm_90 (227 KiB)
+SMEM_BYTES = 232_448
 #: k-tiles in flight: 4 with the fp32 staging tile, 5 with the 16-bit one (the smem it saves)
 STAGES, NARROW_STAGES = 4, 5
 #: mm2 stages its list in chunks of this many k-tiles (64 indices each, 4 KiB a chunk): one
@@ -135,6 +137,11 @@ class _Sm90Delta:
         mWv = cute.make_tensor(mW.iterator, cute.make_layout(
             (1, tiles, mW.shape[0], width), stride=(0, width, mW.stride[0], 1)))
         self.storage_cls = self._storage(dtype, sA_layout, sB_layout)
+        if self.storage_cls.size_in_bytes() > SMEM_BYTES:
+            raise ValueError(f"{type(self).__name__}: {self.stages} stages with "
+                             f"{'a 16-bit' if self.narrow_staging else 'an fp32'} staging tile "
+                             f"need {self.storage_cls.size_in_bytes()} bytes of shared memory, "
+                             f"more than a CTA's {SMEM_BYTES}")
         self.a_stage_bytes = cute.size_in_bytes(dtype, sA_stage)
         return tiled_mma, tma_a, tA, mWv, sA_layout, sB_layout
 
