@@ -927,7 +927,8 @@ def test_scatter_add_m_major_source_ptx():
 def test_mlp_delta_up_sm90_ptx(activation, epilogue_wg):
     """The Hopper mm1 (plain and gated): WGMMA fed by the gather producer; with the epilogue
     warpgroup (the default) 512 threads in three register budgets (producer, consumers,
-    epilogue), the fp32 tile handed over by mbarriers, not named-barrier arrives, no spills."""
+    epilogue), the staged tile (16-bit by default) handed over by mbarriers, not named-barrier
+    arrives, no spills."""
     import torch
 
     from cute_kernels.kernels.mlp_delta_sm90 import EPILOGUE_WG_REGS, NARROW_EPILOGUE_WG_REGS
