@@ -182,12 +182,10 @@ def _mlp_delta_entry() -> KernelEntry:
 
         from .ops.column_sparse_mlp import (
             DOWN_CONFIG,
-            SM90_DOWN_CHUNK,
-            SM90_NARROW_STAGING,
-            SM90_UP_ADDRESSES,
-            SM90_UP_EPILOGUE_WG,
             UP_CONFIG,
+            down_sm90_key,
             make_build,
+            up_sm90_key,
         )
 
         op, m_major = MLP_DELTA_VARIANTS[variant]
@@ -197,10 +195,9 @@ def _mlp_delta_entry() -> KernelEntry:
         # the group-128 kernels of each path: on Hopper the WGMMA ones (the op's defaults
         # there, ops.column_sparse_mlp.SM90_UP_ON / SM90_DOWN_ON), mma.sync on Ampere
         if op == "up" and path == "hopper":
-            return make_build("up_sm90", (dtype, act, True, m_major, SM90_UP_ADDRESSES,
-                                          SM90_UP_EPILOGUE_WG, SM90_NARROW_STAGING, 0))
+            return make_build("up_sm90", up_sm90_key(dtype, act, True, m_major))
         if op == "down" and path == "hopper":
-            return make_build("down_sm90", (dtype, SM90_DOWN_CHUNK, SM90_NARROW_STAGING, 0))
+            return make_build("down_sm90", down_sm90_key(dtype))
         if op == "up":
             return make_build(op, (dtype, act, True, 128, 128, m_major,
                                    tuple(UP_CONFIG.items())))

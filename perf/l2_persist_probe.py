@@ -66,9 +66,8 @@ def main() -> None:
     delta = torch.zeros(m, padded, dtype=torch.bfloat16, device="cuda")
     dev = x.device
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    # the op's default Hopper kernels (0: the stages their staging tile allows)
-    key_up = (torch.bfloat16, "gelu_tanh", True, True, mlp.SM90_UP_ADDRESSES,
-              mlp.SM90_UP_EPILOGUE_WG, mlp.SM90_NARROW_STAGING, 0)
+    # the op's default Hopper kernels
+    key_up = mlp.up_sm90_key(torch.bfloat16, "gelu_tanh", True, True)
 
     def mm1():
         mlp._launch("up_sm90", dev, key_up, mX=x.unsqueeze(-1), mW1=w1, mB1=b1, mIdx=idx,
@@ -76,8 +75,7 @@ def main() -> None:
                     num_ctas=min(groups * -(-count // mlp.TILE_N), sms))
 
     def mm2():
-        mlp._launch("down_sm90", dev, (torch.bfloat16, mlp.SM90_DOWN_CHUNK,
-                                       mlp.SM90_NARROW_STAGING, 0),
+        mlp._launch("down_sm90", dev, mlp.down_sm90_key(torch.bfloat16),
                     mDelta=delta.unsqueeze(-1), mW2t=w2t, mIdx=idx, mCounts=counts, mOut=out,
                     num_ctas=min(groups * (d // 128), sms))
 

@@ -95,7 +95,7 @@ class _Sm90Delta:
     consumer_wgs = 2
     b_major = "k"
 
-    def _sm90_setup(self, index_slots: int = 0, epilogue_wgs: int = 0, stages: int = STAGES,
+    def _sm90_setup(self, index_slots: int = 0, epilogue_wgs: int = 0, stages: int = 0,
                     narrow_staging: bool = False):
         # the inherited epilogue helpers run on the 256 consumer threads, or on the epilogue
         # warpgroup's 128 when there is one
@@ -105,10 +105,11 @@ class _Sm90Delta:
         self.regs = ((NARROW_EPILOGUE_WG_REGS if narrow_staging else EPILOGUE_WG_REGS)
                      if epilogue_wgs else (PRODUCER_REGS, CONSUMER_REGS, 0))
         # narrow_staging: the epilogue tile in the operands' 16-bit type (half the fp32
-        # tile's 66 KiB), which leaves room for a fifth stage
-        self.stages, self.narrow_staging = stages, narrow_staging
+        # tile's 66 KiB), which leaves room for a fifth stage; stages 0: what the tile allows
+        self.narrow_staging = narrow_staging
+        self.stages = stages or (NARROW_STAGES if narrow_staging else STAGES)
         # columns of the loader's index area: its ring of one per stage, or more (a chunk)
-        self.index_slots = index_slots or stages
+        self.index_slots = index_slots or self.stages
 
     def _mma(self, dtype):
         b_mode = OperandMajorMode.K if self.b_major == "k" else OperandMajorMode.MN
@@ -313,11 +314,10 @@ class MlpDeltaUpSm90(_Sm90Delta, MlpDeltaUp):
     def __init__(self, activation: str, bias: bool, group: int, cache_m_major: bool,
                  gather_addresses: bool = False, epilogue_warpgroup: bool = False,
                  narrow_staging: bool = False, stages: int = 0):
-        stages = stages or (NARROW_STAGES if narrow_staging else STAGES)
         # warps: the inherited cache pass's thread count, the 256 consumers (8 warps), or the
-        # epilogue warpgroup's 128 (4 warps)
+        # epilogue warpgroup's 128 (4 warps); the stages are _sm90_setup's
         MlpDeltaUp.__init__(self, activation, bias, group, cache_m_major, tile=TILE,
-                            stages=stages, warps=(2 if epilogue_warpgroup else 4, 2),
+                            stages=STAGES, warps=(2 if epilogue_warpgroup else 4, 2),
                             cache_batch=EPILOGUE_CACHE_BATCH if epilogue_warpgroup else 64)
         # epilogue_warpgroup: a fourth warpgroup runs the cache pass and the delta store from
         # the staged tile while the consumers run the next unit's mainloop (class docstring)
@@ -458,8 +458,7 @@ class MlpDeltaDownSm90(_Sm90Delta, MlpDeltaDown):
 
     def __init__(self, group: int, chunk_tiles: int = CHUNK_TILES,
                  narrow_staging: bool = False, stages: int = 0):
-        stages = stages or (NARROW_STAGES if narrow_staging else STAGES)
-        MlpDeltaDown.__init__(self, group, tile=TILE, stages=stages, warps=(2, 2))
+        MlpDeltaDown.__init__(self, group, tile=TILE, stages=STAGES, warps=(2, 2))
         # chunk_tiles: the list staged that many k-tiles at a time (0: fetched per k-tile, one
         # ahead, by the loader)
         self.chunk_tiles = chunk_tiles

@@ -60,7 +60,7 @@ SM90_UP_ADDRESSES = True
 #: SwiGLU at the same shape, ms, with the epilogue warpgroup: H200 3.658 against mma.sync's
 #: 4.028; H100 4.012-4.024 against 3.913-4.080 (on a par there)
 SM90_UP_GATED = True
-#: Whether that mm1 hands each unit's fp32 tile to a fourth (epilogue) warpgroup, which runs
+#: Whether that mm1 hands each unit's staged tile to a fourth (epilogue) warpgroup, which runs
 #: the cache pass and the delta store while the consumers run the next unit's mainloop:
 #: 1.789 against 1.995 ms (H200), 1.930 against 2.182 (H100)
 SM90_UP_EPILOGUE_WG = True
@@ -346,6 +346,18 @@ def _check_mlp(x, w1, b1, w2, indices, counts, act_cache, out_cache, group, acti
                          "(it is updated in place, so it is not copied)")
 
 
+def up_sm90_key(dtype, activation: str, bias: bool, m_major: bool) -> tuple:
+    """The Hopper mm1's compile key under this module's switches (the op and the registry);
+    the last 0 lets the kernel pick the stages its staging tile leaves room for."""
+    return (dtype, activation, bias, m_major, SM90_UP_ADDRESSES, SM90_UP_EPILOGUE_WG,
+            SM90_NARROW_STAGING, 0)
+
+
+def down_sm90_key(dtype) -> tuple:
+    """The Hopper mm2's compile key under this module's switches (as ``up_sm90_key``)."""
+    return (dtype, SM90_DOWN_CHUNK, SM90_NARROW_STAGING, 0)
+
+
 def _run_mlp(x, w1, b1, w2, indices, counts, act_cache, out_cache, group, activation) -> None:
     """The two kernel launches of a checked call."""
     m, f, d = x.shape[0], w2.shape[1], w2.shape[0]
@@ -366,9 +378,7 @@ def _run_mlp(x, w1, b1, w2, indices, counts, act_cache, out_cache, group, activa
         # work units: a group's packed columns in tiles of TILE_N features (half, gated)
         tile_features = TILE_N // 2 if activation in MLP_GATED else TILE_N
         units = groups * -(-indices.shape[1] // tile_features)
-        _launch("up_sm90", x.device, (x.dtype, activation, b1 is not None, m_major,
-                                      SM90_UP_ADDRESSES, SM90_UP_EPILOGUE_WG,
-                                      SM90_NARROW_STAGING, 0),
+        _launch("up_sm90", x.device, up_sm90_key(x.dtype, activation, b1 is not None, m_major),
                 mX=x.unsqueeze(-1), mW1=w1, mB1=b1, mIdx=indices, mCounts=counts,
                 mAct=act_cache, mDelta=delta, num_ctas=min(units, sms))
     else:
@@ -388,7 +398,7 @@ def _run_down(delta, w2t, indices, counts, out_cache, group) -> None:
     d = out_cache.shape[1]
     device = delta.device
     if SM90_DOWN_ON and group == 128 and device_target(device)[0] == "hopper" and d % 128 == 0:
-        _launch("down_sm90", device, (delta.dtype, SM90_DOWN_CHUNK, SM90_NARROW_STAGING, 0),
+        _launch("down_sm90", device, down_sm90_key(delta.dtype),
                 mDelta=delta.unsqueeze(-1), mW2t=w2t, mIdx=indices, mCounts=counts,
                 mOut=out_cache, num_ctas=min(indices.shape[0] * (d // 128), sm_count(device)))
     else:
