@@ -14,7 +14,8 @@
 # without its C stores (perf/gemm_epilogue_cost.py); keepab: the A / B loads under an L2
 # evict-last policy; stg: C by st.global from the smem ring, cuBLAS's store instructions and
 # ncu of both; r256-epi: where a 256 x 160 tile's epilogue time goes; stages6: 6 stages on
-# 128x128 against 5, and the GEMM-family GPU tests; stages6-checks: both forced, memcheck.
+# 128x128 against 5, and the GEMM-family GPU tests; stages6-checks: both forced, memcheck;
+# llama: the squares and Llama sweep of perf/gemm.py (issue 17: no shape may lose over 2%).
 # Prints a summary last.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-gemm}
@@ -399,5 +400,9 @@ if [ "$PART" = rows256-n ]; then  # 256-row tiles whose pairs share A (cuBLAS's 
     --tiles 256x160x64c1n2,256x128x64c1n2,256x144x64c1n2
   grep -v DEBUG "$OUT/r256n-perf.log" | grep -A6 'MxNxK'; grep -v DEBUG "$OUT/r256n-perf.log" \
     | grep 'cuBLAS.*|'
+fi
+if [ "$PART" = llama ]; then  # today's Llama sweep on the current schedule
+  step llama-sweep 400 python perf/gemm.py --out "$OUT"
+  grep -v DEBUG "$OUT/llama-sweep.log" | grep -B2 -A30 'MxNxK'
 fi
 echo; echo "=== summary"; printf '%s\n' "${summary[@]}"

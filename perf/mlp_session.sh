@@ -22,6 +22,7 @@
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh op-timing
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh mm-ncu   (where mm1 / mm2 wait)
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh narrow   (16-bit tile, 5 stages)
+#   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh full-tests   (both GPU files)
 # Prints a summary last.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-mlp}
@@ -33,6 +34,11 @@ if [ "$PART" = tests ]; then
     tests/test_column_sparse_mlp_gpu.py
   step memcheck-hopper 60 "${SANITIZE[@]}" --tool memcheck python perf/mlp_delta_probe.py hopper
   step perf-mlp-quick 150 python perf/column_sparse_mlp.py --quick --out "$OUT"
+fi
+if [ "$PART" = full-tests ]; then  # every MLP-delta and partition GPU test on the defaults
+  step mlp-gpu-tests 420 python -m pytest -q --tb=short -p no:logging \
+    tests/test_column_sparse_mlp_gpu.py
+  step partition-tests 150 python -m pytest -q --tb=short -p no:logging tests/test_partition_gpu.py
 fi
 if [ "$PART" = one-buffer ]; then  # scatter_add's one-CTA-per-tile launches on one buffer
   step scatter-tests 240 python -m pytest -q --tb=short -p no:logging \
