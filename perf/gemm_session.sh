@@ -15,7 +15,9 @@
 # evict-last policy; stg: C by st.global from the smem ring, cuBLAS's store instructions and
 # ncu of both; r256-epi: where a 256 x 160 tile's epilogue time goes; stages6: 6 stages on
 # 128x128 against 5, and the GEMM-family GPU tests; stages6-checks: both forced, memcheck;
-# llama: the squares and Llama sweep of perf/gemm.py (issue 17: no shape may lose over 2%).
+# llama: the squares and Llama sweep of perf/gemm.py (issue 17: no shape may lose over 2%);
+# llama-sk: its misses with whole tiles without the drift limiter and with stream-K;
+# llama-sk2: the sweep on the stream-K rule that weighs the drift limiter, forced beside.
 # Prints a summary last.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-gemm}
@@ -404,5 +406,25 @@ fi
 if [ "$PART" = llama ]; then  # today's Llama sweep on the current schedule
   step llama-sweep 400 python perf/gemm.py --out "$OUT"
   grep -v DEBUG "$OUT/llama-sweep.log" | grep -B2 -A30 'MxNxK'
+fi
+if [ "$PART" = llama-sk ]; then  # the sweep's misses: drift limiter off, stream-K
+  step llama-sweep 250 python perf/gemm.py --out "$OUT"
+  grep -v DEBUG "$OUT/llama-sweep.log" | grep -A24 'MxNxK'
+  step llama-sk 200 python perf/gemm_skinny.py --rounds 12 --out "$OUT" \
+    --shapes 4096x28672x8192,16384x14336x4096,1024x14336x4096,4096x14336x4096 \
+    --tiles 128x256x64z0,128x256x64z1,128x224x64z0,128x224x64z1
+  grep -v DEBUG "$OUT/llama-sk.log" | grep 'cuBLAS.*|'
+fi
+if [ "$PART" = llama-sk2 ]; then  # stream-K against the drift limiter, lower minimum gain
+  step sk-tests 150 python -m pytest -q --tb=short -p no:logging tests/test_gemm_gpu.py \
+    -k "stream or drift or default"
+  step llama-sweep 200 python perf/gemm.py --out "$OUT"
+  grep -v DEBUG "$OUT/llama-sweep.log" | grep -A24 'MxNxK'
+  step llama-sk2 240 python perf/gemm_skinny.py --rounds 10 --out "$OUT" \
+    --shapes 4096x28672x8192,16384x8192x28672,2048x53248x16384,2048x28672x8192,2048x22016x8192,\
+2048x5120x13824,1024x53248x16384,16384x14336x4096 \
+    --tiles 128x256x64l1,128x256x64z0,128x256x64z1,128x224x64z0,128x192x64z0,128x192x64z1
+  grep -v DEBUG "$OUT/llama-sk2.log" | grep -A10 'MxNxK'
+  grep -v DEBUG "$OUT/llama-sk2.log" | grep 'cuBLAS.*|'
 fi
 echo; echo "=== summary"; printf '%s\n' "${summary[@]}"

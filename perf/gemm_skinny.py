@@ -59,7 +59,7 @@ def forced_plan(x, w, **fields):
         units = -(-tiles_m // s.cluster_m) * -(-tiles_n // s.cluster_n)
         size = s.cluster_m * s.cluster_n * s.cluster_k  # CTAs per cluster
         ctas = min(fields.get("ctas") or sms, units * s.splits * size) // size * size
-        return s._replace(ctas=ctas, drift=False)
+        return s._replace(ctas=ctas, drift=fields.get("drift", False))
 
     gemm_tuning.schedule = schedule
     try:
@@ -89,7 +89,8 @@ def main() -> None:
                     "g CTAs: 128x128x64c2n2g128; a leading w: swapped (decode shapes), "
                     "w64x16x128s1; z1 / z0: stream-K on / off, 128x256x64z1; d1 / d0: a "
                     "programmatic dependent launch on / off (plain, swapped-direct and "
-                    "cluster-split launches; the workspace route ignores it)")
+                    "cluster-split launches; the workspace route ignores it); l1: the wave "
+                    "drift limiter on (whole tiles; off otherwise)")
     ap.add_argument("--shapes", default="", help="MxNxK,... instead of the sweep")
     ap.add_argument("--kvariants", default="128:6",
                     help="swapped variants as k-tile:max-stages,... (with --variants)")
@@ -105,16 +106,17 @@ def main() -> None:
     for t in (t for t in args.tiles.split(",") if t):
         spec = re.fullmatch(
             r"(w?)(\d+)x(\d+)x(\d+)(?:s(\d+))?(?:k(\d+))?(?:p(\d+))?(?:c(\d+))?(?:n(\d+))?(?:g(\d+))?"
-            r"(?:z([01]))?(?:d([01]))?",
+            r"(?:z([01]))?(?:d([01]))?(?:l(1))?",
             t)
         if spec is None:
-            ap.error(f"--tiles: {t!r} is not [w]MxNxK[sS][kK][pP][cC][nN][gG][zZ][dD]")
+            ap.error(f"--tiles: {t!r} is not [w]MxNxK[sS][kK][pP][cC][nN][gG][zZ][dD][l1]")
         (swap, tm, tn, tk, splits, cluster_k, stages, cluster, cluster_n, ctas, sk,
-         pdl) = spec.groups()
+         pdl, drift) = spec.groups()
         tiles.append(((int(tm), int(tn), int(tk)), int(splits or 1), swap == "w",
                       int(cluster) if cluster else None, int(stages) if stages else None,
                       int(cluster_k or 1), int(cluster_n or 1), int(ctas) if ctas else None,
-                      None if sk is None else sk == "1", None if pdl is None else pdl == "1"))
+                      None if sk is None else sk == "1", None if pdl is None else pdl == "1",
+                      drift == "1"))
     kvariants = [tuple(int(v) for v in t.split(":")) for t in args.kvariants.split(",") if t]
     rows, table, variant_table = [], [], []
     for m, n, k in shapes:
@@ -125,13 +127,15 @@ def main() -> None:
         contenders = {"cute": lambda s, out=out: ck.linear(s[0], s[1], out=out),
                       "cuBLAS": lambda s, out=out: torch.matmul(s[0], s[1].t(), out=out)}
         variants = {}
-        for tile, splits, swap, cluster, stages, cluster_k, cluster_n, ctas, sk, pdl in tiles:
+        for (tile, splits, swap, cluster, stages, cluster_k, cluster_n, ctas, sk, pdl,
+             drift) in tiles:
             if (swap == (m <= gemm_tuning.SWAP_MAX_M)
                     and splits in gemm_tuning.split_options(k)):
                 extra = {"cluster_k": cluster_k, "cluster_n": cluster_n,
                          **({"ctas": ctas} if ctas else {}),
                          **({} if sk is None else {"stream_k": sk}),
-                         **({} if pdl is None else {"pdl": pdl})}
+                         **({} if pdl is None else {"pdl": pdl}),
+                         **({"drift": True} if drift else {})}
                 if cluster_k > 1:  # split-K in a cluster: no CTAs paired along M
                     extra["cluster_m"] = 1
                 elif cluster is not None:
@@ -145,7 +149,8 @@ def main() -> None:
                          f"{'' if cluster_n == 1 else f' n{cluster_n}'}"
                          f"{'' if ctas is None else f' g{ctas}'}"
                          f"{'' if sk is None else f' z{int(sk)}'}"
-                         f"{'' if pdl is None else f' d{int(pdl)}'}"] = forced_plan(
+                         f"{'' if pdl is None else f' d{int(pdl)}'}"
+                         f"{' l1' if drift else ''}"] = forced_plan(
                     sets[0][0], sets[0][1], tile=tile, splits=splits, swap=swap,
                     max_stages=stages, **extra)
         if args.variants and m <= 128:

@@ -172,8 +172,18 @@ CLUSTER_SPLIT_PDL = True
 #: 117.5 / 110.7, and 3000^3 and 3000 x 5000 x 3072 run faster on whole 128 x 192 tiles.
 STREAM_K_PENALTY = 0.2
 #: stream-K replaces whole tiles only where its score is at least this much better (less is
-#: inside the run-to-run spread of a GEMM timing)
-STREAM_K_MIN_GAIN = 0.01
+#: inside the run-to-run spread of a GEMM timing). The penalty above is pessimistic on
+#: launches of many waves, where two shared waves are a small part of the run: H100,
+#: perf/gemm_skinny.py --tiles 128x256x64z0,...z1, us eager, whole / stream-K (cuBLAS):
+#: 16384 x 14336 x 4096 (score +0.8%) 2721.9 / 2670.2 (2708.1), 4096 x 14336 x 4096 (+0.8%)
+#: 687.1 / 678.4 (676.2)
+STREAM_K_MIN_GAIN = 0.005
+#: what stream-K must gain beyond that where the drift limiter would run (the kernel takes
+#: one or the other; the limiter gained 1.3-2.3% on launches of hundreds of waves, where
+#: stream-K has nothing to gain). 4096 x 28672 x 8192 (28 waves, 10 of 66 clusters busy in
+#: the last, score +2.3%): limiter 2714.4, whole tiles without it 2685.3, stream-K 2607.9 us
+#: (cuBLAS 2648.3; same H100 run)
+STREAM_K_OVER_DRIFT = 0.015
 
 
 class GemmSchedule(NamedTuple):
@@ -364,11 +374,14 @@ def schedule(m: int, n: int, k: int, batch: int, sms: int, *,
             ctas = persistent_grid(units * splits * cluster_m, sms, cluster_size=cluster_m)
             return GemmSchedule(tile, cluster_m, ctas, False, splits=splits,
                                 max_stages=pipeline_stages(tile, -(-k // splits)))
-    # stream-K where the last wave idles more than it costs (its k-range arithmetic is int32:
-    # shared tiles x k-tiles x clusters, at most 2 x slots^2 x k-tiles)
-    if skinny and not drift and 2 * slots * slots * -(-k // DEFAULT_TILE[2]) < 2**31:
+    # stream-K where the last wave idles more than it costs; in place of the drift limiter
+    # (the kernel runs one or the other) only where it gains more than the limiter does (its
+    # k-range arithmetic is int32: shared tiles x k-tiles x clusters, at most 2 x slots^2 x
+    # k-tiles)
+    if skinny and 2 * slots * slots * -(-k // DEFAULT_TILE[2]) < 2**31:
         sk_tile, sk_score = pick_stream_k_tile(m, n, batch, sms, speeds, cluster_m)
-        if sk_score > (1 + STREAM_K_MIN_GAIN) * speeds[tile] * wave_efficiency(units, slots):
+        bar = 1 + STREAM_K_MIN_GAIN + (STREAM_K_OVER_DRIFT if drift else 0.0)
+        if sk_score > bar * speeds[tile] * wave_efficiency(units, slots):
             ctas = persistent_grid(cluster_tiles(m, n, batch, sk_tile, cluster_m) * cluster_m,
                                    sms, cluster_size=cluster_m)
             return GemmSchedule(sk_tile, cluster_m, ctas, False,
