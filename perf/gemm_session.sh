@@ -17,7 +17,8 @@
 # 128x128 against 5, and the GEMM-family GPU tests; stages6-checks: both forced, memcheck;
 # llama: the squares and Llama sweep of perf/gemm.py (issue 17: no shape may lose over 2%);
 # llama-sk: its misses with whole tiles without the drift limiter and with stream-K;
-# llama-sk2: the sweep on the stream-K rule that weighs the drift limiter, forced beside.
+# llama-sk2: the sweep on the stream-K rule that weighs the drift limiter, forced beside;
+# llama-checks: the GEMM GPU tests on that rule, and the sweep once more.
 # Prints a summary last.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-gemm}
@@ -426,5 +427,10 @@ if [ "$PART" = llama-sk2 ]; then  # stream-K against the drift limiter, lower mi
     --tiles 128x256x64l1,128x256x64z0,128x256x64z1,128x224x64z0,128x192x64z0,128x192x64z1
   grep -v DEBUG "$OUT/llama-sk2.log" | grep -A10 'MxNxK'
   grep -v DEBUG "$OUT/llama-sk2.log" | grep 'cuBLAS.*|'
+fi
+if [ "$PART" = llama-checks ]; then
+  step gemm-gpu-tests 400 python -m pytest -q --tb=short -p no:logging tests/test_gemm_gpu.py
+  step llama-sweep 150 python perf/gemm.py --out "$OUT"
+  grep -v DEBUG "$OUT/llama-sweep.log" | grep -A24 'MxNxK'
 fi
 echo; echo "=== summary"; printf '%s\n' "${summary[@]}"

@@ -36,6 +36,8 @@ def forced_drift_limiter(monkeypatch):
 
     monkeypatch.setattr(gemm_tuning, "DRIFT_MIN_WAVES", 1)
     monkeypatch.setattr(gemm_tuning, "DRIFT_MIN_K_TILES", 1)
+    # stream-K never displaces it (the kernel runs one or the other)
+    monkeypatch.setattr(gemm_tuning, "STREAM_K_OVER_DRIFT", float("inf"))
     import cute_kernels.ops.gated_mlp as gated_ops
 
     monkeypatch.setattr(gemm_ops, "_PLANS", {})  # plans made under the real thresholds

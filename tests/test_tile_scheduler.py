@@ -313,8 +313,9 @@ def test_stream_k_ranges_cover_each_shared_tile_once(clusters, k_tiles):
 
 def test_stream_k_schedule():
     """The scheduler takes stream-K where the last wave would idle more than the shared tiles
-    cost (``stream_k_score``), never with the drift limiter or for the gated GEMM, and keeps
-    whole waves as they are."""
+    cost (``stream_k_score``), in place of the drift limiter only where it gains
+    ``STREAM_K_OVER_DRIFT`` more, never for the gated GEMM, and keeps whole waves as they
+    are."""
     from cute_kernels.tuning.gemm import schedule, stream_k_score
 
     # 4000 x 11008 on 128 x 256: 688 cluster tiles on 66 clusters (10.4 waves, 95% busy);
@@ -329,5 +330,14 @@ def test_stream_k_schedule():
     assert stream_k_score(256, 66, 1.0) < 256 / 264
     for m, n, k in ((4096, 4096, 4096), (512, 14336, 4096), (3000, 5000, 3072)):
         assert not schedule(m, n, k, 1, 132).stream_k, (m, n, k)
-    assert not schedule(8192, 8192, 8192, 1, 132).stream_k  # drift limiter
+    # the drift limiter's launches: 4096 x 28672 x 8192 (28 waves, 10 of 66 clusters busy in
+    # the last) takes stream-K (+2.3%); 8192^3 (+1.2%) and hundreds of nearly whole waves keep
+    # the limiter
+    sk = schedule(4096, 28672, 8192, 1, 132)
+    assert sk.stream_k and not sk.drift
+    for m, n, k in ((8192, 8192, 8192), (16384, 106496, 16384), (65536, 53248, 16384)):
+        plan = schedule(m, n, k, 1, 132)
+        assert plan.drift and not plan.stream_k, (m, n, k)
+    # a small gain on many waves: 16384 x 14336 x 4096 (55 waves, +0.8%)
+    assert schedule(16384, 14336, 4096, 1, 132).stream_k
     assert not schedule(2048, 2048, 2048, 1, 132).stream_k  # 64 cluster tiles: one wave
