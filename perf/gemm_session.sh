@@ -18,7 +18,8 @@
 # llama: the squares and Llama sweep of perf/gemm.py (issue 17: no shape may lose over 2%);
 # llama-sk: its misses with whole tiles without the drift limiter and with stream-K;
 # llama-sk2: the sweep on the stream-K rule that weighs the drift limiter, forced beside;
-# llama-checks: the GEMM GPU tests on that rule, and the sweep once more.
+# llama-checks: the GEMM GPU tests on that rule, and the sweep once more; llama-h200: the
+# sweep and the tiles of its closest shape (for the second card).
 # Prints a summary last.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-gemm}
@@ -432,5 +433,14 @@ if [ "$PART" = llama-checks ]; then
   step gemm-gpu-tests 400 python -m pytest -q --tb=short -p no:logging tests/test_gemm_gpu.py
   step llama-sweep 150 python perf/gemm.py --out "$OUT"
   grep -v DEBUG "$OUT/llama-sweep.log" | grep -A24 'MxNxK'
+fi
+if [ "$PART" = llama-h200 ]; then
+  step llama-sweep 150 python perf/gemm.py --out "$OUT"
+  grep -v DEBUG "$OUT/llama-sweep.log" | grep -A24 'MxNxK'
+  step llama-1024 150 python perf/gemm_skinny.py --rounds 12 --out "$OUT" \
+    --shapes 1024x14336x4096,4096x14336x4096,4096x28672x8192 \
+    --tiles 128x224x64z0,128x224x64z1,128x192x64z1,128x256x64z0,128x256x64z1,128x256x64l1
+  grep -v DEBUG "$OUT/llama-1024.log" | grep -A5 'MxNxK'
+  grep -v DEBUG "$OUT/llama-1024.log" | grep 'cuBLAS.*|'
 fi
 echo; echo "=== summary"; printf '%s\n' "${summary[@]}"
