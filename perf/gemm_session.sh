@@ -19,7 +19,8 @@
 # llama-sk: its misses with whole tiles without the drift limiter and with stream-K;
 # llama-sk2: the sweep on the stream-K rule that weighs the drift limiter, forced beside;
 # llama-checks: the GEMM GPU tests on that rule, and the sweep once more; llama-h200: the
-# sweep and the tiles of its closest shape (for the second card).
+# sweep and the tiles of its closest shape (for the second card); w176: 128 x 176 tiles
+# (whole waves at 1024 x 14336, as cuBLAS's 176 x 128).
 # Prints a summary last.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-gemm}
@@ -442,5 +443,12 @@ if [ "$PART" = llama-h200 ]; then
     --tiles 128x224x64z0,128x224x64z1,128x192x64z1,128x256x64z0,128x256x64z1,128x256x64l1
   grep -v DEBUG "$OUT/llama-1024.log" | grep -A5 'MxNxK'
   grep -v DEBUG "$OUT/llama-1024.log" | grep 'cuBLAS.*|'
+fi
+if [ "$PART" = w176 ]; then
+  step w176 200 python perf/gemm_skinny.py --graphs --rounds 15 --out "$OUT" \
+    --shapes 1024x14336x4096,2048x14336x4096,1024x14336x4096 \
+    --tiles 128x176x64z0,128x224x64z0,128x176x64z1
+  grep -v DEBUG "$OUT/w176.log" | grep -A5 'MxNxK'
+  grep -v DEBUG "$OUT/w176.log" | grep 'cuBLAS.*|'
 fi
 echo; echo "=== summary"; printf '%s\n' "${summary[@]}"
