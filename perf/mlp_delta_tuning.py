@@ -1,7 +1,7 @@
 """The column-sparse MLP delta's two kernels timed separately, per configuration (issue 16):
 
     python perf/mlp_delta_tuning.py [--m M] [--p 0.93] [--rows-major] [--activation swiglu]
-                                    [--no-down | --no-up]
+                                    [--no-down | --no-up] [--up-stages 5,6]
 
 HunyuanVideo's MLP (K = D = 3072, F = 12,288, bf16, GELU-tanh, group 128), M tokens (default
 118,784), count = ceil((1 - p) F) random sorted columns per group, M-major act_cache; with a
@@ -43,6 +43,9 @@ def main() -> None:
     ap.add_argument("--activation", default="gelu_tanh",
                     choices=mlp.MLP_ACTIVATIONS + tuple(mlp.MLP_GATED))
     ap.add_argument("--no-down", action="store_true", help="time mm1's kernels only")
+    ap.add_argument("--up-stages", default="",
+                    help="only the default Hopper mm1 (16-bit tile, epilogue warpgroup) at "
+                    "these stage counts, e.g. 5,6 (no mma.sync configurations)")
     ap.add_argument("--no-up", action="store_true",
                     help="time mm2's kernels (and the first mm1 configuration, which makes "
                          "their delta)")
@@ -71,7 +74,8 @@ def main() -> None:
     delta = torch.zeros(m, padded, dtype=torch.bfloat16, device="cuda")
     dev = x.device
     fns = {}
-    for c in UP_CONFIGS:
+    up_stages = [int(v) for v in args.up_stages.split(",") if v]
+    for c in UP_CONFIGS if not up_stages else []:
         key = (torch.bfloat16, act_name, True, group, 128, m_major, tuple(sorted(c.items())))
         fns["up " + " ".join(f"{a}={b}" for a, b in c.items()).replace(" ", "")
             .replace("=", ":").replace(",", " ", 3)] = (
@@ -90,9 +94,10 @@ def main() -> None:
         # the ring holds each row's index or its address; the consumers run the cache pass
         # or hand it to an epilogue warpgroup
         # and the epilogue tile staged as fp32 (4 stages) or 16-bit (4 or 5 stages)
-        for addresses, epi, narrow, stages in ((False, False, False, 4), (True, False, False, 4),
-                                               (True, True, False, 4), (True, True, True, 4),
-                                               (True, True, True, 5)):
+        up_variants = ([(True, True, True, n) for n in up_stages] if up_stages else
+                       [(False, False, False, 4), (True, False, False, 4), (True, True, False, 4),
+                        (True, True, True, 4), (True, True, True, 5)])
+        for addresses, epi, narrow, stages in up_variants:
             name = ("up sm90 (WGMMA, gather producer)" + ", staged addresses" * addresses
                     + ", epilogue warpgroup" * epi + f", 16-bit tile, {stages} stages" * narrow)
             fns[name] = (

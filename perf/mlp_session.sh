@@ -23,6 +23,7 @@
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh mm-ncu   (where mm1 / mm2 wait)
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh narrow   (16-bit tile, 5 stages)
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh full-tests   (both GPU files)
+#   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh gated-stage6   (6 vs 5 stages)
 # Prints a summary last.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-mlp}
@@ -39,6 +40,11 @@ if [ "$PART" = full-tests ]; then  # every MLP-delta and partition GPU test on t
   step mlp-gpu-tests 420 python -m pytest -q --tb=short -p no:logging \
     tests/test_column_sparse_mlp_gpu.py
   step partition-tests 150 python -m pytest -q --tb=short -p no:logging tests/test_partition_gpu.py
+fi
+if [ "$PART" = gated-stage6 ]; then  # the gated mm1 (17 KiB tile) with a sixth stage
+  step mm1-gated-stages 200 python perf/mlp_delta_tuning.py --activation swiglu --no-down \
+    --up-stages 5,6 --rounds 9
+  grep -v DEBUG "$OUT/mm1-gated-stages.log" | tail -12
 fi
 if [ "$PART" = one-buffer ]; then  # scatter_add's one-CTA-per-tile launches on one buffer
   step scatter-tests 240 python -m pytest -q --tb=short -p no:logging \
