@@ -49,7 +49,7 @@ if [ "$PART" = gated-stage6 ]; then  # the gated mm1 (17 KiB tile) with a sixth 
 fi
 if [ "$PART" = stage6-checks ]; then  # the gated mm1's sixth stage: WGMMA tests, sanitizers
   step wgmma-tests 200 python -m pytest -q --tb=short -p no:logging \
-    tests/test_column_sparse_mlp_gpu.py -k "wgmma and 16-bit"
+    tests/test_column_sparse_mlp_gpu.py -k "(wgmma and 16-bit) or (matches_reference and glu)"
   step memcheck-hopper 60 "${SANITIZE[@]}" --tool memcheck python perf/mlp_delta_probe.py hopper
   step racecheck-hopper 60 "${SANITIZE[@]}" --tool racecheck python perf/mlp_delta_probe.py hopper
 fi
