@@ -24,7 +24,7 @@
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh narrow   (16-bit tile, 5 stages)
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh full-tests   (both GPU files)
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh gated-stage6   (6 vs 5 stages)
-#   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh stage6-checks   (its tests)
+#   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh stage6-checks   (gated defaults)
 # Prints a summary last.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-mlp}
@@ -47,7 +47,8 @@ if [ "$PART" = gated-stage6 ]; then  # the gated mm1 (17 KiB tile) with a sixth 
     --up-stages 5,6 --rounds 9
   grep -v DEBUG "$OUT/mm1-gated-stages.log" | tail -12
 fi
-if [ "$PART" = stage6-checks ]; then  # the gated mm1's sixth stage: WGMMA tests, sanitizers
+if [ "$PART" = stage6-checks ]; then  # the default gated mm1's tests and sanitizers (run
+  # after giving it six stages by default: GPU tests and probes build the default kernels)
   step wgmma-tests 200 python -m pytest -q --tb=short -p no:logging \
     tests/test_column_sparse_mlp_gpu.py -k "(wgmma and 16-bit) or (matches_reference and glu)"
   step memcheck-hopper 60 "${SANITIZE[@]}" --tool memcheck python perf/mlp_delta_probe.py hopper
