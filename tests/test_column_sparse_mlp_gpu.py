@@ -240,8 +240,7 @@ def test_wgmma_kernels_match_reference(case, chunk, addresses, epilogue_wg, narr
     staging row addresses, ``SM90_UP_ADDRESSES``), the gated forms included (64 features a
     tile, gated in registers), mm1 handing each tile to an epilogue warpgroup
     (``SM90_UP_EPILOGUE_WG``), and both staging the epilogue tile in 16 bits with five
-    stages, six for the gated mm1 (``SM90_NARROW_STAGING``; the earlier forms keep the fp32
-    tile and four). The
+    stages (``SM90_NARROW_STAGING``; the earlier forms keep the fp32 tile and four). The
     default route (other shapes on mma.sync) runs in test_matches_reference."""
     import cute_kernels as ck
 
