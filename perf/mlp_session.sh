@@ -25,6 +25,7 @@
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh full-tests   (both GPU files)
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh gated-stage6   (6 vs 5 stages)
 #   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh stage6-checks   (gated defaults)
+#   source .whl/setup-gpu-env.sh .whl . && bash perf/mlp_session.sh gated-stage6-op   (the op, 6 / 5)
 # Prints a summary last.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-mlp}
@@ -53,6 +54,18 @@ if [ "$PART" = stage6-checks ]; then  # the default gated mm1's tests and saniti
     tests/test_column_sparse_mlp_gpu.py -k "(wgmma and 16-bit) or (matches_reference and glu)"
   step memcheck-hopper 60 "${SANITIZE[@]}" --tool memcheck python perf/mlp_delta_probe.py hopper
   step racecheck-hopper 60 "${SANITIZE[@]}" --tool racecheck python perf/mlp_delta_probe.py hopper
+fi
+if [ "$PART" = gated-stage6-op ]; then  # the whole gated op with mm1 at 6 / 5 stages, alternated
+  # (each build in its own process and kernel cache: the stage count is a module constant)
+  for s in 6 5 6 5; do
+    CUTE_KERNELS_CACHE_DIR=/tmp/ck-s$s step "op-gated-stages$s" 150 python -c "
+import runpy, sys
+import cute_kernels.kernels.mlp_delta_sm90 as m
+m.GATED_NARROW_STAGES = $s
+sys.argv = ['perf/column_sparse_mlp.py', '--parts', 'gated', '--rounds', '7', '--out', '$OUT/s$s']
+runpy.run_path('perf/column_sparse_mlp.py', run_name='__main__')"
+    grep -A3 "  p  count" "$OUT/op-gated-stages$s.log" | tail -1
+  done
 fi
 if [ "$PART" = one-buffer ]; then  # scatter_add's one-CTA-per-tile launches on one buffer
   step scatter-tests 240 python -m pytest -q --tb=short -p no:logging \

@@ -40,8 +40,9 @@ mm1 1.89 / 1.77, mm2 1.99 / 1.97.
 Shared memory at 128 x 128 x 64, 5 stages: 5 x 32 KiB of A and B stages, the 34 KiB tile, 2.5
 KiB of staged row indices (10 KiB of addresses; mm2's list chunk 4 KiB), 512 B of feature ids,
 16 B of tile barriers (about 206 KiB for mm1, 200 KiB for mm2: one CTA per SM; with the fp32
-tile, 4 stages). Threads: 384, or 512 with the epilogue warpgroup (registers after
-``setmaxnreg``: 40 / 232, or 40 / 192 / 88; 40 / 200 / 72 with the fp32 tile).
+tile, 4 stages; the gated mm1's 17 KiB tile would fit six, which lost in the op).
+Threads: 384, or 512 with the epilogue warpgroup (registers after ``setmaxnreg``: 40 / 232,
+or 40 / 192 / 88; 40 / 200 / 72 with the fp32 tile).
 Constraints (the op falls back to the mma.sync kernels otherwise): group 128, K a multiple of
 64 (mm1), D a multiple of 128 (mm2).
 """
@@ -82,6 +83,11 @@ TILE = (128, 128, 64)
 SMEM_BYTES = 232_448
 #: k-tiles in flight: 4 with the fp32 staging tile, 5 with the 16-bit one (the smem it saves)
 STAGES, NARROW_STAGES = 4, 5
+#: the gated mm1's 16-bit tile is half as wide (17 KiB), which leaves room for a sixth stage
+#: (about 222 KiB); H100, SwiGLU at HunyuanVideo's MLP, p 0.93: mm1 alone 1.5% faster with six
+#: (3.914 against 3.971 ms, bit-identical), the whole op 6% slower (5.96 against 5.61 ms), so
+#: five (perf/mlp_session.sh gated-stage6-op patches this to A/B the op)
+GATED_NARROW_STAGES = 5
 #: mm2 stages its list in chunks of this many k-tiles (64 indices each, 4 KiB a chunk): one
 #: index round trip per chunk instead of one per k-tile (``MlpDeltaDownSm90(chunk_tiles=)``)
 CHUNK_TILES = 16
@@ -105,9 +111,11 @@ class _Sm90Delta:
         self.regs = ((NARROW_EPILOGUE_WG_REGS if narrow_staging else EPILOGUE_WG_REGS)
                      if epilogue_wgs else (PRODUCER_REGS, CONSUMER_REGS, 0))
         # narrow_staging: the epilogue tile in the operands' 16-bit type (half the fp32
-        # tile's 66 KiB), which leaves room for a fifth stage; stages 0: what the tile allows
+        # tile's 66 KiB), which leaves room for a fifth stage (GATED_NARROW_STAGES says why
+        # the gated mm1's half-width tile keeps five too); stages 0: what the tile allows
         self.narrow_staging = narrow_staging
-        self.stages = stages or (NARROW_STAGES if narrow_staging else STAGES)
+        narrow_stages = GATED_NARROW_STAGES if self.out_n < self.tile_n else NARROW_STAGES
+        self.stages = stages or (narrow_stages if narrow_staging else STAGES)
         # columns of the loader's index area: its ring of one per stage, or more (a chunk)
         self.index_slots = index_slots or self.stages
 
