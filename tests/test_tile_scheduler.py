@@ -71,7 +71,13 @@ def test_wave_efficiency_and_tile_choice():
 def test_skinny_schedules():
     """Decode-sized M is swapped into a 16-64 column tile and split along K until the SMs
     are busy; every shape of the big Llama sweep keeps its one-tile-per-unit schedule."""
-    from cute_kernels.tuning.gemm import SWAP_MAX_M, schedule, split_options
+    from cute_kernels.tuning.gemm import (
+        SWAP_HALF_STAGES,
+        SWAP_MAX_M,
+        SWAP_MAX_STAGES,
+        schedule,
+        split_options,
+    )
 
     for m in (1, 8, 13, 32):
         for n, k in ((14336, 4096), (4096, 14336), (28672, 8192)):
@@ -98,6 +104,9 @@ def test_skinny_schedules():
     assert schedule(1, 4096, 14336, 1, 132).splits == 1
     assert schedule(1, 4096, 14336, 1, 132).tile == (64, 16, 128)
     assert schedule(1, 4096, 14336, 1, 132).ctas == 64
+    # their smaller stages: 8 in flight (SWAP_HALF_STAGES), the 128-row swapped tiles 6
+    assert schedule(1, 4096, 14336, 1, 132).max_stages == SWAP_HALF_STAGES == 8
+    assert schedule(13, 14336, 4096, 1, 132).max_stages == SWAP_MAX_STAGES == 6
     # 1024 rows: 16 tiles of 64 rows, still too few: split 4 ways
     assert schedule(7, 1024, 4096, 1, 132).splits == 4
     # through the workspace, not stored into out (only unsplit swapped launches are)

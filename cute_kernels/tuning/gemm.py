@@ -125,6 +125,12 @@ STREAM_CTAS = 64
 #: 32.1); at 13 x 14336 x 4096 (112 tiles of 128 rows) 64-row tiles gain nothing (H200,
 #: perf/gemm_skinny.py --tiles w64x16x128s1)
 SWAP_HALF_ROWS = 64
+#: the 64-row swapped tiles' 20-24 KiB stages leave room for more in flight than the 128-row
+#: tiles' six: at 1 / 8 / 13 x 4096 x 14336, us eager (graph), 6 / 8 / 10 / 11 stages 33.9 /
+#: 33.2 / 34.0 / 34.9 (32.1 / 31.9 / 33.0 / 33.6), 33.5 / 32.3 / 33.4 / 34.4 (32.3 / 31.1 /
+#: 32.0 / 33.1), 34.0 / 32.7 / 33.8 / 35.0 (32.4 / 31.5 / 32.8 / 33.8), cuBLAS 32.0 / 33.0 /
+#: 33.6 (H200, perf/gemm_skinny.py --tiles w64x16x128s1p8, two runs alike)
+SWAP_HALF_STAGES = 8
 #: an unswapped launch is split only when its best tile leaves more than half the SMs idle:
 #: at 64 x 14336 x 4096, 112 unsplit 128x128 tiles ran 46.4 us, 64 128x224 tiles split twice
 #: 61.2 (cuBLAS 44.4; H100, perf/gemm_skinny.py)
@@ -341,7 +347,8 @@ def schedule(m: int, n: int, k: int, batch: int, sms: int, *,
                       max(split_options(k)))
         ctas = persistent_grid(units * splits, sms)
         return GemmSchedule(tile, 1, ctas, False, swap=True, splits=splits,
-                            max_stages=SWAP_MAX_STAGES)
+                            max_stages=(SWAP_HALF_STAGES if tile[0] == SWAP_HALF_ROWS
+                                        else SWAP_MAX_STAGES))
     if gated and m <= HALF_TILE_MAX_M:  # decoding
         units = cluster_tiles(m, n, batch, GATED_HALF_TILE, 1)
         return GemmSchedule(GATED_HALF_TILE, 1, persistent_grid(units, sms), False,
