@@ -224,7 +224,7 @@ def test_schedule_command(capsys):
     assert main(["schedule", "1", "4096", "14336"]) == 0
     line = capsys.readouterr().out
     assert "swap-AB" in line and "tile 64x16x128" in line and "C^T stored into out" in line
-    assert main(["schedule", "7", "1024", "4096"]) == 0
+    assert main(["schedule", "7", "1024", "14336"]) == 0
     line = capsys.readouterr().out
     assert "swap-AB" in line and "split-K 4" in line and "fp32 workspace + reduce" in line
     assert main(["schedule", "4096", "4096", "4096"]) == 0

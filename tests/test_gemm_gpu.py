@@ -214,16 +214,16 @@ DECODE_SHAPES = [(m, n, k) for m in (1, 7, 13, 32) for n, k in ((14336, 4096), (
 
 
 @HOPPER_ONLY
-@pytest.mark.parametrize("m, n, k", DECODE_SHAPES + [(7, 1000, 4096), (64, 4096, 14336),
-                                                     (128, 4096, 14336),
+@pytest.mark.parametrize("m, n, k", DECODE_SHAPES + [(7, 1000, 14336), (7, 1000, 4096),
+                                                     (64, 4096, 14336), (128, 4096, 14336),
                                                      (333, 1024, 4096), (48, 14336, 4096),
                                                      (768, 1024, 8192), (1000, 1000, 2048)])
 def test_skinny_shapes_default_schedule(m, n, k):
     """Decode shapes take a swap-AB / split-K / 64-row-tile schedule by themselves (asserted),
-    and match the reference (the 4096-row weights, and 7 x 1000 x 4096 split 4 ways, on
-    64-row swapped tiles with 8 stages); M = 48 runs 64-row tiles; 128 x 4096 x 14336, 64 x
-    4096 x 14336, 333 x 1024 x 4096, 768 x 1024 x 8192 and 1000 x 1000 x 2048 split K in
-    clusters of two."""
+    and match the reference (the 4096-row weights, 7 x 1000 x 14336 split 4 ways and 7 x 1000
+    x 4096 unsplit, on 64-row swapped tiles with 8 stages); M = 48 runs 64-row tiles; 128 x
+    4096 x 14336, 64 x 4096 x 14336, 333 x 1024 x 4096, 768 x 1024 x 8192 and 1000 x 1000 x
+    2048 split K in clusters of two."""
     from cute_kernels.ops.gemm import schedule
 
     x, w = rand(m, k), rand(n, k)

@@ -75,6 +75,7 @@ def test_skinny_schedules():
         SWAP_HALF_STAGES,
         SWAP_MAX_M,
         SWAP_MAX_STAGES,
+        SWAP_UNSPLIT_MAX_BYTES,
         schedule,
         split_options,
     )
@@ -107,10 +108,15 @@ def test_skinny_schedules():
     # their smaller stages: 8 in flight (SWAP_HALF_STAGES), the 128-row swapped tiles 6
     assert schedule(1, 4096, 14336, 1, 132).max_stages == SWAP_HALF_STAGES == 8
     assert schedule(13, 14336, 4096, 1, 132).max_stages == SWAP_MAX_STAGES == 6
-    # 1024 rows: 16 tiles of 64 rows, still too few: split 4 ways
-    assert schedule(7, 1024, 4096, 1, 132).splits == 4
+    # 1024 rows: 16 tiles of 64 rows, still too few: split 4 ways where K is long
+    assert schedule(7, 1024, 14336, 1, 132).splits == 4
     # through the workspace, not stored into out (only unsplit swapped launches are)
-    assert "C^T stored" not in schedule(7, 1024, 4096, 1, 132).describe()
+    assert "C^T stored" not in schedule(7, 1024, 14336, 1, 132).describe()
+    # a CTA streaming at most SWAP_UNSPLIT_MAX_BYTES of the weight runs unsplit (K <= 8192)
+    assert SWAP_UNSPLIT_MAX_BYTES == 64 * 8192 * 2
+    for m, n, k in ((7, 1024, 4096), (13, 2048, 2048), (1, 2048, 8192), (8, 512, 4096)):
+        assert schedule(m, n, k, 1, 132).splits == 1, (m, n, k)
+    assert schedule(1, 2048, 8200, 1, 132).splits > 1
     assert "C^T stored" in schedule(1, 4096, 14336, 1, 132).describe()
     assert schedule(13, 14336, 4096, 1, 132).splits == 1  # 112 tiles: no split
     # M = 128 x 4096 x 14336: 32 tiles of 128 x 128; 64 of 128 x 64, K halves paired in

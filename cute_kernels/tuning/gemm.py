@@ -131,6 +131,16 @@ SWAP_HALF_ROWS = 64
 #: 32.0 / 33.1), 34.0 / 32.7 / 33.8 / 35.0 (32.4 / 31.5 / 32.8 / 33.8), cuBLAS 32.0 / 33.0 /
 #: 33.6 (H200, perf/gemm_skinny.py --tiles w64x16x128s1p8, two runs alike)
 SWAP_HALF_STAGES = 8
+#: a swapped launch splits K only where each unsplit CTA would stream more than this many
+#: weight bytes (its tile's rows x K, 16-bit): below it the split's fp32 workspace and reduce
+#: launch cost more than the slices save, on the GPU and more so on the host. H100, us in
+#: CUDA graphs / eager through ``linear``, split (the rule before) against unsplit, cuBLAS in
+#: brackets: 7 x 1024 x 4096 (512 KiB a CTA, split 4) 9.1 / 28.5 against 8.5 graph (8.5 /
+#: 22.9), 13 x 2048 x 4096 (split 2) 11.5 / 27.1 against 9.7 (10.9 / 21.6), 13 x 2048 x 2048
+#: 8.7 / 46.4 against 6.6 (6.6 / 26.8), 8 x 512 x 4096 (split 8) 8.8 against 8.2 (7.6), 1 x
+#: 2048 x 8192 (1 MiB) 16.9 against 16.6 (16.1); but 1 x 1024 x 14336 (1.75 MiB) 15.7
+#: against 22.2 (15.1): perf/gemm_skinny.py --graphs --tiles w64x16x128s1p8
+SWAP_UNSPLIT_MAX_BYTES = 1 << 20
 #: an unswapped launch is split only when its best tile leaves more than half the SMs idle:
 #: at 64 x 14336 x 4096, 112 unsplit 128x128 tiles ran 46.4 us, 64 128x224 tiles split twice
 #: 61.2 (cuBLAS 44.4; H100, perf/gemm_skinny.py)
@@ -345,6 +355,8 @@ def schedule(m: int, n: int, k: int, batch: int, sms: int, *,
             units = cluster_tiles(n, m, 1, tile, 1)
         splits = next((s for s in split_options(k) if units * s >= min(STREAM_CTAS, sms)),
                       max(split_options(k)))
+        if tile[0] * k * 2 <= SWAP_UNSPLIT_MAX_BYTES:  # too little to stream for a reduce
+            splits = 1
         ctas = persistent_grid(units * splits, sms)
         return GemmSchedule(tile, 1, ctas, False, swap=True, splits=splits,
                             max_stages=(SWAP_HALF_STAGES if tile[0] == SWAP_HALF_ROWS
