@@ -64,7 +64,7 @@ import cute_kernels.kernels.mlp_delta_sm90 as m
 m.GATED_NARROW_STAGES = $s
 sys.argv = ['perf/column_sparse_mlp.py', '--parts', 'gated', '--rounds', '7', '--out', '$OUT/s$s']
 runpy.run_path('perf/column_sparse_mlp.py', run_name='__main__')"
-    grep -A3 "  p  count" "$OUT/op-gated-stages$s.log" | tail -1
+    grep -A2 "  p  count" "$OUT/op-gated-stages$s.log" | tail -1
   done
 fi
 if [ "$PART" = one-buffer ]; then  # scatter_add's one-CTA-per-tile launches on one buffer
