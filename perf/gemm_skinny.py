@@ -58,7 +58,9 @@ def forced_plan(x, w, **fields):
         tiles_m, tiles_n = -(-rows // s.tile[0]), -(-cols // s.tile[1])
         units = -(-tiles_m // s.cluster_m) * -(-tiles_n // s.cluster_n)
         size = s.cluster_m * s.cluster_n * s.cluster_k  # CTAs per cluster
-        ctas = min(fields.get("ctas") or sms, units * s.splits * size) // size * size
+        # stream-K may share tiles among more CTAs than there are tiles
+        cap = sms if s.stream_k else units * s.splits * size
+        ctas = min(fields.get("ctas") or sms, cap) // size * size
         return s._replace(ctas=ctas, drift=fields.get("drift", False))
 
     gemm_tuning.schedule = schedule

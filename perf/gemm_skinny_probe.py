@@ -1,6 +1,7 @@
 """A few skinny GEMM launches for compute-sanitizer (memcheck, racecheck): the default swap-AB
 / split-K schedules on decode shapes and forced ones on residue shapes (split-K through the
-workspace and in a cluster; 2-D clusters; 192- and 256-row and 240-wide tiles; stream-K) and
+workspace and in a cluster; 2-D clusters; 192- and 256-row and 240-wide tiles; stream-K,
+swapped too) and
 the gated GEMM's decode tiles, each checked against an fp32 reference.
 
     compute-sanitizer --tool memcheck python perf/gemm_skinny_probe.py
@@ -73,7 +74,10 @@ def main() -> None:
                                                  cluster_k=1, ctas=6, stream_k=True)),
                             # every tile shared by 2-3 clusters (middle parts)
                             (200, 520, 1000, dict(tile=(64, 128, 64), cluster_m=2,
-                                                  cluster_k=1, ctas=42, stream_k=True))):
+                                                  cluster_k=1, ctas=42, stream_k=True)),
+                            # swap-AB with stream-K: 16 swapped tiles on 64 CTAs, K residue
+                            (7, 1000, 4104, dict(swap=True, splits=1, tile=(64, 16, 128),
+                                                 max_stages=8, ctas=64, stream_k=True))):
         x, w = rand(m, k), rand(n, k)
         out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
         check(run_plan(forced_plan(x, w, **fields), x, w, out), x, w, None,

@@ -270,7 +270,7 @@ def forced_schedule(monkeypatch):
             base = real(m, n, k, batch, sms, skinny=False, gated=gated)
             if gated or (not skinny and not batched):
                 return base
-            t = (128, tile_n, 64) if swap else tile or base.tile
+            t = (tile or (128, tile_n, 64)) if swap else tile or base.tile
             if cluster_k > 1 and not cluster_split:  # fp32 out: the workspace's K slices
                 ok = cluster_k in gemm_tuning.split_options(k)
                 return gemm_tuning.GemmSchedule(t, 1, sms, False, splits=cluster_k if ok else 1)
@@ -453,6 +453,31 @@ def test_dependent_launches_wait_for_the_kernel_before():
         first = (x.float() @ w1.float().t()).bfloat16().float()
         assert rel_err(b, first @ w2.float().t()) < 1e-2
         assert rel_err(a, z.float() @ w3.float().t()) < 1e-2
+
+
+@HOPPER_ONLY
+@pytest.mark.parametrize("tile, ctas, m, n, k, b_major, epilogue", [
+    ((64, 16, 128), 64, 7, 1000, 4104, "k", "gelu"),  # 16 tiles, 4 CTAs each; K residue
+    ((64, 32, 128), 40, 29, 392, 4096, "n", None),  # 7 tiles on 40 CTAs, 32-column tile
+    ((64, 16, 128), 20, 13, 1000, 2048, "k", "silu"),  # whole tiles and shared ones
+    ((128, 16, 128), 24, 1, 520, 136, "n", None),  # fewer k-tiles than CTAs
+])
+def test_swap_ab_stream_k(forced_schedule, tile, ctas, m, n, k, b_major, epilogue):
+    """Swap-AB with stream-K: the CTAs share the swapped tiles' k-ranges and pass partials
+    on through the workspace in the launch, then store C^T into ``out`` (one launch, no
+    reduce): residue K, M and N, both weight majors, bias and activations, fp32 out."""
+    import cute_kernels.ops.gemm as gemm_ops
+
+    if torch.cuda.get_device_properties(0).multi_processor_count < ctas:
+        pytest.skip(f"needs {ctas} SMs for its persistent grid")
+    forced_schedule(swap=True, splits=1, tile=tile, ctas=ctas, stream_k=True)
+    for _ in range(2):  # fresh inputs, the same compiled plan and a fresh workspace
+        run_gemm("hopper", m, n, k, b_major=b_major, bias=True, epilogue=epilogue)
+    run_gemm("hopper", m, n, k, b_major=b_major, dtype=torch.float16,
+             out_dtype=torch.float32)
+    plans = list(gemm_ops._PLANS.values())
+    assert plans and all(p.swap and p.reduce is None and p.stream_k is not None
+                         and p.ctas == ctas for p in plans), plans
 
 
 @HOPPER_ONLY

@@ -294,8 +294,9 @@ def launch(plan: GemmPlan, a, b_nk, bias, out=None):
     if plan.reduce is not None:  # split-K launches (swapped or not)
         return _via_workspace(a, b_nk, bias, out, plan)
     if plan.swap:  # C^T = W X^T stored into out, which the kernel sees transposed
+        sync = None if plan.stream_k is None else stream_k_workspace(a.device, plan.stream_k)
         plan.kernel(*gemm_params().call_args(
-            mA=b_nk, mB=a, mC=out, mBias=bias, num_ctas=plan.ctas, mSync=None))
+            mA=b_nk, mB=a, mC=out, mBias=bias, num_ctas=plan.ctas, mSync=sync))
         return out
     sync = (drift_counter(a.device, plan.drift) if plan.stream_k is None
             else stream_k_workspace(a.device, plan.stream_k))
@@ -425,7 +426,9 @@ def _swap_plan(a, out_dtype, epilogue, bias_dtype, shape, sched, a_major,
     """Swap-AB without split-K, in one launch: the kernel computes C^T = W X^T with the
     weight's rows as its M and stores C^T straight into ``out`` seen column-major (rows of 8
     elements' multiples: TMA's stride rule), the epilogue adding the bias per C^T row. Saves
-    the fp32 workspace, the reduce's launch and its pass over C (decode shapes)."""
+    the fp32 workspace, the reduce's launch and its pass over C (decode shapes). With
+    ``sched.stream_k`` the CTAs share the tiles' k-ranges and add each other's partials in
+    the launch (stream_k.py): K split without a second launch."""
     lhs_major, rhs_major = _flip(b_major), _flip(a_major)
     key = ("gemm_swap", a.dtype, out_dtype, lhs_major, rhs_major, epilogue, bias_dtype, "2d")
     # the plain 2-D operands and output (the kernel sees out transposed): no views per call
@@ -433,10 +436,13 @@ def _swap_plan(a, out_dtype, epilogue, bias_dtype, shape, sched, a_major,
         path, a.dtype, out_dtype, lhs_major, rhs_major,
         _epilogue(bias_dtype is not None, epilogue, bias_dim=0), bias_dtype,
         sched.cluster_m, sched.tile, False, sched.max_stages, batched=False,
-        c_transposed=True, pdl=sched.pdl),
+        c_transposed=True, stream_k=sched.stream_k, pdl=sched.pdl),
         hopper_key=(sched.cluster_m, sched.tile, sched.max_stages)
-        + (("pdl",) if sched.pdl else ()))
-    return GemmPlan(shape, out_dtype, kernel, sched.ctas, False, None, True, flat=True)
+        + (("stream_k",) if sched.stream_k else ()) + (("pdl",) if sched.pdl else ()))
+    words = (stream_k_workspace_words(sched.ctas, sched.tile[0], sched.tile[1])
+             if sched.stream_k else None)
+    return GemmPlan(shape, out_dtype, kernel, sched.ctas, False, None, True, flat=True,
+                    stream_k=words)
 
 
 def _workspace_plan(a, b_nk, out_dtype, epilogue, bias_dtype, shape, sched, a_major,
