@@ -1,8 +1,7 @@
 """A few skinny GEMM launches for compute-sanitizer (memcheck, racecheck): the default swap-AB
 / split-K schedules on decode shapes and forced ones on residue shapes (split-K through the
 workspace and in a cluster; 2-D clusters; 192- and 256-row and 240-wide tiles; stream-K,
-swapped too) and
-the gated GEMM's decode tiles, each checked against an fp32 reference.
+swapped too) and the gated GEMM's decode tiles, each checked against an fp32 reference.
 
     compute-sanitizer --tool memcheck python perf/gemm_skinny_probe.py
 """
