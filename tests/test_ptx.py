@@ -748,8 +748,9 @@ def test_gemm_256_row_tiles_ptx():
 def test_gemm_stream_k_ptx(tile, out_dtype):
     """Stream-K: a partial leaves in 16-byte stores and comes back in 16-byte loads, every
     fp32 accumulator of the consumer thread once, in the two units that write one (a tile's
-    first part, a middle part) and the two that read one (a middle part, a tile's last); a
-    release add raises the flag and an acquire load polls it; four mainloops (first part,
+    first part, a middle part) and the one that reads them (a tile's last, in a loop over
+    the tile's earlier clusters: no chain); a release add raises the flag and an acquire
+    load polls it; four mainloops (first part,
     whole tiles, middle, last part) plus the whole waves' one; nothing spills. A gated or
     drift-limited kernel refuses it."""
     import re
@@ -766,7 +767,7 @@ def test_gemm_stream_k_ptx(tile, out_dtype):
                                  tile, batched=False, stream_k=True), "sm_90a")
     values = tile[1] * 64 // 128  # fp32 accumulators per consumer thread (64 rows each)
     assert ptx.count("st.global.v4.b32") == 2 * values // 4
-    assert ptx.count("ld.global.v4.b32") == 2 * values // 4
+    assert ptx.count("ld.global.v4.b32") == values // 4
     assert "red.release.gpu.global.add.s32" in ptx and "ld.acquire.gpu.global.b32" in ptx
     # one m64n{N}k16 per k-block of 16 (each consumer warpgroup runs the same code)
     assert len(re.findall(r"wgmma\.mma_async", ptx)) == 5 * (64 // 16)

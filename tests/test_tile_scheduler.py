@@ -277,10 +277,11 @@ def test_stream_k_ranges_cover_each_shared_tile_once(clusters, k_tiles):
     """Stream-K: the last ``rem + clusters`` tiles' k-iterations (every tile's when they are
     fewer than two waves) are cut into one range per cluster; every k-tile of every shared
     tile is run exactly once, every cluster runs something, and a tile split between
-    clusters goes to consecutive ones: the first ``write``s its partial, each next one adds
-    the partial before it (``middle`` ones pass the sum on), the ``last`` stores the tile,
-    so a cluster only ever waits on the one before it."""
+    clusters goes to consecutive ones: the first ``write``s its partial, ``middle`` ones
+    leave theirs too, and the ``last`` adds every one, from the tile's first cluster
+    (``stream_k_first_cluster``) on, and stores the tile."""
     from cute_kernels.kernels.common.tile_scheduler import (
+        stream_k_first_cluster,
         stream_k_fits,
         stream_k_range,
         stream_k_tiles,
@@ -324,6 +325,8 @@ def test_stream_k_ranges_cover_each_shared_tile_once(clusters, k_tiles):
                 kinds[1:-1]) <= {"middle"}, (tile, kinds)
             if stream_k_fits(tiles, clusters):
                 assert len(kinds) <= 2  # ranges of at least a tile
+            # the tile's last waits on exactly the clusters before it that hold a part
+            assert stream_k_first_cluster(tile, clusters, shared, k_tiles) == got[0][3]
 
 
 def test_stream_k_schedule():

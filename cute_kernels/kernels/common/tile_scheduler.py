@@ -104,24 +104,25 @@ def stream_k_range(cluster, num_clusters, sk_tiles, k_tiles, select=None):
     """Cluster ``cluster``'s share of the stream-K tiles (``stream_k_tiles``, numbered from
     0): the k-iterations ``[cluster * I / C, (cluster + 1) * I / C)`` of the I = sk_tiles x
     k_tiles that follow the tiles one after another. A tile's k-range is split between
-    consecutive clusters; the first of them leaves its fp32 partial for the next, each one
-    after that adds the partial before it, and the last stores the tile. A cluster's units,
+    consecutive clusters; each but the last leaves its fp32 partial in its workspace slot,
+    and the last adds them all and stores the tile. A cluster's units,
     in the order it runs them (each count 0 or 1 but ``full``):
 
     1. ``write``: tile ``t_last``'s k-tiles ``[0, x)``, the tile's first part: its partial
-       is left for the next cluster;
+       is left for the tile's last cluster;
     2. ``full`` whole tiles from ``first_full``;
     3. ``middle`` (a range inside one tile, neither its start nor its end): tile
-       ``t_first``'s ``[y, x)``, added to the previous cluster's partial and left for the
-       next (only when the tiles are fewer than two waves: ranges shorter than a tile);
+       ``t_first``'s ``[y, x)``, its partial left for the tile's last cluster too (only
+       when the tiles are fewer than two waves: ranges shorter than a tile);
     4. ``last``: tile ``t_first``'s ``[y, k_tiles)``, the tile's last part: it adds the
-       previous cluster's partial and stores the tile.
+       partials of the tile's earlier clusters, in cluster order, and stores the tile.
 
-    A cluster waits only on the one before it, which launched first and wrote its partial
-    first (``write``) or waits in turn (``middle``) down to a tile's first cluster, which
-    waits on nobody: no cycle. Returns ``(write, t_last, x, full, first_full, middle, last,
-    t_first, y)``; ``select(cond, a, b)`` is ``cutlass.select_`` in a kernel (the arithmetic
-    is the same on Python ints)."""
+    Only a tile's last cluster waits: on each earlier cluster holding part of the tile
+    (from ``stream_k_first_cluster``), which wrote its partial in its first unit
+    (``write`` or ``middle``) and waits on nobody: no cycle, and no chain of waits.
+    Returns ``(write, t_last, x, full, first_full, middle, last, t_first, y)``;
+    ``select(cond, a, b)`` is ``cutlass.select_`` in a kernel (the arithmetic is the same
+    on Python ints)."""
     if select is None:
         def select(cond, a, b):
             return a if cond else b
@@ -143,6 +144,15 @@ def stream_k_range(cluster, num_clusters, sk_tiles, k_tiles, select=None):
     full = t_last - cut_end - first_full + 1
     full = some * select(full > 0, full, 0)
     return write, t_last, x, full, first_full, middle, last, t_first, y
+
+
+def stream_k_first_cluster(tile, num_clusters, sk_tiles, k_tiles):
+    """The first cluster whose ``stream_k_range`` holds part of stream-K tile ``tile``: the
+    one holding its first k-iteration (the largest c with c * I // C <= tile * k_tiles, I =
+    sk_tiles x k_tiles). The clusters from it up to the tile's last each hold a part of it;
+    none is empty, since a launch shares tiles only with at least as many k-iterations as
+    clusters (``stream_k_tiles``). Python ints or the kernel's Int32 alike."""
+    return ((tile * k_tiles + 1) * num_clusters - 1) // (sk_tiles * k_tiles)
 
 
 def stream_k_workspace_words(ctas: int, tile_m: int, tile_n: int) -> tuple[int, int]:

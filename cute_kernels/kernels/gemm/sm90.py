@@ -21,7 +21,12 @@ from layouts import sm90_gated_c, tile_mma_tv
 
 from ..common.constants import SM90_BARRIER_RESERVE, SM90_SMEM_BYTES
 from ..common.dsl import python_unrolled, with_batch_mode
-from ..common.tile_scheduler import grouped_tile_coord, stream_k_range, stream_k_tiles
+from ..common.tile_scheduler import (
+    grouped_tile_coord,
+    stream_k_first_cluster,
+    stream_k_range,
+    stream_k_tiles,
+)
 from ..common.warp_ptx import ld_acquire_gpu, nanosleep
 from .cluster_split import ClusterSplitK
 from .epilogue import Epilogue, gate_pairs, gated_store_copy
@@ -533,21 +538,26 @@ class GemmSm90:
                                   _select_i32)
         write, t_last, x, full, first_full, middle, last, t_first, y = stream_k_range(
             sched.cluster_id, sched.num_clusters, sk_tiles, sched.k_count, _select_i32)
+        # the clusters before this one that hold parts of tile t_first (its last adds them)
+        before = sched.cluster_id - stream_k_first_cluster(t_first, sched.num_clusters,
+                                                           sk_tiles, sched.k_count)
         return SimpleNamespace(first_tile=sched.num_tiles - sk_tiles, write=write,
                                t_last=t_last, x=x, full=full, first_full=first_full,
-                               middle=middle, last=last, t_first=t_first, y=y)
+                               middle=middle, last=last, t_first=t_first, y=y,
+                               before=before)
 
     @cute.jit
     def consume_stream_k(self, tiled_mma, ab_pipe, frag: SimpleNamespace, epi: SimpleNamespace,
                          sched: SimpleNamespace, mSync, bidx, rel, rd):
         """The consumers' stream-K units, in the producer's order: a tile's first part, its
-        partial into this CTA's workspace slot; the whole tiles; a middle part, added to the
-        previous cluster's partial (same rank: slot ``bidx`` minus the cluster size) and left
-        in this CTA's slot; a tile's last part, added to the previous partial and stored.
-        Each kind is its own loop of 0..n trips (no accumulator write sits in a runtime
-        branch)."""
+        partial into this CTA's workspace slot; the whole tiles; a middle part, its partial
+        into this CTA's slot too; a tile's last part, to which the partials of the tile's
+        earlier clusters are added (same rank: slot ``bidx`` minus the cluster size per
+        cluster back), farthest first, before it is stored. Only a last part waits, and only
+        on first units: no chain. Each kind is its own loop of 0..n trips (no accumulator
+        write sits in a runtime branch)."""
         sk, k_tiles = sched.sk, sched.k_count
-        prev = bidx - self.cluster_m * self.cluster_n
+        size = self.cluster_m * self.cluster_n
         for _ in cutlass.range(sk.write, unroll=1):
             rel, rd = self.mma(tiled_mma, ab_pipe, frag, sk.x, rel, rd)
             self.fixup.write(frag.acc, mSync, bidx, epi.ctid)
@@ -558,13 +568,13 @@ class GemmSm90:
             self.epilogue_tile(tiled_mma, frag, epi, tm, tn, tl)
         for _ in cutlass.range(sk.middle, unroll=1):
             rel, rd = self.mma(tiled_mma, ab_pipe, frag, sk.x - sk.y, rel, rd)
-            self.fixup.add(frag.acc, mSync, prev, epi.ctid)
             self.fixup.write(frag.acc, mSync, bidx, epi.ctid)
         for _ in cutlass.range(sk.last, unroll=1):
             tm, tn, tl = self._tile_coord(sk.first_tile + sk.t_first, sched.tiles_mc,
                                           sched.tiles_nc, sched.rank_mn)
             rel, rd = self.mma(tiled_mma, ab_pipe, frag, k_tiles - sk.y, rel, rd)
-            self.fixup.add(frag.acc, mSync, prev, epi.ctid)
+            for j in cutlass.range(sk.before, unroll=1):
+                self.fixup.add(frag.acc, mSync, bidx - (sk.before - j) * size, epi.ctid)
             self.epilogue_tile(tiled_mma, frag, epi, tm, tn, tl)
         return rel, rd
 

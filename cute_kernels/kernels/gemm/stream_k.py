@@ -1,18 +1,20 @@
-"""Stream-K's fix-up for ``GemmSm90(stream_k=True)``: a tile whose k-tiles two clusters share.
+"""Stream-K's fix-up for ``GemmSm90(stream_k=True)``: a tile whose k-tiles several clusters share.
 
 The launch's last tiles (the partial last wave plus one full wave, or every tile when there
 are fewer; ``tile_scheduler.stream_k_tiles``) are cut into equal k-ranges, one per cluster
 (``tile_scheduler.stream_k_range``). A tile split between clusters c - 1 and c is finished
 by c: c - 1 runs the tile's first k-tiles before anything else and leaves its fp32
 accumulators in the workspace (``write``); c runs the rest at the end of its range, adds the
-partial (``add``) and stores the tile through the usual epilogue. (With ranges shorter than
-a tile, a cluster between them adds the partial before it and writes the sum on.)
+partial (``add``) and stores the tile through the usual epilogue. With ranges shorter than
+a tile, the clusters between them leave their partials too, and the tile's last adds every
+one, farthest first (``tile_scheduler.stream_k_first_cluster``): one wait per partial, in
+parallel, not a chain of clusters each waiting on the one before.
 
 Workspace (the launch's int32 ``mSync`` buffer, ``tile_scheduler.stream_k_workspace_words``):
 one fp32 slot of ``tile_m x tile_n`` values per CTA, then one int32 flag per CTA, zeroed by
 the host before the launch. A CTA writes its slot at most once per launch (its cluster's
-range has one first or middle part), so the slot is the writer's CTA index and the
-reader's minus the cluster size.
+range has one first or middle part), so the slot is the writer's CTA index: the reader's
+minus the cluster size times the clusters between them.
 Each consumer thread keeps its own accumulators in register order, in 16-byte vectors
 interleaved across the threads (a warp's stores cover 512 contiguous bytes). The writer
 releases the flag after a barrier of the consumer warpgroups; the owner's first consumer
