@@ -7,6 +7,7 @@ Ops: ``bsr_sddmm`` / ``bsr_softmax`` / ``bsr_spmm`` (N 8192, G 64, 95% of blocks
 head), ``decode`` (``attention`` at B1 H32 H_kv8 S_q1 S_kv4096 D128, GQA packed: split by
 default; ``decode_unsplit`` with ``num_splits=1``; ``sdpa_decode`` torch's), ``linear``
 (1024^3, ``out=``), ``linear_decode`` (13 x 14336 x 4096: swap-AB, C^T stored into out),
+``linear_split`` / ``matmul_split`` (1 x 2304 x 9216: swap-AB split through the workspace),
 ``matmul`` (torch's, 1024^3, for scale), ``gated_decode`` (``gated_mlp_up``, 16 tokens of
 Llama 3 8B's up-projection) and ``torch_gated_decode`` (``F.linear``, then silu * up). Prints
 the host microseconds per call (the median of ``--passes`` passes), then each op's profile.
@@ -47,6 +48,10 @@ def ops() -> dict:
     x2, w2 = torch.randn(13, 4096, device="cuda").bfloat16(), torch.randn(
         14336, 4096, device="cuda").bfloat16()
     y2 = torch.empty(13, 14336, device="cuda", dtype=torch.bfloat16)
+    # a swapped launch split through the workspace (Gemma 2 2B's down-projection, one token)
+    x3, w3 = torch.randn(1, 9216, device="cuda").bfloat16(), torch.randn(
+        2304, 9216, device="cuda").bfloat16()
+    y3 = torch.empty(1, 2304, device="cuda", dtype=torch.bfloat16)
     xg = torch.randn(16, 4096, device="cuda").bfloat16()  # Llama 3 8B's up-projection
     wg = (torch.randn(2 * 14336, 4096, device="cuda") / 64).bfloat16()
     return {"bsr_sddmm": lambda: ck.bsr_sddmm(q, k, lay), "bsr_softmax": lambda: ck.bsr_softmax(s),
@@ -56,6 +61,8 @@ def ops() -> dict:
                 dq, dk, dv, enable_gqa=True),
             "linear": lambda: ck.linear(x1, w1, out=y1),
             "linear_decode": lambda: ck.linear(x2, w2, out=y2),
+            "linear_split": lambda: ck.linear(x3, w3, out=y3),
+            "matmul_split": lambda: torch.matmul(x3, w3.t(), out=y3),
             "matmul": lambda: torch.matmul(x1, w1.t(), out=y1),
             "gated_decode": lambda: ck.gated_mlp_up(xg, wg),
             "torch_gated_decode": lambda: _torch_gated(xg, wg)}
