@@ -463,9 +463,10 @@ def test_dependent_launches_wait_for_the_kernel_before():
     ((128, 16, 128), 24, 1, 520, 136, "n", None),  # fewer k-tiles than CTAs
 ])
 def test_swap_ab_stream_k(forced_schedule, tile, ctas, m, n, k, b_major, epilogue):
-    """Swap-AB with stream-K: the CTAs share the swapped tiles' k-ranges and pass partials
-    on through the workspace in the launch, then store C^T into ``out`` (one launch, no
-    reduce): residue K, M and N, both weight majors, bias and activations, fp32 out."""
+    """Swap-AB with stream-K: the CTAs share the swapped tiles' k-ranges, leave their
+    partials in the workspace for each tile's last CTA, which adds them and stores C^T into
+    ``out`` (one launch, no reduce): up to 4 CTAs a tile, residue K, M and N, both weight
+    majors, bias and activations, fp32 out."""
     import cute_kernels.ops.gemm as gemm_ops
 
     if torch.cuda.get_device_properties(0).multi_processor_count < ctas:
