@@ -750,9 +750,8 @@ def test_gemm_stream_k_ptx(tile, out_dtype):
     fp32 accumulator of the consumer thread once, in the two units that write one (a tile's
     first part, a middle part) and the one that reads them (a tile's last, in a loop over
     the tile's earlier clusters: no chain); a release add raises the flag and an acquire
-    load polls it; four mainloops (first part,
-    whole tiles, middle, last part) plus the whole waves' one; nothing spills. A gated or
-    drift-limited kernel refuses it."""
+    load polls it; four mainloops (first part, whole tiles, middle, last part) plus the
+    whole waves' one; nothing spills. A gated or drift-limited kernel refuses it."""
     import re
 
     import torch
