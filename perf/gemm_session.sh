@@ -20,7 +20,10 @@
 # llama-sk2: the sweep on the stream-K rule that weighs the drift limiter, forced beside;
 # llama-checks: the GEMM GPU tests on that rule, and the sweep once more; llama-h200: the
 # sweep and the tiles of its closest shape (for the second card); w176: 128 x 176 tiles
-# (whole waves at 1024 x 14336, as cuBLAS's 176 x 128).
+# (whole waves at 1024 x 14336, as cuBLAS's 176 x 128); split-tests / split-perf: the split-K /
+# swap-AB workspace route as one host call (SplitKGemm): GPU tests and memcheck, then host time
+# and the split shapes against the two-call route (BEFORE_GEMM: the old ops/gemm.py, swapped
+# into a copy of this tree).
 # Prints a summary last.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-gemm}
@@ -450,5 +453,27 @@ if [ "$PART" = w176 ]; then
     --tiles 128x176x64z0,128x224x64z0,128x176x64z1
   grep -v DEBUG "$OUT/w176.log" | grep -A5 'MxNxK'
   grep -v DEBUG "$OUT/w176.log" | grep 'cuBLAS.*|'
+fi
+if [ "$PART" = split-tests ]; then
+  step split-tests 440 python -m pytest -q --tb=short -p no:logging tests/test_gemm_gpu.py \
+    tests/test_dispatch_gpu.py
+  step split-memcheck 120 "${SANITIZE[@]}" --tool memcheck python perf/gemm_skinny_probe.py
+  echo "memcheck: $(grep -c "rel err" "$OUT/split-memcheck.log") checks, $(grep "ERROR SUMMARY" \
+"$OUT/split-memcheck.log")"
+fi
+if [ "$PART" = split-perf ]; then
+  before=/tmp/ck-before; rm -rf $before; mkdir -p $before; cp -r cute_kernels $before/
+  cp "${BEFORE_GEMM:?the old ops/gemm.py}" $before/cute_kernels/ops/gemm.py
+  shapes=1x2304x9216,13x1536x8960,1x1024x14336,1x2048x14336,1x3584x18944,1x4096x14336,\
+8x4096x14336,13x4096x14336,13x14336x4096
+  for side in after before after before; do
+    pp=$PWD; [ $side = before ] && pp=$before
+    step host-$side 100 env PYTHONPATH=$pp python perf/host_profile.py --passes 5 \
+      --ops linear_split,matmul_split,linear_decode
+    grep "cute_kernels from\|host time per call" "$OUT/host-$side.log"
+    step sweep-$side 150 env PYTHONPATH=$pp python perf/gemm_skinny.py --graphs --rounds 10 \
+      --out "$OUT/$side" --shapes $shapes
+    grep -v DEBUG "$OUT/sweep-$side.log" | grep -A11 'MxNxK'
+  done
 fi
 echo; echo "=== summary"; printf '%s\n' "${summary[@]}"

@@ -53,7 +53,8 @@ def build_names() -> list[str]:
                 names.append(f"colsum:{d}:{group}:{json.dumps(c, sort_keys=True)}")
     names += ["gemm:drift", "gemm:bias-gelu", "gemm:fp32-out", "gemm:flat", "gemm:flat-swap",
               "gated:bias-swiglu", "attn-ampere-colsum:64:128", "gather:short-persistent",
-              "gemm:cluster-split", "gemm:cluster-2x2", "attn:split-decode", "attn:combine-pdl"]
+              "gemm:cluster-split", "gemm:cluster-2x2", "gemm:split-swap", "attn:split-decode",
+              "attn:combine-pdl"]
     return names
 
 
@@ -106,6 +107,9 @@ def _build(name: str):
     if name == "gemm:cluster-split":  # split-K 2 in a cluster, summed through DSMEM
         return gemm.make_build("hopper", bf16, bf16, "k", "k", Epilogue(), None, 1,
                                (128, 64, 64), False, 8, batched=False, cluster_k=2), "sm_90a"
+    if name == "gemm:split-swap":  # swap-AB split-K 2 through the workspace, with its reduce
+        return gemm.split_build("hopper", bf16, bf16, "k", "k", True, Epilogue(bias=True),
+                                bf16, 1, (64, 16, 128), 8), "sm_90a"
     if name == "gemm:cluster-2x2":  # both operands multicast
         return gemm.make_build("hopper", bf16, bf16, "k", "k", Epilogue(), None, 2,
                                (128, 128, 64), batched=False, cluster_n=2), "sm_90a"

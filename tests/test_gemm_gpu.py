@@ -320,7 +320,7 @@ def test_cluster_split_default_route_and_fp32_out():
         ck.linear(x, w, out=out)
         check(out, x.float() @ w.float().t(), (x @ w.t()).float(), f"out {out_dtype}")
         (plan,) = gemm_ops._PLANS.values()
-        assert plan.reduce is None  # one launch either way (fp32: 64x128 tiles, unsplit)
+        assert plan.workspace == 0  # one kernel either way (fp32: 64x128 tiles, unsplit)
 
 
 @HOPPER_ONLY
@@ -343,7 +343,7 @@ def test_cluster_split_k(forced_schedule, tile, cluster_k, ctas, m, n, k, a_majo
     for _ in range(2):  # fresh inputs, the same compiled plan
         run_gemm("hopper", m, n, k, a_major=a_major, b_major=b_major, bias=True,
                  epilogue=epilogue)
-    assert {(p.reduce is None, p.ctas) for p in gemm_ops._PLANS.values()} == {
+    assert {(p.workspace == 0, p.ctas) for p in gemm_ops._PLANS.values()} == {
         (True, ctas or torch.cuda.get_device_properties(0).multi_processor_count
          // cluster_k * cluster_k)}
     run_gemm("hopper", m, n, k, a_major=a_major, b_major=b_major, dtype=torch.float16,
@@ -477,7 +477,7 @@ def test_swap_ab_stream_k(forced_schedule, tile, ctas, m, n, k, b_major, epilogu
     run_gemm("hopper", m, n, k, b_major=b_major, dtype=torch.float16,
              out_dtype=torch.float32)
     plans = list(gemm_ops._PLANS.values())
-    assert plans and all(p.swap and p.reduce is None and p.stream_k is not None
+    assert plans and all(p.swap and p.workspace == 0 and p.stream_k is not None
                          and p.ctas == ctas for p in plans), plans
 
 
@@ -524,7 +524,7 @@ def test_skinny_schedule_into_strided_out(forced_schedule, splits):
         ck.gemm(x, w.t(), out=big[:, :264])
         check(big[:, :264], ref, (x @ w.t()).float(), f"{dtype} out row stride 272")
         assert torch.isnan(big[:, 264:]).all(), "wrote outside out's window"
-        routes = {(plan.swap, plan.reduce is None, plan.flat)
+        routes = {(plan.swap, plan.workspace == 0, plan.flat)
                   for plan in gemm_ops._PLANS.values()}
         # unsplit: the plain 2-D operands and out, seen transposed by the kernel
         assert routes == {(True, splits == 1, splits == 1)}, routes

@@ -108,6 +108,7 @@ def _named_kernels() -> list[str]:
     """Every kernel class an op names by path."""
     named = list(attention_ops.ATTENTION_KERNELS)
     named += [attention_ops.SPLIT_KV_KERNEL, attention_ops.SPLIT_COMBINE_KERNEL]
+    named += [gemm_ops.SPLIT_KERNEL]
     named += [f"{bitpack_ops.KERNEL_MODULE}:{c}" for c in bitpack_ops.KERNEL_CLASSES.values()]
     named += list(gemm_ops.GEMM_KERNELS)
     named += list(column_sparse_mlp_ops.MLP_KERNELS.values())
@@ -137,7 +138,7 @@ import cute_kernels.modules, cute_kernels.column_sparse_module  # noqa: F401
 import cute_kernels.column_sparse_mlp_module, cute_kernels.offload  # noqa: F401
 from cute_kernels.runtime.launch import kernel_params
 names = [attention.attention_params().call_names, gemm.gemm_params().call_names,
-         attention.split_kv_params().call_names]
+         attention.split_kv_params().call_names, gemm.split_params().call_names]
 names += [kernel_params(f"{bitpack.KERNEL_MODULE}:{c}").call_names
           for c in bitpack.KERNEL_CLASSES.values()]
 names += [kernel_params(c).call_names for c in column_sparse_mlp.MLP_KERNELS.values()]

@@ -618,13 +618,17 @@ def test_drift_limiter_schedule(monkeypatch):
     assert not drift(4096, 4096, 16384)  # a few waves
 
 
-@pytest.mark.parametrize("tile, a_major, b_major, c_form, out_dtype", [
-    ((128, 16, 128), "k", "k", "transposed", "bfloat16"),  # swap-AB straight into out
-    ((128, 32, 64), "m", "n", "transposed", "float32"),  # swap-AB + split-K workspace
-    ((128, 128, 64), "k", "n", "workspace", "float32")])  # split-K workspace
-def test_gemm_skinny_tiles_ptx(tile, a_major, b_major, c_form, out_dtype):
-    """The swap-AB / split-K GEMM builds (8 stages): one WGMMA shape m64n{tile_n}k16, TMA
-    loads and stores, no spills; a 16-bit C^T goes through transposing stmatrix."""
+def _entries(ptx: str) -> list[str]:
+    """The PTX of each kernel entry of a build, in order."""
+    import re
+
+    return [e for e in re.split(r"(?=\.visible \.entry)", ptx)
+            if e.startswith(".visible .entry")]
+
+
+def test_gemm_skinny_tiles_ptx():
+    """The unsplit swap-AB GEMM build (8 stages): one WGMMA shape m64n16k16, TMA loads and
+    stores, C^T through transposing stmatrix, no spills."""
     import re
 
     import torch
@@ -633,16 +637,52 @@ def test_gemm_skinny_tiles_ptx(tile, a_major, b_major, c_form, out_dtype):
     from cute_kernels.ops.gemm import make_build
     from cute_kernels.runtime.compile import compile_ptx
 
-    swapped = c_form == "transposed" and out_dtype == "bfloat16"
-    epilogue = Epilogue(bias=True, activation="silu", bias_dim=0) if swapped else Epilogue()
-    ptx = compile_ptx(make_build("hopper", torch.bfloat16, getattr(torch, out_dtype), a_major,
-                                 b_major, epilogue, torch.bfloat16 if swapped else None, 1,
-                                 tile, False, 8, c_form=c_form), "sm_90a")
+    ptx = compile_ptx(make_build("hopper", torch.bfloat16, torch.bfloat16, "k", "k",
+                                 Epilogue(bias=True, activation="silu", bias_dim=0),
+                                 torch.bfloat16, 1, (128, 16, 128), False, 8, batched=False,
+                                 c_transposed=True), "sm_90a")
     assert set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k16)", ptx)) == {
-        f"m64n{tile[1]}k16"}
+        "m64n16k16"}
     mix = instruction_mix(ptx)
     assert mix["cp.async.bulk.tensor"] > 0 and mix["setmaxnreg"] > 0
-    assert ("stmatrix.sync.aligned.m8n8.x4.trans" in ptx) == swapped
+    assert "stmatrix.sync.aligned.m8n8.x4.trans" in ptx
+    _assert_no_spills(ptx, "sm_90a")
+
+
+@pytest.mark.parametrize("swap, tile, a_major, b_major, out_dtype, activation, bias_dtype", [
+    (True, (128, 32, 64), "m", "n", "bfloat16", None, None),  # swap-AB + split-K
+    (True, (64, 16, 128), "k", "k", "float16", "gelu_tanh", "float32"),  # 64-row swapped
+    (False, (128, 128, 64), "k", "n", "float32", "silu", "bfloat16")])  # split-K
+def test_split_k_ptx(swap, tile, a_major, b_major, out_dtype, activation, bias_dtype):
+    """The split-K / swap-AB route's one host function (``SplitKGemm``): two kernels. The
+    GEMM (8 stages): one WGMMA shape m64n{tile_n}k16, TMA loads, its fp32 partials stored by
+    plain smem stores and TMA, no stmatrix. The finishing pass: SIMT only (no tensor cores,
+    no async copies), 16-byte stores of the output, the activation compiled in only when
+    asked. Neither spills."""
+    import re
+
+    import torch
+
+    from cute_kernels.kernels.gemm.epilogue import Epilogue
+    from cute_kernels.ops.gemm import split_build
+    from cute_kernels.runtime.compile import compile_ptx
+
+    bias = getattr(torch, bias_dtype) if bias_dtype else None
+    ptx = compile_ptx(split_build("hopper", torch.bfloat16, getattr(torch, out_dtype), a_major,
+                                  b_major, swap, Epilogue(bias=bias is not None,
+                                                          activation=activation),
+                                  bias, 1, tile, 8), "sm_90a")
+    gemm, reduce = _entries(ptx)
+    assert "GemmSm90" in gemm.splitlines()[0] and "SplitKReduce" in reduce.splitlines()[0]
+    assert set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k16)", gemm)) == {
+        f"m64n{tile[1]}k16"}
+    mix = instruction_mix(gemm)
+    assert mix["cp.async.bulk.tensor"] > 0 and mix["setmaxnreg"] > 0
+    assert "stmatrix" not in gemm
+    mix = instruction_mix(reduce)
+    assert mix["mma.sync"] == mix["wgmma"] == mix["cp.async"] == 0
+    assert "st.global.v4" in reduce
+    assert ("ex2.approx" in reduce or "tanh.approx" in reduce) == (activation is not None)
     _assert_no_spills(ptx, "sm_90a")
 
 
@@ -843,30 +883,6 @@ def test_gemm_2d_cluster_ptx(tile, cluster_m, cluster_n):
     assert len(loads) == 2
     assert "mbarrier.arrive" in ptx and "mapa" in ptx  # releases to the peers' barriers
     _assert_no_spills(ptx, "sm_90a")
-
-
-@pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("out_dtype, activation, bias_dtype", [
-    ("bfloat16", None, None), ("float16", "gelu_tanh", "float32"),
-    ("float32", "silu", "bfloat16")])
-def test_split_reduce_ptx(target, out_dtype, activation, bias_dtype):
-    """The split-K finishing pass: SIMT only (no tensor cores, no async copies), 16-byte
-    stores of the output, the activation compiled in only when asked."""
-    import torch
-
-    from cute_kernels.kernels.gemm.epilogue import Epilogue
-    from cute_kernels.ops.gemm import reduce_build
-    from cute_kernels.runtime.compile import compile_ptx
-
-    bias = getattr(torch, bias_dtype) if bias_dtype else None
-    ptx = compile_ptx(reduce_build(getattr(torch, out_dtype),
-                                   Epilogue(bias=bias is not None, activation=activation), bias),
-                      target)
-    mix = instruction_mix(ptx)
-    assert mix["mma.sync"] == mix["wgmma"] == mix["cp.async"] == 0
-    assert "st.global.v4" in ptx
-    assert ("ex2.approx" in ptx or "tanh.approx" in ptx) == (activation is not None)
-    _assert_no_spills(ptx, target)
 
 
 @pytest.mark.parametrize("head_dim, causal, split_kv", [(128, False, True), (128, True, False),

@@ -139,43 +139,57 @@ def test_skinny_schedules():
     assert 7 in split_options(14336)
 
 
-def test_split_k_view_sums_to_the_product():
-    """The split-K operand views: slice s of both operands multiplies to the partial over
-    K slice s, in any major, and the partials sum to the full product."""
-    from cute_kernels.ops.gemm import split_k_view
+def _as_view(t: torch.Tensor, shape, stride) -> torch.Tensor:
+    return t.as_strided(tuple(shape), tuple(stride))
+
+
+def test_k_slices_sum_to_the_product():
+    """The split-K operand views (``split_k.k_slices``, the layouts the kernel builds at trace
+    time): slice s of both operands multiplies to the partial over K slice s, in any major,
+    and the partials sum to the full product."""
+    from cute_kernels.kernels.gemm.split_k import k_slices
 
     gen = torch.Generator().manual_seed(0)
     a = torch.randn(13, 96, generator=gen, dtype=torch.float64)
     b = torch.randn(40, 96, generator=gen, dtype=torch.float64).t().contiguous().t()  # N-major
     for splits in (1, 2, 3, 4):
-        va, vb = split_k_view(a, splits), split_k_view(b, splits)
+        va, vb = (_as_view(t, *k_slices(t.shape, t.stride(), splits)) for t in (a, b))
         assert va.shape == (13, 96 // splits, splits)
         assert va.data_ptr() == a.data_ptr() and vb.data_ptr() == b.data_ptr()  # views
         parts = torch.einsum("mks,nks->mns", va, vb)
         torch.testing.assert_close(parts.sum(-1), a @ b.t())
         ks, last = 96 // splits, splits - 1
         torch.testing.assert_close(parts[..., last], a[:, ks * last:] @ b[:, ks * last:].t())
+    with pytest.raises(ValueError, match="divisible by 8"):  # 96 / 5 slices: not 8-aligned
+        k_slices(a.shape, a.stride(), 5)
 
 
 @pytest.mark.parametrize("swap", [False, True])
-def test_workspace_views_compute_the_product(swap):
-    """The workspace views of a split launch, played out in torch: slice s of the kernel's
-    A and B views multiplied into slice s of its C view, then the reduce's (M, N, splits)
-    view summed over slices, is a @ b^T (swapped: C is C^T, column-major)."""
-    from cute_kernels.ops.gemm import WorkspaceViews
+@pytest.mark.parametrize("n", [40, 37])
+def test_workspace_views_compute_the_product(swap, n):
+    """The workspace views of a split launch (``split_k.workspace_views``), played out in
+    torch on a workspace of ``ops.gemm.workspace_words``: slice s of the kernel's A and B
+    views multiplied into slice s of its C view, then the reduce's (M, N, splits) view summed
+    over slices, is a @ b^T (swapped: C is C^T, column-major), and nothing lands in the
+    padding columns of an N that is not a multiple of 8 or past the workspace's end."""
+    from cute_kernels.kernels.gemm.split_k import k_slices, workspace_views
+    from cute_kernels.ops.gemm import workspace_words
 
     gen = torch.Generator().manual_seed(1)
     a = torch.randn(13, 96, generator=gen, dtype=torch.float64)
-    b = torch.randn(40, 96, generator=gen, dtype=torch.float64)
-    views = WorkspaceViews.make(a, b, swap, 3)
+    b = torch.randn(n, 96, generator=gen, dtype=torch.float64)
+    splits = 3
+    words = workspace_words(13, n, splits)
+    buf = torch.full((words + 8,), float("nan"), dtype=torch.float64)
+    gemm_c, reduce_c = workspace_views(13, n, splits, swap)
     lhs, rhs = (b, a) if swap else (a, b)
-    ws = torch.full((3 * 13 * 40,), float("nan"), dtype=torch.float64)
-    ws = ws.as_strided(*views.reduce)
-    c = ws.as_strided(*views.ws)
-    va, vb = lhs.as_strided(*views.lhs), rhs.as_strided(*views.rhs)
-    for s in range(3):
+    va, vb = (_as_view(t, *k_slices(t.shape, t.stride(), splits)) for t in (lhs, rhs))
+    c = _as_view(buf, *gemm_c)
+    for s in range(splits):
         c[..., s] = va[..., s] @ vb[..., s].t()
-    torch.testing.assert_close(ws.sum(-1), a @ b.t())
+    torch.testing.assert_close(_as_view(buf, *reduce_c).sum(-1), a @ b.t())
+    assert int(torch.isfinite(buf).sum()) == splits * 13 * n  # each output word once
+    assert torch.isnan(buf[words:]).all()
 
 
 @pytest.mark.parametrize("n_m, n_h, n_b", [(8, 16, 8), (3, 5, 7), (33, 2, 3), (1, 4, 4),

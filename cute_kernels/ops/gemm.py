@@ -137,9 +137,8 @@ def gemm_kernel(path: str, cluster_m: int = DEFAULT_CLUSTER_M, tile=DEFAULT_TILE
 def make_build(path: str, dtype, out_dtype, a_major: str, b_major: str, epilogue,
                bias_dtype=None, cluster_m: int = DEFAULT_CLUSTER_M,
                tile=DEFAULT_TILE, drift: bool = False, max_stages: int | None = None,
-               c_form: str = "rows", batched: bool = True, c_transposed: bool = False,
-               cluster_k: int = 1, cluster_n: int = 1, stream_k: bool = False,
-               pdl: bool = False) -> Build:
+               batched: bool = True, c_transposed: bool = False, cluster_k: int = 1,
+               cluster_n: int = 1, stream_k: bool = False, pdl: bool = False) -> Build:
     """The GEMM kernel of ``path`` against fake operands (``gemm_build``); ``c_transposed``
     (Hopper): C is the row-major output of a swap-AB launch, stored transposed;
     ``cluster_k`` (Hopper): split-K over a cluster's CTAs, reduced in the launch;
@@ -152,59 +151,66 @@ def make_build(path: str, dtype, out_dtype, a_major: str, b_major: str, epilogue
                          epilogue=epilogue,
                          **({"c_transposed": True} if c_transposed else {}))
     return gemm_build(kernel, dtype, out_dtype, a_major, b_major,
-                      bias_dtype if epilogue.bias else None, drift, c_form, batched, stream_k)
+                      bias_dtype if epilogue.bias else None, drift, batched, stream_k)
 
 
 def gemm_build(kernel, dtype, out_dtype, a_major: str, b_major: str, bias_dtype,
-               drift: bool, c_form: str = "rows", batched: bool = True,
-               stream_k: bool = False) -> Build:
+               drift: bool, batched: bool = True, stream_k: bool = False) -> Build:
     """A GEMM-kernel object (dense or gated) against canonical (rows, K, L) fake operands, a
     bias when ``bias_dtype`` is set, a CTA count and, with the drift limiter, its int32 tile
     counter (left out otherwise: the kernel's default).
 
-    ``c_form``: "rows" (row-major C, N a multiple of 8), "workspace" (the split-K fp32
-    workspace: row-major, any column count) or "transposed" (column-major C of any column
-    count: a swap-AB launch writing C^T into its fp32 workspace; an unsplit one writes the
-    output as ``batched=False`` rows seen transposed, ``make_build(c_transposed=True)``).
+    C is row-major, N a multiple of 8 (an unsplit swap-AB launch writes its output as
+    ``batched=False`` rows seen transposed, ``make_build(c_transposed=True)``; the split
+    launches' fp32 workspace views are made in ``split_build``'s host function).
     ``stream_k`` (Hopper): ``mSync`` is the stream-K workspace, int32 words of any count
     (``tile_scheduler.stream_k_workspace_words``).
     ``batched=False`` (row-major C): plain (rows, K) and (M, N) operands, which the kernels
     give their batch mode of one (no host-side views per call)."""
     import cutlass
-    from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_tensor
+    from cutlass.cute.runtime import make_fake_compact_tensor
 
-    from ..runtime.bridge import cutlass_dtype, sym
+    from ..runtime.bridge import sym
 
     bias = fake_vector(bias_dtype, align=4, divisibility=8) if bias_dtype is not None else None
-    c_strides = {"workspace": (sym(8), 1, sym(8)), "transposed": (1, sym(8), sym(8))}
-    if not batched and c_form != "rows":
-        raise ValueError("unbatched operands take a row-major C (c_form='rows')")
-    c = (fake_mkl(out_dtype, "k", batched) if c_form == "rows" else make_fake_tensor(
-        cutlass_dtype(out_dtype), (sym(), sym(), sym()), c_strides[c_form], assumed_align=16))
     return Build(kernel, launch_args(
         kernel, mA=fake_mkl(dtype, a_major, batched), mB=fake_mkl(dtype, b_major, batched),
-        mC=c, mBias=bias, num_ctas=cutlass.Int32(1),
+        mC=fake_mkl(out_dtype, "k", batched), mBias=bias, num_ctas=cutlass.Int32(1),
         **({"mSync": make_fake_compact_tensor(cutlass.Int32, (sym() if stream_k else 1,),
                                               assumed_align=16 if stream_k else 4)}
            if drift or stream_k else {})))
 
 
-def reduce_build(out_dtype, epilogue, bias_dtype) -> Build:
-    """The split-K / swap-AB finishing kernel against a fully strided fp32 (M, N, splits)
-    workspace view and a row-major output."""
+def split_build(path: str, dtype, out_dtype, a_major: str, b_major: str, swap: bool,
+                epilogue, bias_dtype, cluster_m: int, tile, max_stages: int | None) -> Build:
+    """The split-K / swap-AB GEMM into the fp32 workspace and its reduce, one host call
+    (``SplitKGemm``), against plain 2-D x (M, K) and w (N, K) of the given majors, a flat
+    workspace and a row-major output."""
+    import cutlass
+
+    from ..kernels.gemm.split_k import SplitKGemm
+    from ..kernels.gemm.split_reduce import SplitKReduce
+
+    lhs_major, rhs_major = (_flip(b_major), _flip(a_major)) if swap else (a_major, b_major)
+    gemm = gemm_kernel(path, cluster_m, tile, False, max_stages, a_major=lhs_major,
+                       b_major=rhs_major, epilogue=_epilogue(False, None))
+    joint = SplitKGemm(gemm, SplitKReduce(epilogue), swap)
+    bias = fake_vector(bias_dtype, align=4, divisibility=8) if bias_dtype is not None else None
+    return Build(joint, launch_args(
+        joint, mX=fake_mkl(dtype, a_major, False), mW=fake_mkl(dtype, b_major, False),
+        mWs=fake_vector(torch.float32, align=16, divisibility=8), mOut=_fake_rows(out_dtype),
+        mBias=bias, splits=cutlass.Int32(2), num_ctas=cutlass.Int32(1)))
+
+
+def _fake_rows(dtype):
+    """A row-major (M, N) output: rows of 8-element multiples, 16-byte aligned (``_plan``
+    routes other outputs around the reduce)."""
     from cutlass.cute.runtime import make_fake_tensor
 
-    from ..kernels.gemm.split_reduce import SplitKReduce
     from ..runtime.bridge import cutlass_dtype, sym
 
-    kernel = SplitKReduce(epilogue)
-    ws = make_fake_tensor(cutlass_dtype(torch.float32), (sym(), sym(), sym()),
-                          (sym(), sym(), sym()), assumed_align=16)
-    # rows of 8-element multiples, 16-byte aligned (_plan routes other outputs around it)
-    out = make_fake_tensor(cutlass_dtype(out_dtype), (sym(), sym(8)), (sym(8), 1),
-                           assumed_align=16)
-    bias = fake_vector(bias_dtype, align=4, divisibility=8) if bias_dtype is not None else None
-    return Build(kernel, launch_args(kernel, mWs=ws, mOut=out, mBias=bias))
+    return make_fake_tensor(cutlass_dtype(dtype), (sym(), sym(8)), (sym(8), 1),
+                            assumed_align=16)
 
 
 #: The GEMM kernel classes (dense and gated), as ``"module:Class"``.
@@ -236,9 +242,13 @@ def stream_k_workspace(device: torch.device, words: tuple[int, int]) -> torch.Te
     return ws
 
 
+#: The split-K / swap-AB GEMM with its reduce (one host call).
+SPLIT_KERNEL = "cute_kernels.kernels.gemm.split_k:SplitKGemm"
+
+
 @functools.cache
-def reduce_params() -> KernelParams:
-    return kernel_params("cute_kernels.kernels.gemm.split_reduce:SplitKReduce")
+def split_params() -> KernelParams:
+    return kernel_params(SPLIT_KERNEL)
 
 
 class GemmPlan(NamedTuple):
@@ -249,9 +259,9 @@ class GemmPlan(NamedTuple):
     kernel: object  # the compiled kernel; None when there is nothing to launch
     ctas: int
     drift: bool
-    reduce: object = None  # SplitKReduce, compiled, for swap-AB / split-K launches
+    workspace: int = 0  # split-K / swap-AB through the workspace: its fp32 words (SplitKGemm)
     swap: bool = False
-    views: object = None  # WorkspaceViews of a swap-AB / split-K launch
+    splits: int = 1
     flat: bool = False  # the kernel takes the plain 2-D operands (no (rows, K, 1) views)
     stream_k: tuple | None = None  # a stream-K launch's workspace (int32 words, flag offset)
 
@@ -291,8 +301,11 @@ def launch(plan: GemmPlan, a, b_nk, bias, out=None):
     ``out`` or a new tensor."""
     if out is None:
         out = torch.empty(plan.shape, dtype=plan.out_dtype, device=a.device)
-    if plan.reduce is not None:  # split-K launches (swapped or not)
-        return _via_workspace(a, b_nk, bias, out, plan)
+    if plan.workspace:  # split-K launches (swapped or not): the GEMM and the reduce
+        ws = torch.empty(plan.workspace, dtype=torch.float32, device=a.device)
+        plan.kernel(*split_params().call_args(mX=a, mW=b_nk, mWs=ws, mOut=out, mBias=bias,
+                                              splits=plan.splits, num_ctas=plan.ctas))
+        return out
     if plan.swap:  # C^T = W X^T stored into out, which the kernel sees transposed
         sync = None if plan.stream_k is None else stream_k_workspace(a.device, plan.stream_k)
         plan.kernel(*gemm_params().call_args(
@@ -307,56 +320,6 @@ def launch(plan: GemmPlan, a, b_nk, bias, out=None):
     plan.kernel(*gemm_params().call_args(
         mA=_as_mkl(a), mB=_as_mkl(b_nk), mC=_as_mkl(out), mBias=bias, num_ctas=plan.ctas,
         mSync=sync))
-    return out
-
-
-def split_k_view(t: torch.Tensor, splits: int) -> torch.Tensor:
-    """(R, K) -> the (R, K / splits, splits) view whose batch index is the K slice (stride
-    K / splits along K's own stride): a split-K launch is the batched kernel on these."""
-    k = t.shape[-1]
-    return t.unflatten(-1, (splits, k // splits)).transpose(-1, -2)
-
-
-class WorkspaceViews(NamedTuple):
-    """(size, stride) of every view a swap-AB / split-K call makes, worked out once per plan
-    (the plan is keyed on the operands' shapes and strides): each call is then one
-    ``empty_strided`` and three ``as_strided``."""
-
-    lhs: tuple  # the kernel's A: (rows, K / splits, splits) of x, or of w when swapped
-    rhs: tuple  # the kernel's B, the same of the other operand
-    ws: tuple  # the fp32 workspace as the kernel's C: (rows, cols, splits)
-    reduce: tuple  # the workspace in the output's (M, N, splits) coordinates (allocated so)
-
-    @classmethod
-    def make(cls, a: torch.Tensor, b_nk: torch.Tensor, swap: bool, splits: int):
-        lhs, rhs = (b_nk, a) if swap else (a, b_nk)
-        m, n = a.shape[0], b_nk.shape[0]
-        # the workspace is (splits, M, N') row-major in the output's coordinates, N' = N
-        # padded to 8 (32-byte rows); swapped, the kernel writes it as column-major C^T, so
-        # the reduce reads it along N either way (coalesced)
-        n_p = -(-n // 8) * 8
-        reduce = ((m, n, splits), (n_p, 1, m * n_p))
-        ws = ((n, m, splits), (1, n_p, m * n_p)) if swap else reduce
-        return cls(*(_split_strides(t, splits) for t in (lhs, rhs)), ws, reduce)
-
-
-def _split_strides(t: torch.Tensor, splits: int) -> tuple:
-    v = split_k_view(t, splits)
-    return tuple(v.shape), v.stride()
-
-
-def _via_workspace(a, b_nk, bias, out, plan: GemmPlan):
-    """Swap-AB / split-K: the GEMM kernel writes fp32 partials of each K slice (of C^T when
-    swapped) into a workspace; SplitKReduce sums them in slice order, runs the epilogue and
-    writes ``out``. Unbatched only (the slices are the launch's batch dim)."""
-    views = plan.views
-    lhs, rhs = (b_nk, a) if plan.swap else (a, b_nk)
-    ws = torch.empty_strided(*views.reduce, dtype=torch.float32, device=a.device)
-    plan.kernel(*gemm_params().call_args(
-        mA=lhs.as_strided(*views.lhs), mB=rhs.as_strided(*views.rhs),
-        mC=ws.as_strided(*views.ws) if plan.swap else ws, mBias=None, num_ctas=plan.ctas,
-        mSync=None))
-    plan.reduce(*reduce_params().call_args(mWs=ws, mOut=out, mBias=bias))
     return out
 
 
@@ -441,27 +404,29 @@ def _swap_plan(a, out_dtype, epilogue, bias_dtype, shape, sched, a_major,
         + (("stream_k",) if sched.stream_k else ()) + (("pdl",) if sched.pdl else ()))
     words = (stream_k_workspace_words(sched.ctas, sched.tile[0], sched.tile[1])
              if sched.stream_k else None)
-    return GemmPlan(shape, out_dtype, kernel, sched.ctas, False, None, True, flat=True,
+    return GemmPlan(shape, out_dtype, kernel, sched.ctas, False, swap=True, flat=True,
                     stream_k=words)
 
 
 def _workspace_plan(a, b_nk, out_dtype, epilogue, bias_dtype, shape, sched, a_major,
                     b_major) -> GemmPlan:
     """The swap-AB / split-K plan: an fp32 GEMM into the workspace (operands swapped when
-    ``sched.swap``, their majors with them) and the reduce kernel with the epilogue."""
-    lhs_major, rhs_major = ((_flip(b_major), _flip(a_major)) if sched.swap
-                            else (a_major, b_major))
-    key = ("gemm_workspace", a.dtype, lhs_major, rhs_major, sched.swap)
-    kernel = kernel_for(a.device, key, lambda path, target: make_build(
-        path, a.dtype, torch.float32, lhs_major, rhs_major, _epilogue(False, None), None,
-        sched.cluster_m, sched.tile, False, sched.max_stages,
-        c_form="transposed" if sched.swap else "workspace"),
-        hopper_key=(sched.cluster_m, sched.tile, sched.max_stages))
-    reduce = kernel_for(a.device, ("gemm_reduce", out_dtype, epilogue, bias_dtype),
-                        lambda path, target: reduce_build(
-                            out_dtype, _epilogue(bias_dtype is not None, epilogue), bias_dtype))
-    return GemmPlan(shape, out_dtype, kernel, sched.ctas, False, reduce, sched.swap,
-                    WorkspaceViews.make(a, b_nk, sched.swap, sched.splits))
+    ``sched.swap``) and the reduce kernel with the epilogue, from one host call."""
+    key = ("gemm_split", a.dtype, out_dtype, a_major, b_major, sched.swap, epilogue,
+           bias_dtype)
+    kernel = kernel_for(a.device, key, lambda path, target: split_build(
+        path, a.dtype, out_dtype, a_major, b_major, sched.swap,
+        _epilogue(bias_dtype is not None, epilogue), bias_dtype, sched.cluster_m, sched.tile,
+        sched.max_stages), hopper_key=(sched.cluster_m, sched.tile, sched.max_stages))
+    m, n = shape
+    return GemmPlan(shape, out_dtype, kernel, sched.ctas, False,
+                    workspace_words(m, n, sched.splits), sched.swap, sched.splits)
+
+
+def workspace_words(m: int, n: int, splits: int) -> int:
+    """The fp32 words of a split launch's workspace: ``splits`` slices of M rows of N
+    rounded up to 8 (``kernels/gemm/split_k.py``'s layout)."""
+    return splits * m * (-(-n // 8) * 8)
 
 
 def _flip(major: str) -> str:
