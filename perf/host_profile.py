@@ -9,7 +9,10 @@ default; ``decode_unsplit`` with ``num_splits=1``; ``sdpa_decode`` torch's), ``l
 (1024^3, ``out=``), ``linear_decode`` (13 x 14336 x 4096: swap-AB, C^T stored into out),
 ``linear_split`` / ``matmul_split`` (1 x 2304 x 9216: swap-AB split through the workspace),
 ``matmul`` (torch's, 1024^3, for scale), ``gated_decode`` (``gated_mlp_up``, 16 tokens of
-Llama 3 8B's up-projection) and ``torch_gated_decode`` (``F.linear``, then silu * up). Prints
+Llama 3 8B's up-projection) and ``torch_gated_decode`` (``F.linear``, then silu * up);
+``decode_kernel`` / ``linear_split_kernel`` / ``linear_decode_kernel``: the compiled host
+function of that op's cached plan called alone on preallocated tensors (TVM-FFI, the TMA
+descriptors, the launches), so the op's row minus this one is our Python. Prints
 the host microseconds per call (the median of ``--passes`` passes), then each op's profile.
 Needs a CUDA GPU.
 """
@@ -54,7 +57,9 @@ def ops() -> dict:
     y3 = torch.empty(1, 2304, device="cuda", dtype=torch.bfloat16)
     xg = torch.randn(16, 4096, device="cuda").bfloat16()  # Llama 3 8B's up-projection
     wg = (torch.randn(2 * 14336, 4096, device="cuda") / 64).bfloat16()
-    return {"bsr_sddmm": lambda: ck.bsr_sddmm(q, k, lay), "bsr_softmax": lambda: ck.bsr_softmax(s),
+    bare = _bare_kernels(dq, dk, dv, (x2, w2, y2), (x3, w3, y3))
+    return {**bare, "bsr_sddmm": lambda: ck.bsr_sddmm(q, k, lay),
+            "bsr_softmax": lambda: ck.bsr_softmax(s),
             "bsr_spmm": lambda: ck.bsr_spmm(p, v), "decode": lambda: ck.attention(dq, dk, dv),
             "decode_unsplit": lambda: ck.attention(dq, dk, dv, num_splits=1),
             "sdpa_decode": lambda: torch.nn.functional.scaled_dot_product_attention(
@@ -66,6 +71,40 @@ def ops() -> dict:
             "matmul": lambda: torch.matmul(x1, w1.t(), out=y1),
             "gated_decode": lambda: ck.gated_mlp_up(xg, wg),
             "torch_gated_decode": lambda: _torch_gated(xg, wg)}
+
+
+def _bare_kernels(q, k, v, decode, split) -> dict:
+    """The compiled host functions of the decode attention and the two ``linear`` plans,
+    called as their plans call them, on tensors allocated once."""
+    import cute_kernels as ck
+    from cute_kernels.ops import attention as attention_ops
+    from cute_kernels.ops import gemm as gemm_ops
+
+    ck.attention(q, k, v)
+    plan = attention_ops._PLANS[attention_ops._plan_key(q, k, v, False, None, None, None)]
+    qp = q.reshape(plan.pack) if plan.pack is not None else q
+    b, h, s_q, d = qp.shape
+    o, lse = torch.empty_like(qp), torch.empty((b, h, s_q), dtype=torch.float32, device="cuda")
+    n = plan.splits
+    if n > 1 and not plan.cluster:
+        parts = (torch.empty((n * b, h, s_q, d), dtype=q.dtype, device="cuda"),
+                 torch.empty((n * b, h, s_q), dtype=torch.float32, device="cuda"))
+        tensors = (qp, k, v, *parts, o, lse)
+    else:
+        tensors = (qp, k, v, o, lse)
+    table = {"decode_kernel": lambda: plan.kernel(*tensors, *plan.args)}
+    for name, (x, w, y) in (("linear_decode_kernel", decode), ("linear_split_kernel", split)):
+        ck.linear(x, w, out=y)
+        gp = gemm_ops._PLANS[gemm_ops._plan_key(x, w, None, y, y.dtype, None)]
+        if gp.workspace:
+            ws = torch.empty(gp.workspace, dtype=torch.float32, device="cuda")
+            args = gemm_ops.split_params().call_args(mX=x, mW=w, mWs=ws, mOut=y, mBias=None,
+                                                     splits=gp.splits, num_ctas=gp.ctas)
+        else:
+            args = gemm_ops.gemm_params().call_args(mA=w, mB=x, mC=y, mBias=None,
+                                                    num_ctas=gp.ctas, mSync=None)
+        table[name] = lambda gp=gp, args=args: gp.kernel(*args)
+    return table
 
 
 def _torch_gated(x, w_packed):
