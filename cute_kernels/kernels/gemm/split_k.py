@@ -4,9 +4,9 @@
 ``splits`` equal slices that run as the batch dim of one GEMM launch writing fp32 partials,
 then :class:`~.split_reduce.SplitKReduce` sums them and runs the epilogue. Both launches are
 traced into one ``@cute.jit`` here, and every strided view they need is made at trace time
-from the plain 2-D tensors the op holds: a call is one TVM-FFI call on four tensors, not two
-calls on five 3-D views that torch first has to build (``as_strided`` ~2 us each, a TVM-FFI
-call ~5-7 us: these launches are host-bound in eager mode).
+from the plain 2-D tensors the op holds: a call is one TVM-FFI call on four tensors (five
+with a bias), not two calls on five 3-D views that torch first has to build (``as_strided``
+~2 us each, a TVM-FFI call ~5-7 us: these launches are host-bound in eager mode).
 
 The views (``S`` = splits, ``N_p`` = N rounded up to 8, so every slice of the workspace starts
 on a 32-byte boundary):
@@ -46,9 +46,9 @@ def workspace_views(m, n, splits, swap: bool):
 
 
 class SplitKGemm:
-    """``gemm`` (a GEMM kernel object built for an fp32 C: ``c_form`` "workspace", or
-    "transposed" when ``swap``) over the K slices, then ``reduce`` (a ``SplitKReduce``), on
-    one stream from one call.
+    """``gemm`` (a ``GemmSm90`` without an epilogue; it writes fp32 partials, of C^T when
+    ``swap``) over the K slices, then ``reduce`` (a ``SplitKReduce``), on one stream from
+    one call.
 
     Tensors: ``mX (M, K)`` and ``mW (N, K)`` as ``linear`` takes them (either major, 16-byte
     aligned, the outer stride a multiple of 8 elements); ``mWs`` the workspace, ``(words,)``

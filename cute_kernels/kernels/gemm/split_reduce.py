@@ -12,7 +12,8 @@ one does, with one rounding.
 Roles: one thread per ``VEC`` consecutive outputs of a row (N is a multiple of 8), 256
 threads per CTA, no shared memory; the workspace is small and L2-resident (a few MB at
 decode shapes), so its reads are scalar and the output's are 16-byte stores when aligned.
-The same code on both paths.
+Plain SIMT code; the op launches it after the Hopper GEMM of a split schedule, from the same
+host call (``split_k.SplitKGemm``).
 """
 
 from __future__ import annotations
