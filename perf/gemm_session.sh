@@ -23,7 +23,8 @@
 # (whole waves at 1024 x 14336, as cuBLAS's 176 x 128); split-tests / split-perf: the split-K /
 # swap-AB workspace route as one host call (SplitKGemm): GPU tests and memcheck, then host time
 # and the split shapes against the two-call route (BEFORE_GEMM: the old ops/gemm.py, swapped
-# into a copy of this tree).
+# into a copy of this tree: `git show 9c51af8:cute_kernels/ops/gemm.py > .split_before_gemm.py`,
+# an untracked file travels with the call).
 # Prints a summary last.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-gemm}
