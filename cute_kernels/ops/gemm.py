@@ -420,7 +420,8 @@ def _workspace_plan(a, b_nk, out_dtype, epilogue, bias_dtype, shape, sched, a_ma
         sched.max_stages), hopper_key=(sched.cluster_m, sched.tile, sched.max_stages))
     m, n = shape
     return GemmPlan(shape, out_dtype, kernel, sched.ctas, False,
-                    workspace_words(m, n, sched.splits), sched.swap, sched.splits)
+                    workspace=workspace_words(m, n, sched.splits), swap=sched.swap,
+                    splits=sched.splits)
 
 
 def workspace_words(m: int, n: int, splits: int) -> int:
