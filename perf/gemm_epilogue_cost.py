@@ -14,8 +14,12 @@ Variants (``*``: the output is wrong by design, timing only):
   noepi*     no epilogue: the accumulators are summed and stored only if the sum is an
              impossible value (kept live, or ptxas drops the WGMMAs and the time with them)
   nostore*   the epilogue without its TMA stores (stmatrix, fences, barriers all kept)
-  noacq*     the stores without the wait for a store's smem read before the buffer's reuse
-  n16, n32, n64  16- / 32- / 64-wide subtiles (``epi_n``); ``n32e1``: 32-wide, one-deep ring
+  e2         the C ring held at 2 subtiles (``epi_stages=2``; by default it grows into the smem
+             the stages leave)
+  before     the ``GemmSm90`` of the file ``BEFORE_SM90`` names (an older sm90.py; put it at
+             cute_kernels/kernels/gemm/_sm90_before.py, an untracked file travels with a
+             device call)
+  n16, n32, n64  16- / 32- / 64-wide subtiles (``epi_n``)
   half, full tile N / 2 in a 2-deep ring; the whole tile in one buffer
   direct     no smem: 4-byte global stores straight from the accumulators, per column pair
   evict      the TMA stores with an L2 evict-first policy
@@ -41,7 +45,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import cutlass  # noqa: E402
 import cutlass.cute as cute  # noqa: E402
 import torch  # noqa: E402
-from cutlass import Int64, pipeline  # noqa: E402
+from cutlass import Int64  # noqa: E402
 from cutlass._mlir.dialects import llvm  # noqa: E402
 from cutlass.cute.nvgpu import cpasync  # noqa: E402
 from cutlass.cutlass_dsl import T, dsl_user_op  # noqa: E402
@@ -117,7 +121,7 @@ def _smem_staged_stores(self, tiled_mma, frag, epi, tm, tn, tl, subtiles=None):
     thr = s2g.get_slice(ctid)
     chunks = cute.size(tRS_rSub, mode=[2])
     for sub in cutlass.range_constexpr(epi.n_sub):
-        buf = sub % self.epi_stages
+        buf = sub % self.c_ring
         for m in cutlass.range_constexpr(cute.size(tRS_rSub, mode=[1])):
             for c in cutlass.range_constexpr(chunks):
                 for v in cutlass.range_constexpr(cute.size(tRS_rSub, mode=[0])):
@@ -183,21 +187,26 @@ def _init_with(**fields):
     GemmSm90.__init__ = init
 
 
-def _no_acquire():
-    # the pipeline class is shared: restored in _restore
-    pipeline.PipelineTmaStore.producer_acquire = lambda self, **kw: None
+def _before():
+    """``sm90.GemmSm90`` (which the op's builds import at build time) from an older file."""
+    import importlib.util
+
+    path = os.environ.get("BEFORE_SM90", "cute_kernels/kernels/gemm/_sm90_before.py")
+    spec = importlib.util.spec_from_file_location("cute_kernels.kernels.gemm._sm90_before", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sm90.GemmSm90 = module.GemmSm90
 
 
-ACQUIRE = pipeline.PipelineTmaStore.producer_acquire
 VARIANTS = {
     "base": lambda: None,
     "noepi*": lambda: setattr(GemmSm90, "epilogue_tile", _accumulators_only),
     "nostore*": lambda: _with_tma_copy(lambda kw: None),
-    "noacq*": _no_acquire,
+    "e2": lambda: _init_with(epi_stages=2),
+    "before": _before,
     "n32": lambda: _init_with(epi_n=32),
     "n64": lambda: _init_with(epi_n=64),
     "n16": lambda: _init_with(epi_n=16),
-    "n32e1": lambda: _init_with(epi_n=32, epi_stages=1),
     "half": lambda: _init_with(epi_n=lambda tile: tile[1] // 2),
     "full": lambda: _init_with(epi_n=lambda tile: tile[1], epi_stages=1),
     "direct": lambda: setattr(GemmSm90, "epilogue_tile", _direct_stores),
@@ -216,7 +225,7 @@ VARIANTS = {
 
 def _restore():
     GemmSm90.__init__, GemmSm90.epilogue_tile, sm90.cute = ORIGINAL
-    pipeline.PipelineTmaStore.producer_acquire = ACQUIRE
+    sm90.GemmSm90 = GemmSm90
     bridge._RESOLVED.clear()
     KERNELS._mem.clear()
 

@@ -24,7 +24,9 @@
 # swap-AB workspace route as one host call (SplitKGemm): GPU tests and memcheck, then host time
 # and the split shapes against the two-call route (BEFORE_GEMM: the old ops/gemm.py, swapped
 # into a copy of this tree: `git show 9c51af8:cute_kernels/ops/gemm.py > .split_before_gemm.py`,
-# an untracked file travels with the call).
+# an untracked file travels with the call); epi-ring: the epilogue's one barrier per subtile and
+# grown C ring against the old epilogue (an untracked _sm90_before.py, see the part), memcheck
+# and racecheck.
 # Prints a summary last.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-gemm}
@@ -355,7 +357,7 @@ cycles_elapsed|duration" | cut -c1-110 | head -30
 fi
 if [ "$PART" = r256-epi ]; then  # where a 256-row tile's epilogue time goes
   step r256-epi 300 python perf/gemm_epilogue_cost.py \
-    --variants "base,nostore*,noacq*,n16,noepi*" --shapes 3000x5000x3072,3000x3000x3072 \
+    --variants "base,nostore*,e2,n16,noepi*" --shapes 3000x5000x3072,3000x3000x3072 \
     --plan "dict(tile=(256, 160, 64), cluster_m=1, cluster_n=2, cluster_k=1)" --out "$OUT"
   grep -v DEBUG "$OUT/r256-epi.log" | grep "^ *[0-9]*x" | sort -u
 fi
@@ -475,6 +477,23 @@ if [ "$PART" = split-perf ]; then
     step sweep-$side 150 env PYTHONPATH=$pp python perf/gemm_skinny.py --graphs --rounds 10 \
       --out "$OUT/$side" --shapes $shapes
     grep -v DEBUG "$OUT/sweep-$side.log" | grep -A11 'MxNxK'
+  done
+fi
+if [ "$PART" = epi-ring ]; then  # one barrier per subtile and a deeper C ring, against the
+  # old epilogue (an untracked cute_kernels/kernels/gemm/_sm90_before.py, e.g. `git show
+  # f165534:cute_kernels/kernels/gemm/sm90.py`) and the ring held at 2; then the sanitizers
+  shapes=1024x14336x4096,3000x5000x3072,4096x4096x4096,2048x2048x2048,4096x14336x4096,\
+512x4096x14336,1024x1024x1024
+  for pass in 1 2; do
+    step epi-ring-$pass 280 python perf/gemm_epilogue_cost.py --variants "base,e2,before" \
+      --shapes $shapes --out "$OUT/$pass"
+    grep -v DEBUG "$OUT/epi-ring-$pass.log" | grep "^ *[0-9]*x" | sort
+  done
+  step epi-memcheck 120 "${SANITIZE[@]}" --tool memcheck python perf/gemm_skinny_probe.py
+  step epi-racecheck 150 "${SANITIZE[@]}" --tool racecheck python perf/gemm_skinny_probe.py
+  for t in memcheck racecheck; do
+    echo "$t: $(grep -c "rel err" "$OUT/epi-$t.log") checks, $(grep "ERROR SUMMARY" \
+"$OUT/epi-$t.log")"
   done
 fi
 echo; echo "=== summary"; printf '%s\n' "${summary[@]}"

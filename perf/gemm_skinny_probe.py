@@ -1,7 +1,8 @@
 """A few skinny GEMM launches for compute-sanitizer (memcheck, racecheck): the default swap-AB
 / split-K schedules on decode shapes and forced ones on residue shapes (split-K through the
-workspace and in a cluster; 2-D clusters; 192- and 256-row and 240-wide tiles; stream-K,
-swapped too) and the gated GEMM's decode tiles, each checked against an fp32 reference.
+workspace and in a cluster; 2-D clusters; 192- and 256-row and 224- and 240-wide tiles;
+stream-K, swapped too) and the gated GEMM's decode tiles, each checked against an fp32
+reference.
 
     compute-sanitizer --tool memcheck python perf/gemm_skinny_probe.py
 """
@@ -58,6 +59,10 @@ def main() -> None:
                                                     cluster_k=1, ctas=16)),
                             (333, 1000, 264, dict(tile=(128, 240, 64), cluster_m=2,
                                                   cluster_k=1)),
+                            # 224-wide tiles: 7 subtiles in a C ring of 6 (the seventh
+                            # reuses the first's buffer), 8 CTAs walking 24 tiles
+                            (700, 1344, 136, dict(tile=(128, 224, 64), cluster_m=2,
+                                                  cluster_k=1, ctas=8)),
                             # 256-row tiles (two consumers of two WGMMA rows each): 2x1
                             # clusters with a CTA past M and 4 clusters walking 10 cluster
                             # tiles; 1x2 clusters sharing A

@@ -163,6 +163,20 @@ def test_every_hopper_tile(monkeypatch, tile, m, n, k, a_major, b_major):
 
 
 @HOPPER_ONLY
+@pytest.mark.parametrize("tile", [(128, 224, 64), (128, 256, 64), (128, 240, 64),
+                                  (128, 192, 64), (256, 160, 64)])
+def test_c_ring_across_tiles(forced_schedule, tile):
+    """The epilogue's C ring (one buffer per subtile, as many as the stages leave room for:
+    6 of a 224-wide tile's 7, 4 of 8 at 256, 10 of 15 at 240, all 3 at 192, 4 of 5 at 256 x
+    160) on 8 CTAs that walk many tiles each: a subtile that reuses a buffer waits for the
+    store that read it, a tile's first subtile for the tile before's stores. Residue shapes,
+    bias + SiLU, both majors of B, K of one and of several k-tiles."""
+    forced_schedule(swap=False, splits=1, tile=tile, cluster_m=2, ctas=8)
+    run_gemm("hopper", 1000, 1544, 136, a_major="k", b_major="n", bias=True, epilogue="silu")
+    run_gemm("hopper", 700, 1000, 64, a_major="k", b_major="k")
+
+
+@HOPPER_ONLY
 @pytest.mark.parametrize("tile", [(256, 160, 64), (256, 128, 64), (256, 144, 64)])
 @pytest.mark.parametrize("cluster_m, cluster_n", [(2, 1), (1, 1), (1, 2)])
 def test_256_row_tiles(forced_schedule, tile, cluster_m, cluster_n):

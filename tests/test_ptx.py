@@ -752,6 +752,38 @@ def test_gemm_epilogue_subtiles_cover_the_tile():
     assert ptx.count("cp.async.bulk.tensor.2d.global.shared") == 240 // 16
 
 
+@pytest.mark.parametrize("tile, stages, ring", [((128, 224, 64), 4, 6), ((128, 256, 64), 4, 4),
+                                               ((128, 192, 64), 4, 3), ((256, 160, 64), 3, 4),
+                                               ((128, 240, 64), 4, 10)])
+def test_gemm_c_ring(tile, stages, ring):
+    """The C ring grows into the smem the pipeline stages leave (no stage is given up for it),
+    up to one buffer per subtile, and the epilogue takes one named barrier per subtile plus one
+    per tile; a store waits for an older one's smem read only where a subtile reuses a buffer
+    (``wait_group.read ring - 2``), and before each tile's first subtile and the exit (0).
+    A ring of 1 is refused for a tile of several subtiles."""
+    import re
+
+    import torch
+
+    from cute_kernels.kernels.gemm.epilogue import Epilogue
+    from cute_kernels.kernels.gemm.sm90 import GemmSm90
+    from cute_kernels.ops.gemm import make_build
+    from cute_kernels.runtime.compile import compile_ptx
+
+    build = make_build("hopper", torch.bfloat16, torch.bfloat16, "k", "k", Epilogue(), None, 2,
+                       tile, batched=False)
+    ptx = compile_ptx(build, "sm_90a")
+    kernel = build.fn
+    n_sub = tile[1] // kernel.epi_tile[1]
+    assert (kernel.stages, kernel.c_ring) == (stages, ring)
+    assert len(re.findall(r"\bbar\.sync\s+1, 256;", ptx)) == n_sub + 1
+    waits = re.findall(r"cp\.async\.bulk\.wait_group\.read\s+(\d+);", ptx)
+    assert sorted(waits) == sorted(["0", "0"] + [str(ring - 2)] * max(0, n_sub - ring))
+    with pytest.raises(ValueError, match="epi_stages"):
+        GemmSm90(tile=tile, epi_stages=1)
+    GemmSm90(tile=(128, 32, 64), epi_stages=1)  # one subtile: a ring of one
+
+
 def test_gemm_256_row_tiles_ptx():
     """A 256-row tile runs two consumer warpgroups of two m64 WGMMA rows each: twice the
     m64n160k16 WGMMAs of a 128-row tile, the same 384 threads, 32-wide subtiles (5 TMA stores

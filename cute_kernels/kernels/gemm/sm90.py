@@ -36,6 +36,9 @@ from .tiles import DEFAULT_CLUSTER_M, DEFAULT_TILE
 # The drift limiter's wait for the other clusters gives up after about this long per tile
 # (~1 ms): a throttle, never a hang, even when a cluster is not resident.
 MAX_DRIFT_WAIT_NS = 1 << 20
+# smem the storage struct may add past its parts (cluster split-K's barriers and the 128-byte
+# alignment of its buffer), kept free when the C ring grows into what the stages leave
+SMEM_STRUCT_SLACK = 256
 
 # Warp roles, by warp index in the CTA: warpgroup 0 produces, its warp 0 issuing the TMA loads
 # (one elected lane); the other warpgroups consume, and their first warp issues the TMA stores
@@ -98,8 +101,10 @@ class GemmSm90:
     Pipeline: ``stages``-deep ``PipelineTmaAsync`` ring of (A, B) k-tiles (full/empty
     mbarriers); stages = as many as fit next to the C tile in 227 KiB.
     Epilogue: the ``Epilogue`` hook on the fp32 accumulators with their (m, n); then per
-    (tile_m x epi_n) subtile: conversion, stmatrix into a 2-deep swizzled smem ring, TMA store
-    (the store of one subtile overlaps the stmatrix of the next). Residues: TMA zero-fills
+    (tile_m x epi_n) subtile: conversion, stmatrix into a swizzled smem ring, TMA store (the
+    stores of earlier subtiles overlap the stmatrix of the next; one named barrier per
+    subtile). The ring is 2 subtiles deep at least and grows into the smem the stages leave
+    (``epi_stages`` None), up to one buffer per subtile. Residues: TMA zero-fills
     loads past M, N, K and clips the stores. ``a_rows`` (decoding, M <= a_rows): the TMA
     loads only each A stage's first a_rows rows; the rows below are neither loaded nor
     stored (zero-filling an almost empty box costs time per k-tile).
@@ -111,9 +116,9 @@ class GemmSm90:
     tiles; a tile's k-range is split between consecutive clusters, each adding the fp32
     partial of the one before from the workspace, the last storing the tile
     (``StreamKFixup``, stream_k.py).
-    Shared memory at 128x256x64 bf16: 4 x 48 KiB stages + 2 x 8 KiB C subtiles = 208 KiB;
-    at 128x192x64 with 64-wide subtiles: 4 x 40 KiB + 2 x 16 KiB = 192 KiB; at 256x160x64:
-    3 x 52 KiB + 2 x 16 KiB = 188 KiB.
+    Shared memory at 128x256x64 bf16: 4 x 48 KiB stages + 4 x 8 KiB C subtiles = 224 KiB;
+    at 128x224x64: 4 x 44 KiB + 6 x 8 KiB = 224 KiB; at 128x192x64 with 64-wide subtiles:
+    4 x 40 KiB + 3 x 16 KiB = 208 KiB; at 256x160x64: 3 x 52 KiB + 4 x 16 KiB = 220 KiB.
     Seams: the epilogue is ``Epilogue.visit`` (one call per tile); a gathered operand (rows
     of B picked by an index list) replaces the TMA tile load of B in ``load`` with a
     row-gather into the same smem stage and barrier, leaving the consumers unchanged.
@@ -121,7 +126,8 @@ class GemmSm90:
 
     def __init__(self, a_major: str = "k", b_major: str = "k", epilogue: Epilogue | None = None,
                  tile=DEFAULT_TILE, max_stages: int = 5, group_m: int = 16,
-                 epi_n: int | None = None, epi_stages: int = 2, gated: str | None = None,
+                 epi_n: int | None = None, epi_stages: int | None = None,
+                 gated: str | None = None,
                  cluster_m: int = DEFAULT_CLUSTER_M,
                  drift_slack: int | None = None, c_transposed: bool = False,
                  cluster_k: int = 1, cluster_n: int = 1, stream_k: bool = False,
@@ -178,9 +184,13 @@ class GemmSm90:
             raise ValueError(f"tile {tile[:2]} does not split into 8-row shares over cluster_m "
                              f"{cluster_m} (B: tile N / cluster_m) and cluster_n {cluster_n} "
                              f"(A: tile M / cluster_n)")
-        if epi_stages < 1:
-            raise ValueError(f"epi_stages (the C subtile ring's depth) must be >= 1, got "
-                             f"{epi_stages}")
+        # epi_stages: the C subtile ring's depth; None: as deep as the smem next to the
+        # pipeline stages holds (2 at least, one per subtile at most). A tile of several
+        # subtiles needs 2: subtile s is written while the store of s - 1 reads the ring
+        if epi_stages is not None and (epi_stages < 1
+                                       or (epi_stages < 2 and tile[1] > epi_n)):
+            raise ValueError(f"epi_stages (the C subtile ring's depth) must be >= 2, or 1 for "
+                             f"a tile stored in one subtile, got {epi_stages}")
         self.epi_tile = (tile[0], epi_n)
         self.epi_stages = epi_stages
         self.max_stages = max_stages
@@ -222,6 +232,20 @@ class GemmSm90:
             raise ValueError(f"tile {self.tile} does not fit two pipeline stages in smem")
         return min(self.max_stages, fit)
 
+    def _ring_floor(self) -> int:
+        """The C ring's depth before it grows: ``epi_stages``, or 2."""
+        return 2 if self.epi_stages is None else self.epi_stages
+
+    def _c_ring(self, used_bytes: int, sub_bytes: int) -> int:
+        """The C ring's depth: ``epi_stages``; when None, 2 grown into the smem that
+        ``used_bytes`` (the stages, the C ring of 2, a cluster split's buffer) leave, at most
+        one buffer per subtile (a 128 x 224 tile: 4 stages and 6 of its 7 subtiles), so a
+        subtile's write seldom waits for an older store to have read its buffer."""
+        if self.epi_stages is not None:
+            return self.epi_stages
+        spare = SM90_SMEM_BYTES - SM90_BARRIER_RESERVE - SMEM_STRUCT_SLACK - used_bytes
+        return max(2, min(self.tile[1] // self.epi_tile[1], 2 + spare // sub_bytes))
+
     def _a_box(self, sA_layout):
         """The smem stages' first ``a_rows`` rows: what the TMA loads of A (the whole stage
         unless ``a_rows`` is set)."""
@@ -252,7 +276,8 @@ class GemmSm90:
             # subtile-major: one whole-tile subtile (2 pipeline stages fit next to it)
             self.epi_tile, self.epi_stages = (bm, bn), 1
         ab_stage_bytes = (bm + bn) * bk * ab_dtype.width // 8
-        c_bytes = self.epi_stages * bm * self.epi_tile[1] * c_dtype.width // 8
+        sub_bytes = bm * self.epi_tile[1] * c_dtype.width // 8
+        c_bytes = self._ring_floor() * sub_bytes
         ck = self.cluster_k
         if cutlass.const_expr(ck > 1):
             if cutlass.const_expr(c_dtype.width == 32):
@@ -262,12 +287,13 @@ class GemmSm90:
             self.split = ClusterSplitK(ck, threads, bm * bn // threads, bn // self.epi_tile[1])
             c_bytes += self.split.buffer_elems() * 4
         stages = self._stages(ab_stage_bytes, c_bytes)
+        ring = self._c_ring(stages * ab_stage_bytes + c_bytes, sub_bytes)
+        self.c_ring = ring
         sA_layout = sm90_utils.make_smem_layout_a(LayoutEnum.from_tensor(mA), self.tile,
                                                   ab_dtype, stages)
         sB_layout = sm90_utils.make_smem_layout_b(LayoutEnum.from_tensor(mB), self.tile,
                                                   ab_dtype, stages)
-        sC_layout = sm90_utils.make_smem_layout_epi(c_dtype, c_layout, self.epi_tile,
-                                                    self.epi_stages)
+        sC_layout = sm90_utils.make_smem_layout_epi(c_dtype, c_layout, self.epi_tile, ring)
         cm, cn = self.cluster_m, self.cluster_n
         a_op = (cpasync.CopyBulkTensorTileG2SMulticastOp() if cn > 1
                 else cpasync.CopyBulkTensorTileG2SOp())
@@ -293,6 +319,10 @@ class GemmSm90:
                 sRed: cute.struct.Align[cute.struct.MemRange[cutlass.Float32,
                                                              self.split.buffer_elems()], 128]
 
+        if cutlass.const_expr(SharedStorage.size_in_bytes() > SM90_SMEM_BYTES):
+            raise ValueError(f"tile {self.tile} needs {SharedStorage.size_in_bytes()} bytes of "
+                             f"smem ({stages} stages, a C ring of {ring}), more than "
+                             f"{SM90_SMEM_BYTES}")
         self.storage_cls = SharedStorage
         self.ab_dtype = ab_dtype
         self.stages = stages
@@ -441,10 +471,9 @@ class GemmSm90:
                             tiled_mma, frag, epi, tm, tn, tl, subs))
                 else:
                     self.epilogue_tile(tiled_mma, frag, epi, tm, tn, tl)
-            is_store_warp, store_pipe = epi.is_store_warp, epi.store_pipe
-            if is_store_warp:
+            if epi.is_store_warp:  # smem stays allocated until the last store has read it
                 with cute.arch.elect_one():
-                    store_pipe.producer_tail()
+                    cute.arch.cp_async_bulk_wait_group(0, read=True)
 
     # ---------------------------------- producer ----------------------------------
 
@@ -656,34 +685,33 @@ class GemmSm90:
         r2s_atom = sm90_utils.get_smem_store_op(self.c_layout, c_dtype, cutlass.Float32)
         r2s = cute.make_tiled_copy_S(r2s_atom, cute.make_tiled_copy_C_atom(r2s_atom, tiled_mma))
         thr_r2s = r2s.get_slice(ctid)
-        tRS_sC = thr_r2s.partition_D(sC)  # (R2S, R2S_M, R2S_N, epi_stages)
+        tRS_sC = thr_r2s.partition_D(sC)  # (R2S, R2S_M, R2S_N, c_ring)
         tRS_rAcc = r2s.retile(acc)  # the accumulators in stmatrix order, subtile-major
         sub_shape = cute.shape(thr_r2s.partition_S(sC))[:3]
         tRS_rSub = cute.make_rmem_tensor(sub_shape, cutlass.Float32)
         tRS_rOut = cute.make_rmem_tensor(sub_shape, c_dtype)
         cC = cute.make_identity_tensor((mC.shape[0], mC.shape[1]))
-        is_store_warp = warp == STORE_WARP
-        store_pipe = pipeline.PipelineTmaStore.create(
-            num_stages=self.epi_stages,
-            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
-                                                     128 * self.consumer_wgs))
         return SimpleNamespace(tma_c=tma_c, sC=sC, gC=gC, mC=mC, mBias=mBias, ctid=ctid,
                                r2s_atom=r2s_atom, r2s=r2s, tRS_sC=tRS_sC, tRS_rAcc=tRS_rAcc,
                                tRS_rSub=tRS_rSub, tRS_rOut=tRS_rOut,
                                n_sub=bn // self.epi_tile[1],
-                               cC=cC, is_store_warp=is_store_warp, store_pipe=store_pipe)
+                               cC=cC, is_store_warp=warp == STORE_WARP)
 
     @cute.jit
     def epilogue_tile(self, tiled_mma, frag: SimpleNamespace, epi: SimpleNamespace, tm, tn, tl,
                       subtiles=None):
         """The ``Epilogue`` hook on fp32 with coordinates, then (epi_m, epi_n) subtiles, each a
-        TMA store from a 2-deep smem ring: the stmatrix of subtile s overlaps the store of
-        subtile s - 1. ``subtiles``: only these (a compile-time range; cluster split-K)."""
+        TMA store from a ``c_ring``-deep smem ring: the stmatrix of subtile s overlaps the
+        stores of the subtiles before. One named barrier per subtile, plus one per tile: before
+        subtile s's barrier the store warp waits only for the store that last read the buffer
+        subtile s + 1 writes (none while s + 1 < the ring's depth). ``subtiles``: only these (a
+        compile-time range; cluster split-K)."""
         bm, bn, _ = self.tile
         acc, mC, sC, tma_c, ctid = frag.acc, epi.mC, epi.sC, epi.tma_c, epi.ctid
         c_dtype, n_sub = mC.element_type, epi.n_sub
         tRS_rAcc, tRS_rSub, tRS_rOut = epi.tRS_rAcc, epi.tRS_rSub, epi.tRS_rOut
-        is_store_warp, store_pipe = epi.is_store_warp, epi.store_pipe
+        is_store_warp, ring = epi.is_store_warp, self.c_ring
+        threads = 128 * self.consumer_wgs
         if cutlass.const_expr(not self.epilogue.is_identity):
             tCcC = frag.thr_mma.partition_C(cute.local_tile(epi.cC, (bm, bn), (tm, tn)))
             self.epilogue.visit(acc, tCcC, mC.shape[self.epilogue.bias_dim], epi.mBias)
@@ -691,8 +719,14 @@ class GemmSm90:
         tCsC, tCgC = cpasync.tma_partition(tma_c, 0, cute.make_layout(1),
                                            cute.group_modes(sC, 0, 2), gC_epi)
         subtiles = range(n_sub) if subtiles is None else subtiles
+        # the whole ring is free once the last tile's stores have read it (long done: a
+        # mainloop ran since)
+        if is_store_warp:
+            with cute.arch.elect_one():
+                cute.arch.cp_async_bulk_wait_group(0, read=True)
+        cute.arch.barrier(barrier_id=Barrier.EPILOGUE, number_of_threads=threads)
         for i, sub in enumerate(subtiles):
-            buf = i % self.epi_stages
+            buf = i % ring
             if cutlass.const_expr(n_sub == 1):
                 # whole tile at once (fp32 output), in chunks of one copy atom
                 r2s_c = cute.make_tiled_copy_C(epi.r2s_atom, tiled_mma)
@@ -717,16 +751,17 @@ class GemmSm90:
                 cute.copy(epi.r2s, tRS_rOut, epi.tRS_sC[(None, None, None, buf)])
             # smem written through the generic proxy; TMA reads through the async one
             cute.arch.fence_proxy("async.shared", space="cta")
-            cute.arch.barrier(barrier_id=Barrier.EPILOGUE,
-                              number_of_threads=128 * self.consumer_wgs)
+            if cutlass.const_expr(i + 1 < len(subtiles) and i + 1 >= ring):
+                # subtile i + 1 rewrites the buffer of subtile i + 1 - ring: of the stores
+                # issued (0 .. i - 1), the ring - 2 newest may still be reading
+                if is_store_warp:
+                    with cute.arch.elect_one():
+                        cute.arch.cp_async_bulk_wait_group(ring - 2, read=True)
+            cute.arch.barrier(barrier_id=Barrier.EPILOGUE, number_of_threads=threads)
             if is_store_warp:
                 with cute.arch.elect_one():
                     cute.copy(tma_c, tCsC[(None, buf)], tCgC[(None, (0, sub))])
-                    store_pipe.producer_commit()
-                    # the buffer written next must no longer be read by a store
-                    store_pipe.producer_acquire()
-            cute.arch.barrier(barrier_id=Barrier.EPILOGUE,
-                              number_of_threads=128 * self.consumer_wgs)
+                    cute.arch.cp_async_bulk_commit_group()
 
     @cute.jit
     def gated_epilogue_tile(self, frag: SimpleNamespace, epi: SimpleNamespace, tm, tn, tl):
