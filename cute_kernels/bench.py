@@ -2,10 +2,10 @@
 
 Method (also stated at the top of perf/RESULTS.md, for every table there): every contender
 runs in the same process, interleaved round by round (the order rotates each round so none
-always runs first), after a warm-up. Each timed sample is a CUDA-event interval over ``inner``
-back-to-back calls that walk through several input sets whose combined size exceeds twice the
-L2, so no call reads inputs its predecessor left in cache. The reported time is the median
-sample divided by ``inner``.
+always runs first), after a warm-up of at least ``WARMUP_S`` seconds. Each timed sample is a
+CUDA-event interval over ``inner`` back-to-back calls that walk through several input sets
+whose combined size exceeds twice the L2, so no call reads inputs its predecessor left in
+cache. The reported time is the median sample divided by ``inner``.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -38,6 +39,14 @@ class Row:
     work: dict[str, float] = field(default_factory=dict)  # e.g. {"bytes": ..., "flops": ...}
 
 
+#: the least wall time a warm-up takes: an idle GPU needs tens of ms to leave its idle clock,
+#: and a few ms of a big GEMM run at boost clocks before the power cap pulls them down, so a
+#: warm-up of a few calls timed the first contender of a run in another clock state than the
+#: rest (H100, 1024 x 14336 x 4096: the op's default 165.8 us against the same plan forced,
+#: 158.2, in one run)
+WARMUP_S = 0.25
+
+
 def l2_bytes(device=None) -> int:
     props = torch.cuda.get_device_properties(device or torch.cuda.current_device())
     return int(getattr(props, "L2_cache_size", 50 * 2**20))
@@ -46,8 +55,6 @@ def l2_bytes(device=None) -> int:
 def host_us(fn: Callable[[], object], calls: int = 20, warmup: int = 0) -> float:
     """Host microseconds per call of ``fn`` (no sync inside the timed calls: what the Python
     side and the launches cost the CPU; the GPU idles when this exceeds its work)."""
-    import time
-
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -98,8 +105,10 @@ def bench_interleaved(
     warmup: int = 3,
     rounds: int = 25,
     inner: int | None = None,
+    warmup_s: float = WARMUP_S,
 ) -> dict[str, Timing]:
-    """Time each ``fn(inputs)`` over rotating ``input_sets``; see the module docstring."""
+    """Time each ``fn(inputs)`` over rotating ``input_sets``; see the module docstring.
+    The warm-up runs ``warmup`` rounds and then more until ``warmup_s`` seconds have passed."""
     names = list(contenders)
     n_sets = len(input_sets)
     inner = inner or max(n_sets, 4)
@@ -109,10 +118,13 @@ def bench_interleaved(
         for i in range(inner):
             fn(input_sets[(start + i) % n_sets])
 
-    for _ in range(warmup):
+    began = time.perf_counter()
+    done = 0
+    while done < warmup or time.perf_counter() - began < warmup_s:
         for name in names:
             run(name, 0)
-    torch.cuda.synchronize()
+        torch.cuda.synchronize()
+        done += 1
     events: dict[str, list[tuple[torch.cuda.Event, torch.cuda.Event]]] = {n: [] for n in names}
     for r in range(rounds):
         order = names[r % len(names):] + names[:r % len(names)]
