@@ -39,11 +39,10 @@ class Row:
     work: dict[str, float] = field(default_factory=dict)  # e.g. {"bytes": ..., "flops": ...}
 
 
-#: the least wall time a warm-up takes: an idle GPU needs tens of ms to leave its idle clock,
-#: and a few ms of a big GEMM run at boost clocks before the power cap pulls them down, so a
-#: warm-up of a few calls timed the first contender of a run in another clock state than the
-#: rest (H100, 1024 x 14336 x 4096: the op's default 165.8 us against the same plan forced,
-#: 158.2, in one run)
+#: the least wall time a warm-up takes: the GPU waits at its idle clock (345 MHz on the H100
+#: before a call), and a warm-up of a few calls (about 8 ms at 1024 x 14336 x 4096) timed the
+#: first contender of a run in another clock state than the rest (the op's default 165.8 us
+#: against the same plan forced, 158.2, in one H100 run)
 WARMUP_S = 0.25
 
 
