@@ -39,6 +39,9 @@ MAX_DRIFT_WAIT_NS = 1 << 20
 # smem the storage struct may add past its parts (cluster split-K's barriers and the 128-byte
 # alignment of its buffer), kept free when the C ring grows into what the stages leave
 SMEM_STRUCT_SLACK = 256
+# the C ring's least depth when a tile has several subtiles: subtile s is written while the
+# store of s - 1 still reads its buffer
+C_RING_MIN = 2
 
 # Warp roles, by warp index in the CTA: warpgroup 0 produces, its warp 0 issuing the TMA loads
 # (one elected lane); the other warpgroups consume, and their first warp issues the TMA stores
@@ -233,18 +236,19 @@ class GemmSm90:
         return min(self.max_stages, fit)
 
     def _ring_floor(self) -> int:
-        """The C ring's depth before it grows: ``epi_stages``, or 2."""
-        return 2 if self.epi_stages is None else self.epi_stages
+        """The C ring's depth before it grows: ``epi_stages``, or ``C_RING_MIN``."""
+        return C_RING_MIN if self.epi_stages is None else self.epi_stages
 
     def _c_ring(self, used_bytes: int, sub_bytes: int) -> int:
-        """The C ring's depth: ``epi_stages``; when None, 2 grown into the smem that
-        ``used_bytes`` (the stages, the C ring of 2, a cluster split's buffer) leave, at most
+        """The C ring's depth: ``epi_stages``; when None, ``C_RING_MIN`` grown into the smem
+        that ``used_bytes`` (the stages, that ring, a cluster split's buffer) leave, at most
         one buffer per subtile (a 128 x 224 tile: 4 stages and 6 of its 7 subtiles), so a
         subtile's write seldom waits for an older store to have read its buffer."""
+        floor = self._ring_floor()
         if self.epi_stages is not None:
-            return self.epi_stages
+            return floor
         spare = SM90_SMEM_BYTES - SM90_BARRIER_RESERVE - SMEM_STRUCT_SLACK - used_bytes
-        return max(2, min(self.tile[1] // self.epi_tile[1], 2 + spare // sub_bytes))
+        return max(floor, min(self.tile[1] // self.epi_tile[1], floor + spare // sub_bytes))
 
     def _a_box(self, sA_layout):
         """The smem stages' first ``a_rows`` rows: what the TMA loads of A (the whole stage
