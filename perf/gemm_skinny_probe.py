@@ -32,9 +32,11 @@ def main() -> None:
     def rand(*shape):
         return (torch.randn(*shape, device="cuda", generator=gen) / 4).bfloat16()
 
-    # the last: split-K in clusters of two (48 tiles of 128x128, K 2048), by default
+    # then: split-K in clusters of two (48 tiles of 128x128, K 2048), by default; the last
+    # two: short one-wave launches in 2x1 clusters, programmatic dependents by default (64 x
+    # 128 and 128 x 128 tiles; M, N and K residues)
     for m, n, k in ((1, 4096, 14336), (13, 2048, 4096), (128, 1024, 8192), (48, 1000, 512),
-                    (768, 1024, 2048)):
+                    (768, 1024, 2048), (1000, 1000, 1000), (1000, 2040, 1000)):
         x, w, b = rand(m, k), rand(n, k), rand(n)
         check(ck.linear(x, w, b), x, w, b, f"default {m}x{n}x{k}")
     for m, n, k, fields in ((7, 1000, 264, dict(splits=3)),

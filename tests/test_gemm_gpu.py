@@ -434,20 +434,25 @@ def test_stream_k(forced_schedule, tile, cluster_m, ctas, m, n, k, batch, a_majo
 
 
 @HOPPER_ONLY
-def test_dependent_launches_wait_for_the_kernel_before():
-    """Cluster-split GEMMs launch as programmatic dependents. A chain of three: the first
-    writes a; the second (768 x 1024 x 2048) reads a; the third (768 x 2048 x 2048)
-    overwrites a. Captured in a CUDA graph, replayed on new inputs, and run eagerly: the
-    second saw all of the first's a and none of the third's, so each launch waited for the
-    writes and the reads of the kernel before."""
+@pytest.mark.parametrize("rows, k1, n1, n2, k3, cluster_k", [
+    (768, 8192, 2048, 1024, 2048, 2),  # cluster splits
+    (1024, 1024, 1024, 2048, 1024, 1),  # short one-wave launches in 2x1 clusters
+])
+def test_dependent_launches_wait_for_the_kernel_before(rows, k1, n1, n2, k3, cluster_k):
+    """Cluster-split GEMMs and short one-wave ones launch as programmatic dependents. A chain
+    of three: the first writes a (rows x n1); the second (rows x n2 x n1) reads a; the third
+    (rows x n1 x k3) overwrites a. Captured in a CUDA graph, replayed on new inputs, and run
+    eagerly: the second saw all of the first's a and none of the third's, so each launch
+    waited for the writes and the reads of the kernel before."""
     import cute_kernels.ops.gemm as gemm_ops
 
-    x, z = rand(768, 8192), rand(768, 2048)
-    w1, w2, w3 = rand(2048, 8192), rand(1024, 2048), rand(2048, 2048)
-    for lhs, rhs in ((x, w1), (z, w2), (z, w3)):
-        assert gemm_ops.schedule(lhs, rhs).pdl and gemm_ops.schedule(lhs, rhs).cluster_k == 2
-    a = torch.empty(768, 2048, dtype=torch.bfloat16, device="cuda")
-    b = torch.empty(768, 1024, dtype=torch.bfloat16, device="cuda")
+    x, z = rand(rows, k1), rand(rows, k3)
+    w1, w2, w3 = rand(n1, k1), rand(n2, n1), rand(n1, k3)
+    a = torch.empty(rows, n1, dtype=torch.bfloat16, device="cuda")
+    b = torch.empty(rows, n2, dtype=torch.bfloat16, device="cuda")
+    for lhs, rhs in ((x, w1), (a, w2), (z, w3)):
+        sched = gemm_ops.schedule(lhs, rhs)
+        assert sched.pdl and sched.cluster_k == cluster_k, sched
 
     def chain():
         ck.linear(x, w1, out=a)
@@ -459,8 +464,8 @@ def test_dependent_launches_wait_for_the_kernel_before():
     with torch.cuda.graph(graph):
         chain()
     for replay in (True, True, False):
-        x.copy_(rand(768, 8192))
-        z.copy_(rand(768, 2048))
+        x.copy_(rand(rows, k1))
+        z.copy_(rand(rows, k3))
         a.fill_(POISON), b.fill_(POISON)
         graph.replay() if replay else chain()
         torch.cuda.synchronize()

@@ -373,3 +373,25 @@ def test_stream_k_schedule():
     # a small gain on many waves: 16384 x 14336 x 4096 (55 waves, +0.8%)
     assert schedule(16384, 14336, 4096, 1, 132).stream_k
     assert not schedule(2048, 2048, 2048, 1, 132).stream_k  # 64 cluster tiles: one wave
+
+
+def test_short_one_wave_launches_are_dependent():
+    """A plain launch of one wave in 2x1 clusters with at most ``SHORT_PDL_MAX_K_TILES``
+    k-tiles is a programmatic dependent launch (its set-up hides behind the kernel before);
+    several waves, no cluster, a longer K, the gated GEMM and the swapped / split routes keep
+    to the rules they had."""
+    from cute_kernels.tuning.gemm import SHORT_PDL_MAX_K_TILES, schedule
+
+    for m, n, k in ((1024, 1024, 1024), (1024, 2048, 1024), (2048, 2048, 2048),
+                    (512, 4096, 4096)):
+        s = schedule(m, n, k, 1, 132)
+        assert s.pdl and s.cluster_m == 2 and s.cluster_k == 1 and not s.skinny, (m, n, k)
+        assert -(-k // s.tile[2]) <= SHORT_PDL_MAX_K_TILES
+        assert "programmatic dependent launch" in s.describe()
+    for m, n, k in ((4096, 4096, 4096), (1024, 14336, 4096),  # several waves
+                    (64, 14336, 4096), (128, 14336, 4096),  # one wave, unclustered
+                    (512, 4096, 14336),  # one wave, 224 k-tiles
+                    (13, 14336, 4096), (1, 4096, 14336)):  # swapped
+        assert not schedule(m, n, k, 1, 132).pdl, (m, n, k)
+    assert not schedule(1024, 1024, 1024, 1, 132, skinny=False, gated=True).pdl
+    assert not schedule(1024, 1024, 1024, 2, 132, skinny=False).pdl  # batched

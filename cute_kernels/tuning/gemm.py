@@ -173,8 +173,19 @@ CLUSTER_SPLIT_MIN_FILL = 0.7
 #: --tiles 128x128x64k2d0,...d1 (us in CUDA graphs, off / on / cuBLAS): 1024x1024x4096 21.1 /
 #: 18.3 / 17.4, 768x1024x2048 11.5 / 9.9 / 9.1, 1024^3 9.2 / 7.9. On the other routes it
 #: measured within the noise or worse (swap-AB decode 42.2 / 43.1 at 1x14336x4096; 4096^3
-#: on 128x256 192.1 / 206.7), so they launch plainly
+#: on 128x256 192.1 / 206.7), except short one-wave launches (``SHORT_PDL_MAX_K_TILES``)
 CLUSTER_SPLIT_PDL = True
+#: a plain launch of one wave in 2x1 clusters with at most this many k-tiles (a kernel of
+#: under ~30 us) is a programmatic dependent launch too: its set-up and the launch gap hide
+#: behind the kernel before. H100, perf/gemm_skinny.py --graphs --tiles ...d0,...d1, us eager
+#: (forced plans, no op overhead) / CUDA graph, off -> on, two calls: 1024^3 (64x128) 11.5 /
+#: 7.8 -> 10.1 / 7.2 and 10.5 / 7.9 -> 10.2 / 7.2; 1024x2048x1024 (128x128) 10.6 / 9.9 -> 9.0
+#: / 8.9; 2048^3 (128x256) 28.6 / 26.6 -> 27.1 / 25.8 and 29.0 / 26.1 -> 27.6 / 25.3;
+#: 512x4096x4096 (128x128) 30.0 / 28.0 -> 28.6 / 27.4; the same on an H200. Not where the
+#: launch has several waves (H200 graphs: 1024x14336x4096 175.3 -> 183.1, 4096^3 200.9 ->
+#: 204.5; H100 2048^3 on 128x128, two waves, 27.5 -> 29.2) or no cluster (64x14336x4096 on
+#: 64x128, 112 CTAs: 45.4 -> 46.0 and 44.8 -> 45.6 in graphs)
+SHORT_PDL_MAX_K_TILES = 64
 #: stream-K (GemmSm90 ``stream_k``): a launch whose tiles leave a partial last wave after at
 #: least one full one cuts the last wave plus one into equal k-ranges, one per cluster, so
 #: every SM finishes together. The shared tiles run slower than whole ones: the clusters
@@ -405,4 +416,7 @@ def schedule(m: int, n: int, k: int, batch: int, sms: int, *,
                                    sms, cluster_size=cluster_m)
             return GemmSchedule(sk_tile, cluster_m, ctas, False,
                                 max_stages=pipeline_stages(sk_tile, k), stream_k=True)
-    return GemmSchedule(tile, cluster_m, ctas, drift, max_stages=pipeline_stages(tile, k))
+    short = (skinny and cluster_m == DEFAULT_CLUSTER_M and units <= slots
+             and k_tiles <= SHORT_PDL_MAX_K_TILES)
+    return GemmSchedule(tile, cluster_m, ctas, drift, max_stages=pipeline_stages(tile, k),
+                        pdl=short)
