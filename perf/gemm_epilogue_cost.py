@@ -30,6 +30,12 @@ Variants (``*``: the output is wrong by design, timing only):
              threads copy it out with coalesced 16-byte st.global (is it the TMA unit?)
   g4, g8, g32  the tile order's group of tile rows (``group_m``, 16 by default): how long the
              A / B panels a wave reads stay in L2 beside the C lines the stores bring in
+  spin       every mbarrier wait (the pipelines' and the kernel's own) a loop on
+             ``mbarrier.test_wait``: no suspend, no NANOSLEEP (the DSL's wait passes a 10 ms
+             suspend-time hint to ``try_wait``); ``trywait``: ``try_wait`` without the hint
+
+``--graphs``: each contender also in CUDA graphs (``bench.graph_ms``; GPU time, no host cost),
+measured twice in alternating order.
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import cutlass  # noqa: E402
 import cutlass.cute as cute  # noqa: E402
 import torch  # noqa: E402
-from cutlass import Int64  # noqa: E402
+from cutlass import Int32, Int64  # noqa: E402
 from cutlass._mlir.dialects import llvm  # noqa: E402
 from cutlass.cute.nvgpu import cpasync  # noqa: E402
 from cutlass.cutlass_dsl import T, dsl_user_op  # noqa: E402
@@ -60,13 +66,29 @@ from cute_kernels.bench import (  # noqa: E402
     commit_id,
     device_name,
     format_table,
+    graph_ms,
     input_sets_needed,
     save_results,
 )
 from cute_kernels.runtime.compile import KERNELS  # noqa: E402
 
 GemmSm90 = sm90.GemmSm90
-ORIGINAL = (GemmSm90.__init__, GemmSm90.epilogue_tile, sm90.cute)
+ORIGINAL = (GemmSm90.__init__, GemmSm90.epilogue_tile, sm90.cute, cute.arch.mbarrier_wait)
+
+
+def _asm_wait(instruction: str):
+    """An mbarrier wait as one PTX loop on ``instruction`` (``test_wait``: pure polling;
+    ``try_wait`` without a suspend-time hint: CUTLASS C++'s ``ClusterBarrier::wait``)."""
+    @dsl_user_op
+    def wait(mbar_ptr, phase, *, loc=None, ip=None) -> None:
+        llvm.inline_asm(
+            None, [Int32(mbar_ptr.toint(loc=loc, ip=ip)).ir_value(loc=loc, ip=ip),
+                   Int32(phase).ir_value(loc=loc, ip=ip)],
+            "{\n.reg .pred p;\nLAB_WAIT:\n"
+            f"mbarrier.{instruction}.parity.shared::cta.b64 p, [$0], $1;\n"
+            "@p bra DONE;\nbra LAB_WAIT;\nDONE:\n}", "r,r", has_side_effects=True,
+            is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip)
+    return wait
 
 
 @cute.jit
@@ -220,11 +242,13 @@ VARIANTS = {
         lambda kw: _evict_first_policy if "mcast_mask" in kw else _evict_last_policy),
     "stg": lambda: setattr(GemmSm90, "epilogue_tile", _smem_staged_stores),
     **{f"g{g}": (lambda g=g: _init_with(group_m=g)) for g in (4, 8, 32)},
+    "spin": lambda: setattr(cute.arch, "mbarrier_wait", _asm_wait("test_wait")),
+    "trywait": lambda: setattr(cute.arch, "mbarrier_wait", _asm_wait("try_wait")),
 }
 
 
 def _restore():
-    GemmSm90.__init__, GemmSm90.epilogue_tile, sm90.cute = ORIGINAL
+    GemmSm90.__init__, GemmSm90.epilogue_tile, sm90.cute, cute.arch.mbarrier_wait = ORIGINAL
     sm90.GemmSm90 = GemmSm90
     bridge._RESOLVED.clear()
     KERNELS._mem.clear()
@@ -237,6 +261,8 @@ def main() -> None:
     ap.add_argument("--plan", default="dict()", help="schedule fields (forced_plan)")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--out", default="")
+    ap.add_argument("--graphs", action="store_true",
+                    help="also time each contender in CUDA graphs (twice, alternating)")
     ap.add_argument("--power", type=float, default=0.0,
                     help="seconds of back-to-back calls per contender under nvidia-smi")
     args = ap.parse_args()
@@ -274,12 +300,20 @@ def main() -> None:
             contenders[name] = lambda s, plan=plan: run_plan(plan, s[0], s[1], s[2])
         t = bench_interleaved(contenders, sets, rounds=args.rounds)
         cublas = t["cublas"].median_ms
+        graphs = {name: [] for name in contenders}
+        for order in ((list(contenders), list(contenders)[::-1]) if args.graphs else ()):
+            for name in order:
+                graphs[name].append(graph_ms(contenders[name], sets) * 1e3)
         for name in plans:
             ratio = cublas / t[name].median_ms
+            graph = (" / ".join(f"{g:.2f}" for g in graphs[name]) + " ("
+                     + " / ".join(f"{c:.2f}" for c in graphs["cublas"]) + ")"
+                     if args.graphs else "")
             rows.append(["x".join(map(str, shape)), name, f"{t[name].median_ms * 1e3:.1f}",
-                         f"{cublas * 1e3:.1f}", f"{ratio:.3f}", f"{errs[name]:.3f}"])
+                         f"{cublas * 1e3:.1f}", f"{ratio:.3f}", graph, f"{errs[name]:.3f}"])
             records.append(dict(shape=shape, variant=name, us=t[name].median_ms * 1e3,
-                                cublas_us=cublas * 1e3, ratio=ratio, max_err=errs[name]))
+                                cublas_us=cublas * 1e3, ratio=ratio, max_err=errs[name],
+                                graph_us=graphs[name], cublas_graph_us=graphs["cublas"]))
         for name, fn in contenders.items() if args.power else ():
             p = sustained(fn, sets, args.power)
             power_rows.append(["x".join(map(str, shape)), name, f"{p['us']:.1f}",
@@ -288,7 +322,8 @@ def main() -> None:
     print(f"{device_name()} | commit {commit_id()} | plan {args.plan}")
     if power_rows:
         print(format_table(["M x N x K", "back to back", "us", "SM MHz", "W", "C"], power_rows))
-    print(format_table(["M x N x K", "variant", "us", "cuBLAS us", "ratio", "max err"], rows))
+    print(format_table(["M x N x K", "variant", "us", "cuBLAS us", "ratio",
+                        "graph us (cuBLAS)", "max err"], rows))
     if args.out:
         save_results(args.out, "gemm_epilogue_cost", dict(device=device_name(),
                                                           commit=commit_id(), plan=args.plan,
