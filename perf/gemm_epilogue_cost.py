@@ -30,6 +30,7 @@ Variants (``*``: the output is wrong by design, timing only):
              threads copy it out with coalesced 16-byte st.global (is it the TMA unit?)
   g4, g8, g32  the tile order's group of tile rows (``group_m``, 16 by default): how long the
              A / B panels a wave reads stay in L2 beside the C lines the stores bring in
+  pdl        a programmatic dependent launch (``GemmSm90(pdl=True)``) whatever the schedule
   spin       every mbarrier wait (the pipelines' and the kernel's own) a loop on
              ``mbarrier.test_wait``: no suspend, no NANOSLEEP (the DSL's wait passes a 10 ms
              suspend-time hint to ``try_wait``); ``trywait``: ``try_wait`` without the hint
@@ -242,6 +243,7 @@ VARIANTS = {
         lambda kw: _evict_first_policy if "mcast_mask" in kw else _evict_last_policy),
     "stg": lambda: setattr(GemmSm90, "epilogue_tile", _smem_staged_stores),
     **{f"g{g}": (lambda g=g: _init_with(group_m=g)) for g in (4, 8, 32)},
+    "pdl": lambda: _init_with(pdl=True),
     "spin": lambda: setattr(cute.arch, "mbarrier_wait", _asm_wait("test_wait")),
     "trywait": lambda: setattr(cute.arch, "mbarrier_wait", _asm_wait("try_wait")),
 }
