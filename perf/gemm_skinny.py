@@ -54,6 +54,12 @@ def forced_plan(x, w, **fields):
         if "cluster_k" not in fields and ("splits" in fields or fields.get("swap")):
             base = base._replace(cluster_k=1)  # workspace slices / swap-AB: no pairs along K
         s = base._replace(**{"stream_k": False, **fields})  # stream-K only when asked
+        # the default's dependent launch only where the launch is the default's (the rule
+        # that gave it depends on the tile and the waves); else only when asked
+        same = all(getattr(s, f) == getattr(base, f)
+                   for f in ("tile", "cluster_m", "cluster_n", "cluster_k", "swap", "splits"))
+        if "pdl" not in fields and not same:
+            s = s._replace(pdl=False)
         rows, cols = (n, m) if s.swap else (m, n)
         tiles_m, tiles_n = -(-rows // s.tile[0]), -(-cols // s.tile[1])
         units = -(-tiles_m // s.cluster_m) * -(-tiles_n // s.cluster_n)
