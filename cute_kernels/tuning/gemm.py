@@ -183,8 +183,9 @@ CLUSTER_SPLIT_PDL = True
 #: / 8.9; 2048^3 (128x256) 28.6 / 26.6 -> 27.1 / 25.8 and 29.0 / 26.1 -> 27.6 / 25.3;
 #: 512x4096x4096 (128x128) 30.0 / 28.0 -> 28.6 / 27.4; the same on an H200. Not where the
 #: launch has several waves (H200 graphs: 1024x14336x4096 175.3 -> 183.1, 4096^3 200.9 ->
-#: 204.5; H100 2048^3 on 128x128, two waves, 27.5 -> 29.2) or no cluster (64x14336x4096 on
-#: 64x128, 112 CTAs: 45.4 -> 46.0 and 44.8 -> 45.6 in graphs)
+#: 204.5, though within the spread in a later H100 call; H100 2048^3 on 128x128, two waves,
+#: 27.5 -> 29.2) or no cluster (64x14336x4096 on 64x128, 112 CTAs: 45.4 -> 46.0 and 44.8 ->
+#: 45.6 in graphs)
 SHORT_PDL_MAX_K_TILES = 64
 #: stream-K (GemmSm90 ``stream_k``): a launch whose tiles leave a partial last wave after at
 #: least one full one cuts the last wave plus one into equal k-ranges, one per cluster, so
