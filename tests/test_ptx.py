@@ -849,11 +849,12 @@ def test_gemm_stream_k_ptx(tile, out_dtype):
         GemmSm90(stream_k=True, drift_slack=0)
 
 
-@pytest.mark.parametrize("pdl", [False, True])
-def test_gemm_dependent_launch_ptx(pdl):
-    """A programmatic dependent launch (the cluster split's default): every thread waits for
-    the kernel before (griddepcontrol.wait) once, before the roles split, and the next
-    kernel may launch at once; without it neither instruction is compiled in."""
+@pytest.mark.parametrize("pdl, route", [(False, "split"), (True, "split"), (True, "short")])
+def test_gemm_dependent_launch_ptx(pdl, route):
+    """A programmatic dependent launch (the default of the cluster split and of a short
+    one-wave launch in 2x1 clusters): every thread waits for the kernel before
+    (griddepcontrol.wait) once, before the roles split, and the next kernel may launch at
+    once; without it neither instruction is compiled in."""
     import torch
 
     from cute_kernels.kernels.gemm.epilogue import Epilogue
@@ -862,9 +863,12 @@ def test_gemm_dependent_launch_ptx(pdl):
     from cute_kernels.tuning.gemm import schedule
 
     assert schedule(768, 1024, 8192, 1, 132).pdl and not schedule(4096, 4096, 4096, 1, 132).pdl
+    short = schedule(1024, 1024, 1024, 1, 132)  # 64 x 128 tiles in 2x1 clusters
+    assert short.pdl and short.cluster_m == 2 and short.cluster_k == 1
+    build = (dict(cluster_m=1, tile=(128, 128, 64), cluster_k=2) if route == "split"
+             else dict(cluster_m=short.cluster_m, tile=short.tile, max_stages=short.max_stages))
     ptx = compile_ptx(make_build("hopper", torch.bfloat16, torch.bfloat16, "k", "k", Epilogue(),
-                                 None, 1, (128, 128, 64), batched=False, cluster_k=2, pdl=pdl),
-                      "sm_90a")
+                                 None, batched=False, pdl=pdl, **build), "sm_90a")
     assert ptx.count("griddepcontrol.wait") == ptx.count("griddepcontrol.launch_dependents") == pdl
     _assert_no_spills(ptx, "sm_90a")
 
