@@ -2,8 +2,8 @@
 dependent (an anomaly: unclustered 64 x 128 launches ran 20-30% faster as dependents,
 perf/RESULTS.md). The epilogue is replaced by one that writes the SM id (``%smid``) into
 each tile's first element, so the output is wrong by design; each launch is timed in a
-back-to-back burst, then the tiles' SM ids give every CTA's SM (CTA c walks tiles c, c +
-CTAs, ...).
+back-to-back burst, then the tiles' SM ids give every CTA's SM (the first tile of CTA c is
+rank c % cluster of its cluster c // cluster's first cluster tile).
 
     python perf/cta_placement.py [--shape 2048x2048x2048] [--tile 64x128x64] [--cluster 1]
 """
@@ -80,10 +80,9 @@ def main() -> None:
             sm_of_cta.append(corners[tm_][tn_] if tm_ < len(corners) else -1)
         steps = [abs(b - a) for a, b in zip(sm_of_cta, sm_of_cta[1:])]
         same_tpc = sum((a // 2) == (b // 2) for a, b in zip(sm_of_cta, sm_of_cta[1:]))
-        ctas = plan.ctas
         print(f"pdl {pdl}: {start.elapsed_time(end) * 1e3 / args.calls:.1f} us a call; "
               f"CTA -> SM {sm_of_cta[:24]} ...; |step| median {statistics.median(steps)}, "
-              f"consecutive CTAs on one TPC {same_tpc} of {ctas - 1}; distinct SMs "
+              f"consecutive CTAs on one TPC {same_tpc} of {plan.ctas - 1}; distinct SMs "
               f"{len(set(sm_of_cta))}")
 
 
