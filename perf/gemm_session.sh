@@ -26,7 +26,9 @@
 # into a copy of this tree: `git show 9c51af8:cute_kernels/ops/gemm.py > .split_before_gemm.py`,
 # an untracked file travels with the call); epi-ring: the epilogue's one barrier per subtile and
 # grown C ring against the old epilogue (an untracked _sm90_before.py, see the part), memcheck
-# and racecheck.
+# and racecheck; pingpong: a tile per consumer warpgroup (GPU tests, memcheck, the A/B);
+# pingpong-rule: the shapes the rule gives it, against their old defaults; pingpong-tests:
+# the GEMM-family GPU tests; pingpong-sweeps: the Llama and issue sweeps on the rule.
 # Prints a summary last.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-gemm}
@@ -456,6 +458,42 @@ if [ "$PART" = w176 ]; then
     --tiles 128x176x64z0,128x224x64z0,128x176x64z1
   grep -v DEBUG "$OUT/w176.log" | grep -A5 'MxNxK'
   grep -v DEBUG "$OUT/w176.log" | grep 'cuBLAS.*|'
+fi
+if [ "$PART" = pingpong ]; then  # a tile per consumer warpgroup: tests, memcheck, A/B
+  step pp-tests 300 python -m pytest -q --tb=short -p no:logging tests/test_gemm_gpu.py \
+    -k "pingpong or c_ring or 256_row or dependent"
+  for tool in memcheck racecheck; do
+    step pp-$tool 150 "${SANITIZE[@]}" --tool $tool python perf/gemm_skinny_probe.py
+    echo "$tool: $(grep -c "rel err" "$OUT/pp-$tool.log") checks, $(grep "ERROR SUMMARY\|RACECHECK" \
+"$OUT/pp-$tool.log")"
+  done
+  # the shapes whose waves a 176-wide tile fills, twice: pingpong against the cooperative
+  # kernel on the same tile and the default's
+  for pass in 1 2; do
+    step pp-perf-$pass 280 python perf/gemm_skinny.py --graphs --rounds 10 --out "$OUT/$pass" \
+      --shapes 1024x14336x4096,2048x14336x4096,4096x14336x4096,4096x4096x4096 \
+      --tiles 128x176x64c2q1,128x176x64c2,128x224x64c2,128x256x64c2,128x128x64c2q1
+    grep -v DEBUG "$OUT/pp-perf-$pass.log" | grep -B1 -A6 'MxNxK'
+    grep -v DEBUG "$OUT/pp-perf-$pass.log" | grep 'cuBLAS.*|'
+  done
+fi
+if [ "$PART" = pingpong-rule ]; then  # the shapes the rule moves to pingpong 128x176, against
+  # the old defaults forced (128x224; 128x256, with stream-K, with the drift limiter)
+  step rule-perf 300 python perf/gemm_skinny.py --graphs --rounds 10 --out "$OUT" --shapes \
+512x28672x8192,1024x14336x4096,2048x14336x4096,4096x14336x4096,8192x8192x8192 \
+    --tiles 128x224x64c2,128x256x64c2,128x256x64c2z1,128x256x64c2l1
+  grep -v DEBUG "$OUT/rule-perf.log" | grep -B1 -A8 'MxNxK'
+  grep -v DEBUG "$OUT/rule-perf.log" | grep 'cuBLAS.*|'
+fi
+if [ "$PART" = pingpong-sweeps ]; then  # the Llama sweep and the issue's on the rule
+  step llama-sweep 280 python perf/gemm.py --out "$OUT"
+  grep -v DEBUG "$OUT/llama-sweep.log" | grep -A40 'M x N x K\|MxNxK' | head -40
+  step sweep 240 python perf/gemm_skinny.py --graphs --rounds 10 --out "$OUT/skinny"
+  grep -v DEBUG "$OUT/sweep.log" | grep -A30 'MxNxK' | cut -c1-120
+fi
+if [ "$PART" = pingpong-tests ]; then
+  step rule-tests 560 python -m pytest -q --tb=short -p no:logging tests/test_gemm_gpu.py \
+    tests/test_dispatch_gpu.py tests/test_gated_mlp_gpu.py
 fi
 if [ "$PART" = split-tests ]; then
   step split-tests 440 python -m pytest -q --tb=short -p no:logging tests/test_gemm_gpu.py \

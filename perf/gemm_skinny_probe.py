@@ -1,8 +1,8 @@
 """A few skinny GEMM launches for compute-sanitizer (memcheck, racecheck): the default swap-AB
 / split-K schedules on decode shapes and forced ones on residue shapes (split-K through the
 workspace and in a cluster; 2-D clusters; 192- and 256-row and 224- and 240-wide tiles;
-stream-K, swapped too) and the gated GEMM's decode tiles, each checked against an fp32
-reference.
+pingpong consumers; stream-K, swapped too) and the gated GEMM's decode tiles, each checked
+against an fp32 reference.
 
     compute-sanitizer --tool memcheck python perf/gemm_skinny_probe.py
 """
@@ -72,6 +72,14 @@ def main() -> None:
                                                    cluster_k=1, ctas=8)),
                             (333, 520, 264, dict(tile=(256, 128, 64), cluster_m=1,
                                                  cluster_n=2, cluster_k=1)),
+                            # pingpong consumers (a tile per consumer warpgroup, each its
+                            # own C ring): 8 CTAs walking 36 tiles of 128 x 176 in 2x1
+                            # clusters, 5 tiles of 64 x 256 on 8 CTAs (warpgroup 1 mostly
+                            # idle, CTAs with no tile)
+                            (1000, 1000, 264, dict(tile=(128, 176, 64), cluster_m=2,
+                                                   cluster_k=1, ctas=8, pingpong=True)),
+                            (333, 520, 136, dict(tile=(64, 256, 64), cluster_m=1,
+                                                 cluster_k=1, ctas=8, pingpong=True)),
                             # stream-K: 8 of 20 cluster tiles shared by k-ranges (partials
                             # through the workspace), 64-row tiles with ranges of 4 k-tiles
                             (1000, 1104, 1000, dict(tile=(128, 256, 64), cluster_m=2,

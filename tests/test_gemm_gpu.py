@@ -195,6 +195,33 @@ def test_256_row_tiles(forced_schedule, tile, cluster_m, cluster_n):
         run_gemm("hopper", 1000, 776, 200, dtype=torch.float16, out_dtype=torch.float32)
 
 
+@HOPPER_ONLY
+@pytest.mark.parametrize("tile", [(128, 176, 64), (128, 128, 64), (64, 256, 64)])
+@pytest.mark.parametrize("cluster_m, cluster_n", [(2, 1), (1, 1), (1, 2)])
+def test_pingpong(monkeypatch, forced_schedule, tile, cluster_m, cluster_n):
+    """Pingpong consumers (each consumer warpgroup a whole tile, alternate tiles of the
+    walk; its own C ring, barrier and store warp; the mainloops take turns) on 8 CTAs: many
+    tiles per warpgroup, tile counts that leave warpgroup 1 one tile short, CTAs with no tile
+    (the 1 x 2-tile launch), K of one k-tile, of a partial one and of several times the ring,
+    both operand majors, bias + SiLU, batched, in 2x1, 1x2 and no clusters; fp32 out falls
+    back to the cooperative kernel."""
+    import cute_kernels.ops.gemm as gemm_ops
+
+    forced_schedule(swap=False, splits=1, tile=tile, cluster_m=cluster_m, cluster_n=cluster_n,
+                    ctas=8, batched=True, pingpong=True)
+    keys, real = [], gemm_ops.kernel_for  # the Hopper compile keys the launches ask for
+    monkeypatch.setattr(gemm_ops, "kernel_for", lambda device, key, build, hopper_key=():
+                        keys.append(hopper_key) or real(device, key, build, hopper_key))
+    run_gemm("hopper", 1000, 1544, 136, a_major="k", b_major="n", bias=True, epilogue="silu")
+    run_gemm("hopper", 1000, 1544, 1000, a_major="m", b_major="k")
+    run_gemm("hopper", 333, 1000, 64, a_major="k", b_major="k")
+    run_gemm("hopper", 700, 392, 200, batch=2)
+    run_gemm("hopper", 100, 200, 1000)
+    assert keys and all("pingpong" in key for key in keys), keys
+    run_gemm("hopper", 300, 520, 136, dtype=torch.float16, out_dtype=torch.float32)
+    assert "pingpong" not in keys[-1], keys[-1]
+
+
 def test_repeat_calls_reuse_the_plan_but_still_validate():
     """The second call with the same metadata skips validation; new values still give new
     results, and a misaligned view of a validated shape is still rejected."""
@@ -279,7 +306,7 @@ def forced_schedule(monkeypatch):
 
     def force(*, swap: bool, splits: int, tile_n: int = 16, cluster_m: int = 1, tile=None,
               cluster_k: int = 1, ctas: int | None = None, cluster_n: int = 1,
-              batched: bool = False, stream_k: bool = False):
+              batched: bool = False, stream_k: bool = False, pingpong: bool = False):
         def schedule(m, n, k, batch, sms, skinny=True, cluster_split=True, gated=False):
             base = real(m, n, k, batch, sms, skinny=False, gated=gated)
             if gated or (not skinny and not batched):
@@ -293,7 +320,7 @@ def forced_schedule(monkeypatch):
                                             ctas or sms // size * size, False, swap=swap,
                                             splits=splits, max_stages=8, cluster_k=cluster_k,
                                             cluster_n=1 if swap else cluster_n,
-                                            stream_k=stream_k,
+                                            stream_k=stream_k, pingpong=pingpong,
                                             pdl=cluster_k > 1 and gemm_tuning.CLUSTER_SPLIT_PDL)
 
         monkeypatch.setattr(gemm_ops, "_PLANS", {})

@@ -815,6 +815,49 @@ def test_gemm_256_row_tiles_ptx():
             GemmSm90(tile=(256, 160, 64), **bad)
 
 
+@pytest.mark.parametrize("tile, cluster_m, stages, ring", [((128, 176, 64), 2, 5, 4),
+                                                           ((64, 256, 64), 1, 5, 3)])
+def test_gemm_pingpong_ptx(tile, cluster_m, stages, ring):
+    """Pingpong consumers: each consumer warpgroup runs a whole tile (twice the WGMMAs of its
+    cooperative half at 128 rows), stores it from its own C ring (both rings in smem, as the
+    stages leave room) under its own 128-thread barrier, and the mainloops take turns through
+    a 256-thread barrier (bar.sync to wait, bar.arrive to pass); nothing spills. The forms it
+    does not take are refused before any trace."""
+    import re
+
+    import torch
+
+    from cute_kernels.kernels.gemm.epilogue import Epilogue
+    from cute_kernels.kernels.gemm.sm90 import GemmSm90
+    from cute_kernels.ops.gemm import make_build
+    from cute_kernels.runtime.compile import compile_ptx
+
+    def build(pingpong):
+        return make_build("hopper", torch.bfloat16, torch.bfloat16, "k", "k", Epilogue(), None,
+                          cluster_m, tile, batched=False, pingpong=pingpong)
+
+    pp, coop = build(True), build(False)
+    ptx, coop_ptx = compile_ptx(pp, "sm_90a"), compile_ptx(coop, "sm_90a")
+    kernel = pp.fn
+    assert (kernel.stages, kernel.c_ring, kernel.threads) == (stages, ring, 384)
+    wgmma = rf"wgmma\.mma_async\.sync\.aligned\.m64n{tile[1]}k16"
+    rows = tile[0] // 64  # m64 WGMMA rows per consumer warpgroup
+    assert len(re.findall(wgmma, ptx)) == rows * tile[2] // 16
+    assert len(re.findall(wgmma, coop_ptx)) == max(1, rows // 2) * tile[2] // 16
+    n_sub = tile[1] // kernel.epi_tile[1]
+    # the epilogue's barrier id is the warpgroup's (a register), 128 threads each
+    assert len(re.findall(r"\bbar\.sync\s+%r\d+, 128;", ptx)) == n_sub + 1
+    assert len(re.findall(r"\bbar\.sync\s+%r\d+, 256;", ptx)) == 1
+    assert len(re.findall(r"\bbar\.arrive\s+%r\d+, 256;", ptx)) == 1
+    assert "pingpong" not in coop_ptx and not re.search(r"bar\.arrive", coop_ptx)
+    _assert_no_spills(ptx, "sm_90a")
+    for bad in (dict(tile=(256, 160, 64)), dict(tile=(192, 160, 64)), dict(gated="swiglu"),
+                dict(cluster_k=2, cluster_m=1), dict(stream_k=True), dict(c_transposed=True),
+                dict(a_rows=32, tile=(64, 128, 64))):
+        with pytest.raises(ValueError, match="pingpong"):
+            GemmSm90(**{"tile": tile, **bad}, pingpong=True)
+
+
 @pytest.mark.parametrize("tile, out_dtype", [((128, 256, 64), "bfloat16"),
                                               ((192, 160, 64), "float32")])
 def test_gemm_stream_k_ptx(tile, out_dtype):

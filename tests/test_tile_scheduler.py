@@ -48,10 +48,10 @@ def test_wave_efficiency_and_tile_choice():
 
     assert wave_efficiency(448, 66) == pytest.approx(448 / 462) and wave_efficiency(132, 66) == 1
     # 1024 x 14336: 4 cluster-rows x 56 tiles of 128x256 = 224 units on 66 clusters, 3.4
-    # waves; 128x192 makes 300 units (4.5 waves, 91% busy) and wins
+    # waves; 128x176 (pingpong) makes 328 units, 4.97 waves, and wins
     assert cluster_tiles(1024, 14336, 1, DEFAULT_TILE, 2) == 224
-    assert pick_tile(1024, 14336, 1, 132, TILE_SPEEDS, 2) == (128, 224, 64)
-    assert pick_tile(512, 28672, 1, 132, TILE_SPEEDS, 2) == (128, 224, 64)
+    assert pick_tile(1024, 14336, 1, 132, TILE_SPEEDS, 2) == (128, 176, 64)
+    assert pick_tile(512, 28672, 1, 132, TILE_SPEEDS, 2) == (128, 176, 64)
     assert pick_tile(3000, 5000, 1, 132, TILE_SPEEDS, 2) == (128, 192, 64)
     # 1024^3: 32 cluster tiles of 128x128 on 66 cluster slots; 64x128 (8 stages) makes 64,
     # as many as 128x64 and faster
@@ -64,8 +64,40 @@ def test_wave_efficiency_and_tile_choice():
     assert (short_k.tile, short_k.max_stages) == ((128, 128, 64), None)
     assert schedule(128, 14336, 4096, 1, 132).max_stages is None
     # full waves keep the big tile
-    for m, n in ((4096, 4096), (8192, 8192), (4096, 14336), (1024, 28672), (2048, 2048)):
+    for m, n in ((4096, 4096), (1024, 28672), (2048, 2048)):
         assert pick_tile(m, n, 1, 132, TILE_SPEEDS, 2) == DEFAULT_TILE, (m, n)
+
+
+def test_pingpong_schedules():
+    """128x176 tiles run pingpong consumers where their whole waves win (N 14336: 82 tile
+    columns), never where the drift limiter runs (8192^3 keeps 128x256), never split
+    through the fp32 workspace or shared by stream-K, and never for the gated GEMM."""
+    from cute_kernels.tuning.gemm import PINGPONG_TILES, schedule
+
+    assert PINGPONG_TILES == {(128, 176, 64)}
+    for m, n, k in ((1024, 14336, 4096), (2048, 14336, 4096), (4096, 14336, 4096),
+                    (512, 28672, 8192)):
+        s = schedule(m, n, k, 1, 132)
+        assert (s.tile, s.cluster_m, s.pingpong, s.stream_k) == ((128, 176, 64), 2, True,
+                                                                 False), (m, n, k, s)
+        assert "pingpong consumers" in s.describe()
+    square = schedule(8192, 8192, 8192, 1, 132)
+    assert (square.tile, square.drift, square.pingpong) == ((128, 256, 64), True, False)
+    for m, n, k in ((4096, 4096, 4096), (3000, 5000, 3072), (1024, 1024, 1024),
+                    (13, 14336, 4096), (64, 14336, 4096), (128, 4096, 14336),
+                    (65536, 14336, 4096)):
+        assert not schedule(m, n, k, 1, 132).pingpong, (m, n, k)
+    for m in (1, 64, 1024):
+        assert not schedule(m, 14336, 4096, 1, 132, skinny=False, gated=True).pingpong
+    # every schedule of a wide sweep: pingpong only on its tiles, never with stream-K or
+    # K slices
+    for m in (1, 13, 64, 128, 256, 512, 1024, 2048, 4096, 8192):
+        for n in (1024, 4096, 5000, 14336, 28672, 53248):
+            for k in (1024, 4096, 14336):
+                s = schedule(m, n, k, 1, 132)
+                if s.pingpong:
+                    assert s.tile in PINGPONG_TILES and not s.stream_k and not s.skinny
+                    assert s.cluster_k == 1, (m, n, k, s)
 
 
 def test_skinny_schedules():

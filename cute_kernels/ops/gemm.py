@@ -113,10 +113,11 @@ def _validate(a, b_nk, bias, out, out_dtype, *, a_name: str, b_name: str):
 
 def gemm_kernel(path: str, cluster_m: int = DEFAULT_CLUSTER_M, tile=DEFAULT_TILE,
                 drift: bool = False, max_stages: int | None = None, cluster_k: int = 1,
-                cluster_n: int = 1, stream_k: bool = False, pdl: bool = False, **config):
+                cluster_n: int = 1, stream_k: bool = False, pdl: bool = False,
+                pingpong: bool = False, **config):
     """The GEMM kernel object of a path; ``cluster_m``, ``cluster_n``, ``tile``, ``drift``
-    (the wave drift limiter, see ``schedule``), ``cluster_k`` (split-K in a cluster) and
-    ``stream_k`` concern the Hopper
+    (the wave drift limiter, see ``schedule``), ``cluster_k`` (split-K in a cluster),
+    ``pingpong`` (a tile per consumer warpgroup) and ``stream_k`` concern the Hopper
     kernel (the Ampere kernel has its own tile and takes the drift counter argument without
     using it)."""
     if path == "hopper":
@@ -127,8 +128,10 @@ def gemm_kernel(path: str, cluster_m: int = DEFAULT_CLUSTER_M, tile=DEFAULT_TILE
         along_n = {} if cluster_n == 1 else {"cluster_n": cluster_n}
         streamed = {"stream_k": True} if stream_k else {}
         dependent = {"pdl": True} if pdl else {}
+        alternating = {"pingpong": True} if pingpong else {}
         return GemmSm90(cluster_m=cluster_m, tile=tile, drift_slack=0 if drift else None,
-                        **stages, **split, **along_n, **streamed, **dependent, **config)
+                        **stages, **split, **along_n, **streamed, **dependent, **alternating,
+                        **config)
     from ..kernels.gemm.sm80 import GemmSm80
 
     return GemmSm80(**config)
@@ -138,16 +141,19 @@ def make_build(path: str, dtype, out_dtype, a_major: str, b_major: str, epilogue
                bias_dtype=None, cluster_m: int = DEFAULT_CLUSTER_M,
                tile=DEFAULT_TILE, drift: bool = False, max_stages: int | None = None,
                batched: bool = True, c_transposed: bool = False, cluster_k: int = 1,
-               cluster_n: int = 1, stream_k: bool = False, pdl: bool = False) -> Build:
+               cluster_n: int = 1, stream_k: bool = False, pdl: bool = False,
+               pingpong: bool = False) -> Build:
     """The GEMM kernel of ``path`` against fake operands (``gemm_build``); ``c_transposed``
     (Hopper): C is the row-major output of a swap-AB launch, stored transposed;
     ``cluster_k`` (Hopper): split-K over a cluster's CTAs, reduced in the launch;
     ``cluster_n`` (Hopper): CTAs along N sharing A tiles; ``stream_k`` (Hopper): the last
-    wave shared out by k-ranges, ``mSync`` its workspace."""
+    wave shared out by k-ranges, ``mSync`` its workspace; ``pingpong`` (Hopper): each consumer
+    warpgroup its own tile."""
     if epilogue.bias and bias_dtype is None:
         raise ValueError("a bias epilogue needs the bias dtype (bias_dtype)")
     kernel = gemm_kernel(path, cluster_m, tile, drift, max_stages, cluster_k, cluster_n,
-                         stream_k, pdl and path == "hopper", a_major=a_major, b_major=b_major,
+                         stream_k, pdl and path == "hopper", pingpong and path == "hopper",
+                         a_major=a_major, b_major=b_major,
                          epilogue=epilogue,
                          **({"c_transposed": True} if c_transposed else {}))
     return gemm_build(kernel, dtype, out_dtype, a_major, b_major,
@@ -355,6 +361,9 @@ def _plan(a, b_nk, bias, out, out_dtype, epilogue, a_name, b_name) -> GemmPlan:
         plan = schedule(a, b_nk, cluster_split=False)
     if plan.stream_k and not hopper:  # the Ampere kernel walks whole tiles
         plan = plan._replace(stream_k=False)
+    if plan.pingpong and (out_dtype == torch.float32 or not hopper):
+        # an fp32 C tile per consumer warpgroup leaves no smem for the stages
+        plan = plan._replace(pingpong=False)
     tile, cluster_m, ctas, drift = plan.tile, plan.cluster_m, plan.ctas, plan.drift
     if plan.skinny and hopper:
         out_rows = out.stride(0) if out is not None else shape[-1]
@@ -376,10 +385,11 @@ def _plan(a, b_nk, bias, out, out_dtype, epilogue, a_name, b_name) -> GemmPlan:
         path, a.dtype, out_dtype, a_major, b_major,
         _epilogue(bias=bias_dtype is not None, activation=epilogue), bias_dtype, cluster_m,
         tile, drift, plan.max_stages, batched=not flat, cluster_k=plan.cluster_k,
-        cluster_n=plan.cluster_n, stream_k=plan.stream_k, pdl=plan.pdl),
+        cluster_n=plan.cluster_n, stream_k=plan.stream_k, pdl=plan.pdl, pingpong=plan.pingpong),
         hopper_key=(cluster_m, tile, plan.max_stages, plan.cluster_k)
         + ((plan.cluster_n,) if plan.cluster_n > 1 else ())
-        + (("stream_k",) if plan.stream_k else ()) + (("pdl",) if plan.pdl else ()))
+        + (("stream_k",) if plan.stream_k else ()) + (("pdl",) if plan.pdl else ())
+        + (("pingpong",) if plan.pingpong else ()))
     words = stream_k_workspace_words(ctas, tile[0], tile[1]) if plan.stream_k else None
     return GemmPlan(shape, out_dtype, kernel, ctas, drift, flat=flat, stream_k=words)
 

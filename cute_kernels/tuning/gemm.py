@@ -40,7 +40,19 @@ from ..kernels.gemm.tiles import DEFAULT_CLUSTER_M, DEFAULT_TILE
 #: listed at 0.96, below its measured speed, so it replaces 128x256 only where the last wave
 #: gains more than 3%: many-wave problems (8192^3) keep the measured default.
 TILE_SPEEDS = {DEFAULT_TILE: 1.0, (128, 224, 64): 0.96, (128, 192, 64): 0.97,
-               (128, 128, 64): 0.90, (128, 64, 64): 0.55, (64, 128, 64): 0.57}
+               (128, 128, 64): 0.90, (128, 64, 64): 0.55, (64, 128, 64): 0.57,
+               (128, 176, 64): 0.98}
+#: tiles that run pingpong consumers (GemmSm90 ``pingpong``: a tile per consumer warpgroup,
+#: one's epilogue under the other's mainloop), never stream-K. 128x176 is cuBLAS's width at
+#: 1024 x 14336 x 4096 (82 columns of tiles: whole waves on 66 clusters where N is 14336);
+#: pingpong runs it 2-3% faster than the cooperative kernel (2048 / 4096 x 14336 x 4096:
+#: 349.4 / 373.3 and 729.3 / 716.1 us against 358.7 / 384.8 and 752.2 / 739.1; 4096^3 218.5
+#: against 225.5) and at 0.98x of the cooperative 128x256 when both fill their waves alike
+#: (4096^3: 218.5 / 218.7 against 214.8 / 215.3 us; H100, perf/gemm_session.sh pingpong).
+#: Not where the drift limiter runs (many waves of long-K tiles): 8192^3 ran 1589.0 against
+#: 1567.7 us for 128x256 with the limiter, the narrower tile reading more operand bytes per
+#: flop where L2 already holds less of them (perf/gemm_session.sh pingpong-rule).
+PINGPONG_TILES = frozenset({(128, 176, 64)})
 #: pipeline depth per tile where it is not the kernel's default (as many as fit, at most
 #: 5): the 64x128 tile (one consumer warpgroup of m64n128 WGMMAs) with 8 stages beats the
 #: 128x64 one (two of m64n64) with the same tile count: 1024^3 6.9 against 7.4 us in CUDA
@@ -228,6 +240,7 @@ class GemmSchedule(NamedTuple):
     cluster_n: int = 1  # CTAs per cluster along N (A tiles multicast to them)
     stream_k: bool = False  # the last wave plus one shared out by k-ranges
     pdl: bool = False  # a programmatic dependent launch (GemmSm90 ``pdl``)
+    pingpong: bool = False  # each consumer warpgroup its own tile (GemmSm90 ``pingpong``)
 
     @property
     def skinny(self) -> bool:
@@ -254,6 +267,8 @@ class GemmSchedule(NamedTuple):
             parts.append("stream-K over the last wave")
         if self.pdl:
             parts.append("programmatic dependent launch")
+        if self.pingpong:
+            parts.append("pingpong consumers")
         if self.drift:
             parts.append("drift limiter")
         return ", ".join(parts)
@@ -297,7 +312,7 @@ def pick_stream_k_tile(m: int, n: int, batch: int, sms: int, speeds: dict, clust
     cluster tiles leave a partial last wave after a full one."""
     slots = max(1, sms // cluster_m)
     scores = {t: stream_k_score(cluster_tiles(m, n, batch, t, cluster_m), slots, speeds[t])
-              for t in speeds}
+              for t in speeds if t not in PINGPONG_TILES}
     tile = max(scores, key=scores.get)
     return (tile, scores[tile]) if scores[tile] > 0 else (None, 0.0)
 
@@ -384,12 +399,19 @@ def schedule(m: int, n: int, k: int, batch: int, sms: int, *,
     cluster_m = DEFAULT_CLUSTER_M if m > DEFAULT_TILE[0] else 1
     speeds = (GATED_TILE_SPEEDS if not skinny else HALF_TILE_SPEEDS if m <= HALF_TILE_MAX_M
               else TILE_SPEEDS)
+
+    def sized(tile):  # cluster tiles, CTAs, k-tiles per tile, and whether drift is limited
+        units = cluster_tiles(m, n, batch, tile, cluster_m)
+        ctas = persistent_grid(units * cluster_m, sms, cluster_size=cluster_m)
+        waves, k_tiles = -(-units // (ctas // cluster_m)), -(-k // tile[2])
+        return units, ctas, k_tiles, waves >= DRIFT_MIN_WAVES and k_tiles >= DRIFT_MIN_K_TILES
+
     tile = pick_tile(m, n, batch, sms, speeds, cluster_m)
-    units = cluster_tiles(m, n, batch, tile, cluster_m)
-    ctas = persistent_grid(units * cluster_m, sms, cluster_size=cluster_m)
-    waves = -(-units // (ctas // cluster_m))
-    k_tiles = -(-k // tile[2])
-    drift = waves >= DRIFT_MIN_WAVES and k_tiles >= DRIFT_MIN_K_TILES
+    units, ctas, k_tiles, drift = sized(tile)
+    if tile in PINGPONG_TILES and drift:  # many long-K waves: the wide tiles only
+        speeds = {t: v for t, v in speeds.items() if t not in PINGPONG_TILES}
+        tile = pick_tile(m, n, batch, sms, speeds, cluster_m)
+        units, ctas, k_tiles, drift = sized(tile)
     slots = max(1, sms // cluster_m)
     if (skinny and batch == 1 and wave_efficiency(units, slots) < SPLIT_BELOW_EFFICIENCY
             and len(split_options(k)) > 1):
@@ -399,7 +421,9 @@ def schedule(m: int, n: int, k: int, batch: int, sms: int, *,
             u = cluster_tiles(m, n, batch, t, cluster_m)
             return (speeds[t] * split_score(u, m, n, k, slots, s), -s)
 
-        tile, splits = max(((t, s) for t in speeds for s in split_options(k)), key=score)
+        # (the workspace's fp32 partials take the cooperative kernel: no pingpong tiles)
+        tile, splits = max(((t, s) for t in speeds if t not in PINGPONG_TILES
+                            for s in split_options(k)), key=score)
         units = cluster_tiles(m, n, batch, tile, cluster_m)
         if splits > 1:
             ctas = persistent_grid(units * splits * cluster_m, sms, cluster_size=cluster_m)
@@ -420,4 +444,4 @@ def schedule(m: int, n: int, k: int, batch: int, sms: int, *,
     short = (skinny and cluster_m == DEFAULT_CLUSTER_M and units <= slots
              and k_tiles <= SHORT_PDL_MAX_K_TILES)
     return GemmSchedule(tile, cluster_m, ctas, drift, max_stages=pipeline_stages(tile, k),
-                        pdl=short)
+                        pdl=short, pingpong=tile in PINGPONG_TILES)

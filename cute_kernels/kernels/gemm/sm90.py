@@ -63,6 +63,9 @@ class Barrier(enum.IntEnum):
     """Named barrier ids (0 is the CTA-wide barrier)."""
 
     EPILOGUE = 1  # the consumer warpgroups, around each smem write of C and its TMA store
+    # pingpong: each consumer warpgroup's own epilogue barrier is EPILOGUE + its index (1, 2);
+    # warpgroup w waits at MMA_TURN + w for the other's mainloop to end before its own starts
+    MMA_TURN = 3
 
 
 def _select_i32(cond, a, b):
@@ -87,6 +90,12 @@ class GemmSm90:
     Named barrier ``Barrier.EPILOGUE`` syncs the consumer warpgroups.
     C may be column-major (how a swap-AB launch writes C^T; a 16-bit C goes through a
     transposing stmatrix); ``tuning.gemm`` says when the op swaps or splits K.
+    Pingpong (``pingpong``; 64- or 128-row tiles): the two consumer warpgroups take
+    alternate tiles of the CTA's walk, each a whole tile (two m64 WGMMA rows at 128 rows) with
+    its own C ring, named barrier (``Barrier.EPILOGUE`` + its index) and store warp (its
+    first). Their mainloops take turns (``Barrier.MMA_TURN``: a warpgroup waits for the
+    other's before its own, and passes the turn after), so one's epilogue runs under the
+    other's WGMMAs; each skips the other's k-tiles in the ring.
     Cluster: ``cluster_m`` (2) CTAs along M share each B tile: each loads half of it and TMA
     multicasts it to both, and every consumer warp releases a stage in both CTAs (empty
     barriers count the peer's warps). This halves B's L2->SM traffic and keeps the pair in
@@ -121,7 +130,8 @@ class GemmSm90:
     (``StreamKFixup``, stream_k.py).
     Shared memory at 128x256x64 bf16: 4 x 48 KiB stages + 4 x 8 KiB C subtiles = 224 KiB;
     at 128x224x64: 4 x 44 KiB + 6 x 8 KiB = 224 KiB; at 128x192x64 with 64-wide subtiles:
-    4 x 40 KiB + 3 x 16 KiB = 208 KiB; at 256x160x64: 3 x 52 KiB + 4 x 16 KiB = 220 KiB.
+    4 x 40 KiB + 3 x 16 KiB = 208 KiB; at 256x160x64: 3 x 52 KiB + 4 x 16 KiB = 220 KiB;
+    pingpong at 128x176x64: 5 x 38 KiB + 2 rings x 4 x 4 KiB (16-wide subtiles) = 222 KiB.
     Seams: the epilogue is ``Epilogue.visit`` (one call per tile); a gathered operand (rows
     of B picked by an index list) replaces the TMA tile load of B in ``load`` with a
     row-gather into the same smem stage and barrier, leaving the consumers unchanged.
@@ -134,7 +144,7 @@ class GemmSm90:
                  cluster_m: int = DEFAULT_CLUSTER_M,
                  drift_slack: int | None = None, c_transposed: bool = False,
                  cluster_k: int = 1, cluster_n: int = 1, stream_k: bool = False,
-                 a_rows: int | None = None, pdl: bool = False):
+                 a_rows: int | None = None, pdl: bool = False, pingpong: bool = False):
         # drift_slack (with a zeroed int32 counter passed as mSync): a cluster starts its j-th
         # tile only once every cluster has issued the loads of its first j - drift_slack tiles,
         # so clusters that share A / B panels in L2 stay within drift_slack tiles of each other
@@ -175,7 +185,7 @@ class GemmSm90:
         # a 128 x 192 tile (three subtiles: 1.5-2% faster at 3000 x 5000 x 3072 on an H100
         # although the wider ring leaves 4 stages, not 5) unless a cluster split shares them
         if epi_n is None:
-            epi_n = (64 if tuple(tile[:2]) == (128, 192) and cluster_k == 1
+            epi_n = (64 if tuple(tile[:2]) == (128, 192) and cluster_k == 1 and not pingpong
                      else 32 if tile[1] % 32 == 0 else 16)
         epi_n = min(epi_n, tile[1])
         if tile[1] % 8 or tile[1] % epi_n or epi_n % 8:
@@ -220,7 +230,24 @@ class GemmSm90:
         # writes before its first global access, after the barrier set-up, and lets the next
         # kernel launch at once (its CTAs take SMs as ours leave and wait the same way)
         self.pdl = pdl
-        self.consumer_wgs = CONSUMER_WARPGROUPS[tile[0]]
+        # pingpong: the two consumer warpgroups take alternate tiles of the CTA's walk, each
+        # a whole tile_m x tile_n tile (64 or 128 rows: one or two m64 WGMMA rows), so one
+        # warpgroup's epilogue runs while the other's WGMMAs keep the tensor cores busy. Their
+        # mainloops take turns (named barriers MMA_TURN): besides keeping the WGMMAs of one
+        # tile together, the turn is what makes the ring's parity waits safe, as a warpgroup
+        # that skipped the other's k-tiles must not wait on a stage two phases ahead.
+        if pingpong and (tile[0] not in (64, 128) or gated or cluster_k > 1 or stream_k
+                         or c_transposed or a_rows is not None):
+            raise ValueError(f"pingpong takes a 64- or 128-row tile and a plain row-major C, "
+                             f"without cluster split-K, stream-K or a_rows (got tile "
+                             f"{tuple(tile)}, gated {gated}, cluster_k {cluster_k}, stream_k "
+                             f"{stream_k}, c_transposed {c_transposed}, a_rows {a_rows})")
+        self.pingpong = pingpong
+        self.consumer_wgs = 2 if pingpong else CONSUMER_WARPGROUPS[tile[0]]
+        # warpgroups per tile (its WGMMA atom layout along M) and C rings (one per tile in
+        # flight)
+        self.tile_wgs = 1 if pingpong else self.consumer_wgs
+        self.c_rings = 2 if pingpong else 1
         self.threads = 128 * (1 + self.consumer_wgs)
         self.producer_regs, self.consumer_regs = PRODUCER_REGISTERS, CONSUMER_REGISTERS[tile[0]]
         if stream_k:  # each consumer thread holds tile_m x tile_n / threads accumulators
@@ -243,12 +270,14 @@ class GemmSm90:
         """The C ring's depth: ``epi_stages``; when None, ``C_RING_MIN`` grown into the smem
         that ``used_bytes`` (the stages, that ring, a cluster split's buffer) leave, at most
         one buffer per subtile (a 128 x 224 tile: 4 stages and 6 of its 7 subtiles), so a
-        subtile's write seldom waits for an older store to have read its buffer."""
+        subtile's write seldom waits for an older store to have read its buffer. Pingpong
+        keeps one such ring per consumer warpgroup."""
         floor = self._ring_floor()
         if self.epi_stages is not None:
             return floor
         spare = SM90_SMEM_BYTES - SM90_BARRIER_RESERVE - SMEM_STRUCT_SLACK - used_bytes
-        return max(floor, min(self.tile[1] // self.epi_tile[1], floor + spare // sub_bytes))
+        return max(floor, min(self.tile[1] // self.epi_tile[1],
+                              floor + spare // (sub_bytes * self.c_rings)))
 
     def _a_box(self, sA_layout):
         """The smem stages' first ``a_rows`` rows: what the TMA loads of A (the whole stage
@@ -270,18 +299,21 @@ class GemmSm90:
         bm, bn, bk = self.tile
         tiled_mma = sm90_utils.make_trivial_tiled_mma(
             ab_dtype, ab_dtype, _major_mode(self.a_major), _major_mode(self.b_major),
-            cutlass.Float32, (self.consumer_wgs, 1, 1), tiler_mn=(64, bn))
+            cutlass.Float32, (self.tile_wgs, 1, 1), tiler_mn=(64, bn))
         c_layout = LayoutEnum.from_tensor(mC)
         if cutlass.const_expr(self.gated is not None):
             # the gated half tile is written by coordinates and stored whole
             self.epi_tile, self.epi_stages = (bm, bn // 2), 1
         elif cutlass.const_expr(c_dtype.width == 32):
+            if cutlass.const_expr(self.pingpong):
+                raise ValueError("pingpong stores a 16-bit C (an fp32 tile per consumer "
+                                 "warpgroup leaves no room for the pipeline stages)")
             # fp32 output is stored by plain smem stores whose register order is not
             # subtile-major: one whole-tile subtile (2 pipeline stages fit next to it)
             self.epi_tile, self.epi_stages = (bm, bn), 1
         ab_stage_bytes = (bm + bn) * bk * ab_dtype.width // 8
         sub_bytes = bm * self.epi_tile[1] * c_dtype.width // 8
-        c_bytes = self._ring_floor() * sub_bytes
+        c_bytes = self._ring_floor() * sub_bytes * self.c_rings
         ck = self.cluster_k
         if cutlass.const_expr(ck > 1):
             if cutlass.const_expr(c_dtype.width == 32):
@@ -297,7 +329,8 @@ class GemmSm90:
                                                   ab_dtype, stages)
         sB_layout = sm90_utils.make_smem_layout_b(LayoutEnum.from_tensor(mB), self.tile,
                                                   ab_dtype, stages)
-        sC_layout = sm90_utils.make_smem_layout_epi(c_dtype, c_layout, self.epi_tile, ring)
+        sC_layout = sm90_utils.make_smem_layout_epi(c_dtype, c_layout, self.epi_tile,
+                                                    ring * self.c_rings)
         cm, cn = self.cluster_m, self.cluster_n
         a_op = (cpasync.CopyBulkTensorTileG2SMulticastOp() if cn > 1
                 else cpasync.CopyBulkTensorTileG2SOp())
@@ -380,7 +413,7 @@ class GemmSm90:
             barrier_storage=storage.mbar.data_ptr(), num_stages=self.stages,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
             consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
-                                                     self.consumer_wgs * 4 * (cm + cn - 1)),
+                                                     self.tile_wgs * 4 * (cm + cn - 1)),
             tx_count=stage_bytes, cta_layout_vmnk=cute.make_layout((1, cm, cn, 1)))
         red = None
         if cutlass.const_expr(ck > 1):  # the split's barriers, initialized cluster-wide
@@ -449,21 +482,35 @@ class GemmSm90:
                 self.load(ab, sched, mSync)
         else:
             cute.arch.setmaxregister_increase(self.consumer_regs)
-            ctid = tidx - 128
+            # pingpong: warpgroup mma_wg (0, 1) owns every other tile of the walk
+            mma_wg = wg - 1 if cutlass.const_expr(self.pingpong) else 0
+            ctid = tidx - 128 * (1 + mma_wg)  # the thread's index among its tile's consumers
             frag = self._mma_fragments(tiled_mma, sA, sB, ctid)
             epi = self._epilogue_state(tiled_mma, frag.acc, tma_c, sC, gC, mC, mBias, ctid,
-                                       warp)
+                                       warp, mma_wg)
             rd = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
             rel = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
             if cutlass.const_expr(self.stream_k):  # the shared k-ranges first
                 rel, rd = self.consume_stream_k(tiled_mma, ab.pipe, frag, epi, sched, mSync,
                                                 bidx, rel, rd)
-            for tile in cutlass.range(sched.cluster_id,
-                                      sched.sk_first if cutlass.const_expr(self.stream_k)
-                                      else sched.num_tiles, sched.num_clusters, unroll=1):
+            first, step = sched.cluster_id, sched.num_clusters
+            if cutlass.const_expr(self.pingpong):
+                # the ring holds the k-tiles of both warpgroups' tiles in walk order: skip the
+                # other's (warpgroup 1 first skips warpgroup 0's first tile)
+                first, step = first + mma_wg * step, 2 * step
+                rd.advance(sched.k_count * mma_wg)
+                rel.advance(sched.k_count * mma_wg)
+            end = sched.sk_first if cutlass.const_expr(self.stream_k) else sched.num_tiles
+            for tile in cutlass.range(first, end, step, unroll=1):
                 tm, tn, tl = self._tile_coord(tile, sched.tiles_mc, sched.tiles_nc,
                                               sched.rank_mn)
+                if cutlass.const_expr(self.pingpong):
+                    self._await_mma_turn(tile, sched, mma_wg)
                 rel, rd = self.mma(tiled_mma, ab.pipe, frag, sched.k_count, rel, rd)
+                if cutlass.const_expr(self.pingpong):
+                    self._pass_mma_turn(tile, sched, mma_wg, end)
+                    rd.advance(sched.k_count)
+                    rel.advance(sched.k_count)
                 if cutlass.const_expr(self.gated is not None):
                     self.gated_epilogue_tile(frag, epi, tm, tn, tl)
                 elif cutlass.const_expr(ck > 1):  # sum the cluster's K slices, store a share
@@ -612,6 +659,24 @@ class GemmSm90:
         return rel, rd
 
     @cute.jit
+    def _await_mma_turn(self, tile, sched: SimpleNamespace, mma_wg):
+        """Pingpong: wait until the other consumer warpgroup's mainloop of the tile before
+        this one in the walk has ended (none before the walk's first tile). Until then the
+        ring's stages hold its k-tiles, and a parity wait on a stage whose older fill is still
+        pending would pass at once: the turn keeps every wait within one phase of its fill."""
+        if tile >= sched.cluster_id + sched.num_clusters:
+            cute.arch.barrier(barrier_id=Barrier.MMA_TURN + mma_wg, number_of_threads=256)
+
+    @cute.jit
+    def _pass_mma_turn(self, tile, sched: SimpleNamespace, mma_wg, end):
+        """Pingpong: this mainloop has ended; let the other warpgroup's next one start (only
+        where the walk has a next tile: an arrival nobody waits for would pair with a later
+        one)."""
+        if tile + sched.num_clusters < end:
+            cute.arch.barrier_arrive(barrier_id=Barrier.MMA_TURN + 1 - mma_wg,
+                                     number_of_threads=256)
+
+    @cute.jit
     def _await_clusters(self, mSync, target):
         """Spin (nanosleep) until the tile counter reaches ``target`` or about
         MAX_DRIFT_WAIT_NS passed."""
@@ -679,11 +744,13 @@ class GemmSm90:
         return rel, rd
 
     @cute.jit
-    def _epilogue_state(self, tiled_mma, acc, tma_c, sC, gC, mC, mBias, ctid, warp):
+    def _epilogue_state(self, tiled_mma, acc, tma_c, sC, gC, mC, mBias, ctid, warp, mma_wg=0):
         """What the epilogue of every tile reuses: the stmatrix copy of the accumulators into
         the smem ring (``r2s``; ``tRS_rAcc`` is ``acc`` in its order, subtile-major), the
         subtile registers, the coordinate tensor ``cC`` for the hook, the TMA store
-        pipeline and whether this warp issues the stores (``is_store_warp``)."""
+        pipeline and whether this warp issues the stores (``is_store_warp``). With pingpong,
+        consumer warpgroup ``mma_wg`` stores its own tiles: its first warp issues the stores
+        from its own ring (buffers from ``ring_base``), synced by its own named barrier."""
         bn = self.tile[1]
         c_dtype = mC.element_type
         r2s_atom = sm90_utils.get_smem_store_op(self.c_layout, c_dtype, cutlass.Float32)
@@ -698,8 +765,11 @@ class GemmSm90:
         return SimpleNamespace(tma_c=tma_c, sC=sC, gC=gC, mC=mC, mBias=mBias, ctid=ctid,
                                r2s_atom=r2s_atom, r2s=r2s, tRS_sC=tRS_sC, tRS_rAcc=tRS_rAcc,
                                tRS_rSub=tRS_rSub, tRS_rOut=tRS_rOut,
-                               n_sub=bn // self.epi_tile[1],
-                               cC=cC, is_store_warp=warp == STORE_WARP)
+                               n_sub=bn // self.epi_tile[1], cC=cC,
+                               is_store_warp=warp == STORE_WARP + 4 * mma_wg,
+                               ring_base=mma_wg * self.c_ring,
+                               barrier=Barrier.EPILOGUE + mma_wg,
+                               threads=128 * self.tile_wgs)
 
     @cute.jit
     def epilogue_tile(self, tiled_mma, frag: SimpleNamespace, epi: SimpleNamespace, tm, tn, tl,
@@ -714,8 +784,7 @@ class GemmSm90:
         acc, mC, sC, tma_c, ctid = frag.acc, epi.mC, epi.sC, epi.tma_c, epi.ctid
         c_dtype, n_sub = mC.element_type, epi.n_sub
         tRS_rAcc, tRS_rSub, tRS_rOut = epi.tRS_rAcc, epi.tRS_rSub, epi.tRS_rOut
-        is_store_warp, ring = epi.is_store_warp, self.c_ring
-        threads = 128 * self.consumer_wgs
+        is_store_warp, ring, threads = epi.is_store_warp, self.c_ring, epi.threads
         if cutlass.const_expr(not self.epilogue.is_identity):
             tCcC = frag.thr_mma.partition_C(cute.local_tile(epi.cC, (bm, bn), (tm, tn)))
             self.epilogue.visit(acc, tCcC, mC.shape[self.epilogue.bias_dim], epi.mBias)
@@ -728,9 +797,9 @@ class GemmSm90:
         if is_store_warp:
             with cute.arch.elect_one():
                 cute.arch.cp_async_bulk_wait_group(0, read=True)
-        cute.arch.barrier(barrier_id=Barrier.EPILOGUE, number_of_threads=threads)
+        cute.arch.barrier(barrier_id=epi.barrier, number_of_threads=threads)
         for i, sub in enumerate(subtiles):
-            buf = i % ring
+            buf = epi.ring_base + i % ring
             if cutlass.const_expr(n_sub == 1):
                 # whole tile at once (fp32 output), in chunks of one copy atom
                 r2s_c = cute.make_tiled_copy_C(epi.r2s_atom, tiled_mma)
@@ -761,7 +830,7 @@ class GemmSm90:
                 if is_store_warp:
                     with cute.arch.elect_one():
                         cute.arch.cp_async_bulk_wait_group(ring - 2, read=True)
-            cute.arch.barrier(barrier_id=Barrier.EPILOGUE, number_of_threads=threads)
+            cute.arch.barrier(barrier_id=epi.barrier, number_of_threads=threads)
             if is_store_warp:
                 with cute.arch.elect_one():
                     cute.copy(tma_c, tCsC[(None, buf)], tCgC[(None, (0, sub))])
