@@ -28,7 +28,8 @@
 # grown C ring against the old epilogue (an untracked _sm90_before.py, see the part), memcheck
 # and racecheck; pingpong: a tile per consumer warpgroup (GPU tests, memcheck, the A/B);
 # pingpong-rule: the shapes the rule gives it, against their old defaults; pingpong-tests:
-# the GEMM-family GPU tests; pingpong-sweeps: the Llama and issue sweeps on the rule.
+# the GEMM-family GPU tests; pingpong-sweeps: the Llama and issue sweeps on the rule;
+# pingpong-final: ncu of its default against cuBLAS, the demo, the A/B on a warm card.
 # Prints a summary last.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-gemm}
@@ -472,7 +473,7 @@ if [ "$PART" = pingpong ]; then  # a tile per consumer warpgroup: tests, memchec
   for pass in 1 2; do
     step pp-perf-$pass 280 python perf/gemm_skinny.py --graphs --rounds 10 --out "$OUT/$pass" \
       --shapes 1024x14336x4096,2048x14336x4096,4096x14336x4096,4096x4096x4096 \
-      --tiles 128x176x64c2q1,128x176x64c2,128x224x64c2,128x256x64c2,128x128x64c2q1
+      --tiles 128x176x64c2q1,128x176x64c2q0,128x224x64c2,128x256x64c2,128x128x64c2q1
     grep -v DEBUG "$OUT/pp-perf-$pass.log" | grep -B1 -A6 'MxNxK'
     grep -v DEBUG "$OUT/pp-perf-$pass.log" | grep 'cuBLAS.*|'
   done
@@ -490,6 +491,17 @@ if [ "$PART" = pingpong-sweeps ]; then  # the Llama sweep and the issue's on the
   grep -v DEBUG "$OUT/llama-sweep.log" | grep -A40 'M x N x K\|MxNxK' | head -40
   step sweep 240 python perf/gemm_skinny.py --graphs --rounds 10 --out "$OUT/skinny"
   grep -v DEBUG "$OUT/sweep.log" | grep -A30 'MxNxK' | cut -c1-120
+fi
+if [ "$PART" = pingpong-final ]; then  # ncu of the pingpong default against cuBLAS, the demo,
+  # then the rule's shapes on the card the demo warmed
+  GAPS_SHAPES=1024,14336,4096 bash "$0" gaps-odd 2>&1 | tail -45
+  step demo 300 cute-kernels demo
+  grep -v DEBUG "$OUT/demo.log" | tail -25
+  step warm-ab 200 python perf/gemm_skinny.py --rounds 10 --out "$OUT/warm" --shapes \
+1024x14336x4096,2048x14336x4096,512x28672x8192,1024x14336x4096 \
+    --tiles 128x176x64c2q0,128x224x64c2,128x256x64c2
+  grep -v DEBUG "$OUT/warm-ab.log" | grep -A6 'MxNxK'; grep -v DEBUG "$OUT/warm-ab.log" \
+    | grep 'cuBLAS.*|'
 fi
 if [ "$PART" = pingpong-tests ]; then
   step rule-tests 560 python -m pytest -q --tb=short -p no:logging tests/test_gemm_gpu.py \

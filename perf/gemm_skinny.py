@@ -53,8 +53,12 @@ def forced_plan(x, w, **fields):
         base = real(m, n, k, batch, sms)
         if "cluster_k" not in fields and ("splits" in fields or fields.get("swap")):
             base = base._replace(cluster_k=1)  # workspace slices / swap-AB: no pairs along K
-        # stream-K and pingpong only when asked
-        s = base._replace(**{"stream_k": False, "pingpong": False, **fields})
+        s = base._replace(**{"stream_k": False, **fields})  # stream-K only when asked
+        # pingpong as the default's on the default's own tile (PINGPONG_TILES), unshared and
+        # unsplit; else only when asked
+        if "pingpong" not in fields and (s.tile != base.tile or s.stream_k or s.skinny
+                                         or s.cluster_k > 1):
+            s = s._replace(pingpong=False)
         # the default's dependent launch only where the launch is the default's (the rule
         # that gave it depends on the tile and the waves); else only when asked
         same = all(getattr(s, f) == getattr(base, f)
@@ -100,8 +104,9 @@ def main() -> None:
                     "w64x16x128s1; z1 / z0: stream-K on / off, 128x256x64z1; d1 / d0: a "
                     "programmatic dependent launch on / off (plain, swapped-direct and "
                     "cluster-split launches; the workspace route ignores it); l1: the wave "
-                    "drift limiter on (whole tiles; off otherwise); q1: pingpong consumers (a "
-                    "tile per consumer warpgroup)")
+                    "drift limiter on (whole tiles; off otherwise); q1 / q0: pingpong consumers "
+                    "(a tile per consumer warpgroup) on / off (unset: the default's on its own "
+                    "tile, else off)")
     ap.add_argument("--shapes", default="", help="MxNxK,... instead of the sweep")
     ap.add_argument("--kvariants", default="128:6",
                     help="swapped variants as k-tile:max-stages,... (with --variants)")
@@ -117,18 +122,18 @@ def main() -> None:
     for t in (t for t in args.tiles.split(",") if t):
         spec = re.fullmatch(
             r"(w?)(\d+)x(\d+)x(\d+)(?:s(\d+))?(?:k(\d+))?(?:p(\d+))?(?:c(\d+))?(?:n(\d+))?(?:g(\d+))?"
-            r"(?:z([01]))?(?:d([01]))?(?:l(1))?(?:q(1))?",
+            r"(?:z([01]))?(?:d([01]))?(?:l(1))?(?:q([01]))?",
             t)
         if spec is None:
             ap.error(f"--tiles: {t!r} is not "
-                     f"[w]MxNxK[sS][kK][pP][cC][nN][gG][zZ][dD][l1][q1]")
+                     f"[w]MxNxK[sS][kK][pP][cC][nN][gG][zZ][dD][l1][qQ]")
         (swap, tm, tn, tk, splits, cluster_k, stages, cluster, cluster_n, ctas, sk,
          pdl, drift, pingpong) = spec.groups()
         tiles.append(((int(tm), int(tn), int(tk)), int(splits or 1), swap == "w",
                       int(cluster) if cluster else None, int(stages) if stages else None,
                       int(cluster_k or 1), int(cluster_n or 1), int(ctas) if ctas else None,
                       None if sk is None else sk == "1", None if pdl is None else pdl == "1",
-                      drift == "1", pingpong == "1"))
+                      drift == "1", None if pingpong is None else pingpong == "1"))
     kvariants = [tuple(int(v) for v in t.split(":")) for t in args.kvariants.split(",") if t]
     rows, table, variant_table = [], [], []
     for m, n, k in shapes:
@@ -148,7 +153,7 @@ def main() -> None:
                          **({} if sk is None else {"stream_k": sk}),
                          **({} if pdl is None else {"pdl": pdl}),
                          **({"drift": True} if drift else {}),
-                         **({"pingpong": True} if pingpong else {})}
+                         **({} if pingpong is None else {"pingpong": pingpong})}
                 if cluster_k > 1:  # split-K in a cluster: no CTAs paired along M
                     extra["cluster_m"] = 1
                 elif cluster is not None:
@@ -163,7 +168,8 @@ def main() -> None:
                          f"{'' if ctas is None else f' g{ctas}'}"
                          f"{'' if sk is None else f' z{int(sk)}'}"
                          f"{'' if pdl is None else f' d{int(pdl)}'}"
-                         f"{' l1' if drift else ''}{' q1' if pingpong else ''}"] = forced_plan(
+                         f"{' l1' if drift else ''}"
+                         f"{'' if pingpong is None else f' q{int(pingpong)}'}"] = forced_plan(
                     sets[0][0], sets[0][1], tile=tile, splits=splits, swap=swap,
                     max_stages=stages, **extra)
         if args.variants and m <= 128:
