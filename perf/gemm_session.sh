@@ -29,7 +29,8 @@
 # and racecheck; pingpong: a tile per consumer warpgroup (GPU tests, memcheck, the A/B);
 # pingpong-rule: the shapes the rule gives it, against their old defaults; pingpong-tests:
 # the GEMM-family GPU tests; pingpong-sweeps: the Llama and issue sweeps on the rule;
-# pingpong-final: ncu of its default against cuBLAS, the demo, the A/B on a warm card.
+# pingpong-final: ncu of its default against cuBLAS, the demo, the A/B on a warm card;
+# pingpong-h200: its tests and the rule's A/B (on whichever card the call gets).
 # Prints a summary last.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 CUTE_KERNELS_CACHE_DIR=${CUTE_KERNELS_CACHE_DIR:-/tmp/ck-gemm}
@@ -502,6 +503,11 @@ if [ "$PART" = pingpong-final ]; then  # ncu of the pingpong default against cuB
     --tiles 128x176x64c2q0,128x224x64c2,128x256x64c2
   grep -v DEBUG "$OUT/warm-ab.log" | grep -A6 'MxNxK'; grep -v DEBUG "$OUT/warm-ab.log" \
     | grep 'cuBLAS.*|'
+fi
+if [ "$PART" = pingpong-h200 ]; then  # the second card: the pingpong tests and the rule's A/B
+  step pp-tests 300 python -m pytest -q --tb=short -p no:logging tests/test_gemm_gpu.py \
+    -k "pingpong or c_ring"
+  bash "$0" pingpong-rule 2>&1 | tail -20
 fi
 if [ "$PART" = pingpong-tests ]; then
   step rule-tests 560 python -m pytest -q --tb=short -p no:logging tests/test_gemm_gpu.py \

@@ -50,8 +50,8 @@ TILE_SPEEDS = {DEFAULT_TILE: 1.0, (128, 224, 64): 0.96, (128, 192, 64): 0.97,
 #: against 225.5) and at 0.98x of the cooperative 128x256 when both fill their waves alike
 #: (4096^3: 218.5 / 218.7 against 214.8 / 215.3 us; H100, perf/gemm_session.sh pingpong).
 #: Not where the drift limiter runs (many waves of long-K tiles): 8192^3 ran 1589.0 against
-#: 1567.7 us for 128x256 with the limiter, the narrower tile reading more operand bytes per
-#: flop where L2 already holds less of them (perf/gemm_session.sh pingpong-rule).
+#: 1567.7 us for 128x256 with the limiter (not profiled; the narrower tile reads more operand
+#: bytes per flop, perf/gemm_session.sh pingpong-rule).
 PINGPONG_TILES = frozenset({(128, 176, 64)})
 #: pipeline depth per tile where it is not the kernel's default (as many as fit, at most
 #: 5): the 64x128 tile (one consumer warpgroup of m64n128 WGMMAs) with 8 stages beats the
