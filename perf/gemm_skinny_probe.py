@@ -73,9 +73,9 @@ def main() -> None:
                             (333, 520, 264, dict(tile=(256, 128, 64), cluster_m=1,
                                                  cluster_n=2, cluster_k=1)),
                             # pingpong consumers (a tile per consumer warpgroup, each its
-                            # own C ring): 8 CTAs walking 36 tiles of 128 x 176 in 2x1
-                            # clusters, 5 tiles of 64 x 256 on 8 CTAs (warpgroup 1 mostly
-                            # idle, CTAs with no tile)
+                            # own C ring): 8 CTAs walking 48 tiles of 128 x 176 in 2x1
+                            # clusters; 18 tiles of 64 x 256 on 8 unclustered CTAs (in two
+                            # of them warpgroup 0 runs a tile more than warpgroup 1)
                             (1000, 1000, 264, dict(tile=(128, 176, 64), cluster_m=2,
                                                    cluster_k=1, ctas=8, pingpong=True)),
                             (333, 520, 136, dict(tile=(64, 256, 64), cluster_m=1,
